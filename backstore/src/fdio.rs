@@ -1,0 +1,228 @@
+//! Positioned I/O on one shared file descriptor, used by the file and block
+//! device engines. `pread`/`pwrite` carry their own offset, so one `File` is
+//! safely shared by every worker thread without a lock.
+//!
+//! FUA writes use `pwritev2(RWF_DSYNC)`, which makes just that write durable;
+//! kernels without it fall back to `pwrite` + `fdatasync`. With O_DIRECT,
+//! offsets and lengths must be block multiples and buffers not aligned in
+//! memory go through an aligned bounce buffer.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+
+use crate::common::{fill_pattern, invalid_input, len_u64, AlignedBuf, BATCH};
+use crate::{BackstoreError, Result};
+
+/// One open file or device plus how it must be driven.
+#[derive(Debug)]
+pub(crate) struct FdIo {
+    file: File,
+    /// `Some(alignment)` when opened with O_DIRECT.
+    direct: Option<usize>,
+}
+
+impl FdIo {
+    /// `direct_align` is the block size when the fd was opened with O_DIRECT.
+    pub(crate) fn new(file: File, direct_align: Option<u32>) -> Self {
+        Self {
+            file,
+            direct: direct_align.map(|a| a as usize),
+        }
+    }
+
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub(crate) fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Fills `buf` from `offset`.
+    pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let Some(align) = self.direct else {
+            return self
+                .file
+                .read_exact_at(buf, offset)
+                .map_err(BackstoreError::Read);
+        };
+        check_direct(align, offset, buf.len())?;
+        if is_aligned(buf, align) {
+            return self
+                .file
+                .read_exact_at(buf, offset)
+                .map_err(BackstoreError::Read);
+        }
+        let mut bounce = AlignedBuf::zeroed(buf.len().min(BATCH), align)?;
+        let mut pos = offset;
+        for piece in buf.chunks_mut(BATCH) {
+            let staging = bounce
+                .as_mut_slice()
+                .get_mut(..piece.len())
+                .unwrap_or_default();
+            self.file
+                .read_exact_at(staging, pos)
+                .map_err(BackstoreError::Read)?;
+            piece.copy_from_slice(staging);
+            pos += len_u64(piece.len());
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at `offset`; with `fua` the data is durable on return.
+    pub(crate) fn write(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+        let Some(align) = self.direct else {
+            return self.write_raw(buf, offset, fua);
+        };
+        check_direct(align, offset, buf.len())?;
+        if is_aligned(buf, align) {
+            return self.write_raw(buf, offset, fua);
+        }
+        let mut bounce = AlignedBuf::zeroed(buf.len().min(BATCH), align)?;
+        let mut pos = offset;
+        for piece in buf.chunks(BATCH) {
+            let staging = bounce
+                .as_mut_slice()
+                .get_mut(..piece.len())
+                .unwrap_or_default();
+            staging.copy_from_slice(piece);
+            self.write_raw(staging, pos, fua)?;
+            pos += len_u64(piece.len());
+        }
+        Ok(())
+    }
+
+    /// Writes `pattern` repeated over `len` bytes from `offset`, in batches of
+    /// up to 1 MiB built once (each batch starts on a pattern boundary).
+    pub(crate) fn write_pattern(&self, pattern: &[u8], offset: u64, len: u64) -> Result<()> {
+        let align = self.direct.unwrap_or(1);
+        if let Some(a) = self.direct {
+            check_direct(a, offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        }
+        // Batches start on a pattern boundary and, for O_DIRECT, on a block one.
+        let unit = lcm(pattern.len().max(1), align);
+        let per_batch = (BATCH / unit).max(1) * unit;
+        let batch_len = usize::try_from(len).map_or(per_batch, |l| l.min(per_batch));
+        let mut batch = AlignedBuf::zeroed(batch_len, align)?;
+        fill_pattern(batch.as_mut_slice(), pattern);
+        let end = offset
+            .checked_add(len)
+            .ok_or(BackstoreError::OutOfRange { offset, len })?;
+        let mut pos = offset;
+        while pos < end {
+            let n = usize::try_from(end - pos).map_or(batch_len, |r| r.min(batch_len));
+            let data = batch.as_slice().get(..n).unwrap_or_default();
+            self.write_raw(data, pos, false)?;
+            pos += len_u64(n);
+        }
+        Ok(())
+    }
+
+    /// fdatasync: completed writes (and the device cache) become durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file.sync_data().map_err(BackstoreError::Flush)
+    }
+
+    /// fallocate(2) on the shared fd.
+    pub(crate) fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+        let off = to_off_t(offset)?;
+        let n = to_off_t(len)?;
+        // SAFETY: fallocate only reads its scalar arguments; the fd is owned
+        // by `self.file` and open for the duration of the call.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off, n) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn write_raw(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+        if !fua {
+            return self
+                .file
+                .write_all_at(buf, offset)
+                .map_err(BackstoreError::Write);
+        }
+        match pwrite_all_dsync(&self.file, buf, offset) {
+            Ok(()) => Ok(()),
+            Err(e) if is_unsupported(&e) => {
+                self.file
+                    .write_all_at(buf, offset)
+                    .map_err(BackstoreError::Write)?;
+                self.sync()
+            }
+            Err(e) => Err(BackstoreError::Write(e)),
+        }
+    }
+}
+
+/// The kernel or filesystem lacks the requested operation.
+pub(crate) fn is_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::ENOTTY)
+    )
+}
+
+pub(crate) fn to_off_t(v: u64) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    (a / x).saturating_mul(b)
+}
+
+fn is_aligned(buf: &[u8], align: usize) -> bool {
+    buf.as_ptr() as usize % align == 0
+}
+
+fn check_direct(align: usize, offset: u64, len: usize) -> Result<()> {
+    if offset % len_u64(align) != 0 || len % align != 0 {
+        return Err(invalid_input(
+            "O_DIRECT store: offset and length must be multiples of the block size",
+        ));
+    }
+    Ok(())
+}
+
+/// `pwritev2(RWF_DSYNC)` until every byte is written.
+fn pwrite_all_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `iov` points into `buf`, which outlives the call; the kernel
+        // only reads from it (a write). The fd is owned by `file`.
+        let n = unsafe {
+            libc::pwritev2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                to_off_t(offset)?,
+                libc::RWF_DSYNC,
+            )
+        };
+        match usize::try_from(n) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(written) => {
+                buf = buf.get(written..).unwrap_or_default();
+                offset += len_u64(written);
+            }
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! File engine: a regular file holds the LUN's blocks.
+//!
+//! Guarantees:
+//! - a missing file is created sparse (`set_len`), so a 1 TiB LUN costs
+//!   nothing until written;
+//! - an existing file is never shrunk: a smaller requested size is a
+//!   [`BackstoreError::Config`] naming the path and both sizes; a larger one
+//!   grows it (sparse);
+//! - unmap punches holes (`FALLOC_FL_PUNCH_HOLE`), so blocks really return
+//!   to the filesystem; filesystems without hole punching get zeros written;
+//! - one `File` is shared by all worker threads (positioned I/O only).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
+use crate::common::{validate_block_size, AlignedBuf};
+use crate::fdio::{is_unsupported, FdIo};
+use crate::{Backstore, BackstoreError, Geometry, Result};
+
+/// How to open or create a file store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOptions {
+    /// Size in bytes. Required to create the file; `None` uses an existing
+    /// file's size; larger than the file grows it; smaller is refused.
+    pub size: Option<u64>,
+    /// Logical block size: 512 or 4096.
+    pub block_size: u32,
+    /// Open read-only; the file must then exist and is never resized.
+    pub read_only: bool,
+    /// Thin provisioning: an all-zero WRITE SAME punches a hole instead of
+    /// writing (or allocating) zeros.
+    pub thin: bool,
+    /// Open with O_DIRECT (bypass the page cache). Offsets and lengths must
+    /// then be block multiples; unaligned buffers are bounced.
+    pub direct: bool,
+}
+
+impl Default for FileOptions {
+    fn default() -> Self {
+        Self {
+            size: None,
+            block_size: 512,
+            read_only: false,
+            thin: false,
+            direct: false,
+        }
+    }
+}
+
+/// A backing store on a regular file.
+#[derive(Debug)]
+pub struct FileBackstore {
+    path: PathBuf,
+    io: FdIo,
+    geometry: Geometry,
+    thin: bool,
+}
+
+impl FileBackstore {
+    /// Opens `path`, creating it (sparse) when missing and a size is given.
+    pub fn open(path: impl AsRef<Path>, opts: &FileOptions) -> Result<Self> {
+        let path = path.as_ref();
+        validate_block_size(opts.block_size)?;
+        if let Some(size) = opts.size {
+            geometry_for(&path.display().to_string(), size, opts.block_size, false)?;
+        }
+        let (file, created) = open_or_create(path, opts)?;
+        match Self::finish_open(path, file, created, opts) {
+            Ok(store) => Ok(store),
+            Err(e) => {
+                if created {
+                    // Leave nothing behind from a failed creation.
+                    let _ = std::fs::remove_file(path);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn finish_open(path: &Path, file: File, created: bool, opts: &FileOptions) -> Result<Self> {
+        let meta = file
+            .metadata()
+            .map_err(|e| config(path, &format!("cannot stat: {e}")))?;
+        if !meta.file_type().is_file() {
+            return Err(not_regular(path));
+        }
+        let size = resolve_size(path, &file, meta.len(), created, opts)?;
+        let geometry = geometry_for(
+            &path.display().to_string(),
+            size,
+            opts.block_size,
+            opts.read_only,
+        )?;
+        let io = FdIo::new(file, opts.direct.then_some(opts.block_size));
+        if opts.direct {
+            probe_direct(path, &io, opts.block_size)?;
+        }
+        tracing::info!(
+            path = %path.display(),
+            size,
+            block_size = opts.block_size,
+            read_only = opts.read_only,
+            thin = opts.thin,
+            direct = opts.direct,
+            created,
+            "file backstore opened"
+        );
+        Ok(Self {
+            path: path.to_owned(),
+            io,
+            geometry,
+            thin: opts.thin,
+        })
+    }
+
+    /// The file's path as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether all-zero WRITE SAME punches holes.
+    pub fn is_thin(&self) -> bool {
+        self.thin
+    }
+
+    /// Whether the file was opened with O_DIRECT.
+    pub fn is_direct(&self) -> bool {
+        self.io.is_direct()
+    }
+
+    /// Deallocates the range, or writes zeros where holes cannot be punched.
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        match self.io.fallocate(mode, offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if is_unsupported(&e) => self.write_zeros(offset, len),
+            Err(e) => Err(BackstoreError::Write(e)),
+        }
+    }
+
+    /// Zeroes the range keeping it allocated (`FALLOC_FL_ZERO_RANGE`), or
+    /// writes zeros where the filesystem cannot.
+    fn zero_range(&self, offset: u64, len: u64) -> Result<()> {
+        let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        match self.io.fallocate(mode, offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if is_unsupported(&e) => self.write_zeros(offset, len),
+            Err(e) => Err(BackstoreError::Write(e)),
+        }
+    }
+
+    fn write_zeros(&self, offset: u64, len: u64) -> Result<()> {
+        let block = vec![0u8; self.geometry.block_size as usize];
+        self.io.write_pattern(&block, offset, len)
+    }
+}
+
+impl Backstore for FileBackstore {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(&self.geometry, offset, len_u64(buf.len()))?;
+        self.io.read(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+        check_write(&self.geometry, offset, len_u64(buf.len()))?;
+        self.io.write(buf, offset, fua)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.io.sync()
+    }
+
+    fn write_same(&self, pattern: &[u8], offset: u64, len: u64) -> Result<()> {
+        check_write(&self.geometry, offset, len)?;
+        check_pattern(pattern)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if is_zero(pattern) {
+            return if self.thin {
+                self.punch_hole(offset, len)
+            } else {
+                self.zero_range(offset, len)
+            };
+        }
+        self.io.write_pattern(pattern, offset, len)
+    }
+
+    fn unmap(&self, offset: u64, len: u64) -> Result<()> {
+        check_write(&self.geometry, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.punch_hole(offset, len)
+    }
+
+    fn supports_write_same(&self) -> bool {
+        true
+    }
+
+    fn supports_unmap(&self) -> bool {
+        true
+    }
+}
+
+fn config(path: &Path, msg: &str) -> BackstoreError {
+    BackstoreError::Config(format!("{}: {msg}", path.display()))
+}
+
+fn not_regular(path: &Path) -> BackstoreError {
+    config(
+        path,
+        "is not a regular file (use the blockdev engine for block devices)",
+    )
+}
+
+/// Opens the file, creating it (mode 0600) when missing and allowed to.
+/// Returns whether it was created.
+fn open_or_create(path: &Path, opts: &FileOptions) -> Result<(File, bool)> {
+    // Look before opening: opening a FIFO would block, a directory fails vaguely.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.file_type().is_file() {
+            return Err(not_regular(path));
+        }
+    }
+    let mut oo = OpenOptions::new();
+    oo.read(true).write(!opts.read_only);
+    if opts.direct {
+        oo.custom_flags(libc::O_DIRECT);
+    }
+    match oo.open(path) {
+        Ok(f) => return Ok((f, false)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(open_error(path, opts, &e)),
+    }
+    if opts.read_only {
+        return Err(config(
+            path,
+            "does not exist (a read-only store is never created)",
+        ));
+    }
+    if opts.size.is_none() {
+        return Err(config(
+            path,
+            "does not exist and no size was given to create it",
+        ));
+    }
+    oo.create_new(true).mode(0o600);
+    match oo.open(path) {
+        Ok(f) => Ok((f, true)),
+        Err(e) => Err(open_error(path, opts, &e)),
+    }
+}
+
+fn open_error(path: &Path, opts: &FileOptions, e: &io::Error) -> BackstoreError {
+    if opts.direct && e.raw_os_error() == Some(libc::EINVAL) {
+        config(path, "the filesystem does not support O_DIRECT")
+    } else {
+        config(path, &format!("cannot open: {e}"))
+    }
+}
+
+/// Decides the store's size, growing the file when asked; never shrinks.
+fn resolve_size(
+    path: &Path,
+    file: &File,
+    current: u64,
+    created: bool,
+    opts: &FileOptions,
+) -> Result<u64> {
+    let Some(wanted) = opts.size else {
+        return Ok(current);
+    };
+    if created || wanted > current {
+        if opts.read_only {
+            return Err(config(
+                path,
+                &format!(
+                    "requested size {wanted} bytes is larger than the file's {current} bytes \
+                     and a read-only store cannot grow it"
+                ),
+            ));
+        }
+        file.set_len(wanted)
+            .map_err(|e| config(path, &format!("cannot set size to {wanted} bytes: {e}")))?;
+        if !created {
+            tracing::info!(path = %path.display(), from = current, to = wanted, "grew file backstore");
+        }
+        return Ok(wanted);
+    }
+    if wanted < current {
+        return Err(config(
+            path,
+            &format!(
+                "requested size {wanted} bytes is smaller than the existing file's {current} bytes; \
+                 refusing to shrink it (data would be lost)"
+            ),
+        ));
+    }
+    Ok(current)
+}
+
+/// One aligned block read proves the filesystem accepts O_DIRECT at this
+/// block size (a 512-byte LUN on a 4 KiB-sector disk does not).
+fn probe_direct(path: &Path, io: &FdIo, block_size: u32) -> Result<()> {
+    let mut buf = AlignedBuf::zeroed(block_size as usize, block_size as usize)?;
+    match io.read(buf.as_mut_slice(), 0) {
+        Ok(()) => Ok(()),
+        Err(BackstoreError::Read(e)) if e.raw_os_error() == Some(libc::EINVAL) => Err(config(
+            path,
+            &format!("O_DIRECT I/O is refused at block size {block_size}"),
+        )),
+        Err(e) => Err(e),
+    }
+}

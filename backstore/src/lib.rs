@@ -1,0 +1,119 @@
+//! # rustgt-backstore: the bottom layer
+//!
+//! Byte-addressed backing stores for rustgt's logical units. This crate knows
+//! nothing of SCSI, CDBs or iSCSI: it is handed byte offsets and lengths that
+//! the SCSI core has already checked against the store's [`Geometry`].
+//!
+//! Guarantees:
+//! - every engine is `Send + Sync` and is shared by all workers of a LUN (one
+//!   open fd per LUN, not one per worker);
+//! - an operation an engine cannot do returns [`BackstoreError::Unsupported`]
+//!   (the trait's default), never a panic;
+//! - offsets outside the store return [`BackstoreError::OutOfRange`];
+//!   every range check uses checked arithmetic, so `offset + len` overflow
+//!   is out of range too;
+//! - read-only stores refuse writes, WRITE SAME and unmap with
+//!   [`BackstoreError::ReadOnly`];
+//! - unmapped ranges read back as zeros.
+//!
+//! Engines: [`FileBackstore`] (regular file), [`BlockDevBackstore`] (block
+//! device), [`RamBackstore`] (memory), [`NullBackstore`] (discards writes).
+//! [`open`] builds one from a [`BackstoreSpec`].
+
+use std::fmt::Debug;
+
+mod blockdev;
+mod common;
+mod fdio;
+mod file;
+mod null;
+mod ram;
+mod spec;
+
+pub use blockdev::{BlockDevBackstore, BlockDevOptions};
+pub use file::{FileBackstore, FileOptions};
+pub use null::NullBackstore;
+pub use ram::RamBackstore;
+pub use spec::{open, parse_size, BackstoreSpec, EngineKind};
+
+/// Size and shape of a backing store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Logical block size in bytes: 512 or 4096.
+    pub block_size: u32,
+    /// Number of logical blocks.
+    pub num_blocks: u64,
+    /// Writes are refused with [`BackstoreError::ReadOnly`].
+    pub read_only: bool,
+}
+
+impl Geometry {
+    /// Capacity in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.num_blocks.saturating_mul(u64::from(self.block_size))
+    }
+}
+
+/// Errors of the backstore layer. The SCSI core maps each to sense data in one place.
+#[derive(Debug, thiserror::Error)]
+pub enum BackstoreError {
+    #[error("operation not supported by this backstore")]
+    Unsupported,
+    #[error("access at byte {offset} length {len} is beyond the end of the store")]
+    OutOfRange { offset: u64, len: u64 },
+    #[error("backstore is read-only")]
+    ReadOnly,
+    #[error("invalid backstore configuration: {0}")]
+    Config(String),
+    #[error("read failed: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("write failed: {0}")]
+    Write(#[source] std::io::Error),
+    #[error("flush failed: {0}")]
+    Flush(#[source] std::io::Error),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, BackstoreError>;
+
+/// A backing store shared by all the workers of one LUN.
+///
+/// Offsets and lengths are in bytes and are multiples of the block size.
+pub trait Backstore: Send + Sync + Debug {
+    /// Engine name for logs and stats ("file", "blockdev", "ram", "null").
+    fn kind(&self) -> &'static str;
+
+    /// Current geometry.
+    fn geometry(&self) -> Geometry;
+
+    /// Fill `buf` from byte `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+
+    /// Write `buf` at byte `offset`. With `fua`, the data is durable on return.
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()>;
+
+    /// Make all completed writes durable.
+    fn flush(&self) -> Result<()>;
+
+    /// Write `pattern` (one block) repeatedly over `len` bytes from `offset`.
+    fn write_same(&self, _pattern: &[u8], _offset: u64, _len: u64) -> Result<()> {
+        Err(BackstoreError::Unsupported)
+    }
+
+    /// Deallocate `len` bytes from `offset`; later reads return zeros.
+    fn unmap(&self, _offset: u64, _len: u64) -> Result<()> {
+        Err(BackstoreError::Unsupported)
+    }
+
+    /// Whether [`Backstore::write_same`] is implemented (to advertise WRITE SAME).
+    fn supports_write_same(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Backstore::unmap`] is implemented (to advertise UNMAP and
+    /// logical block provisioning).
+    fn supports_unmap(&self) -> bool {
+        false
+    }
+}
