@@ -1,1 +1,49 @@
-//! placeholder
+//! # rustgt-scsi: the SCSI core
+//!
+//! Sits between the front ends (iSCSI over TCP, iSER) and the backstore. It
+//! parses CDBs, executes SPC-4/SBC-3 commands against a
+//! [`rustgt_backstore::Backstore`], builds sense data, keeps unit attentions
+//! per I_T nexus and runs a worker pool per logical unit. It knows nothing of
+//! iSCSI: a front end hands it a [`Command`] and gets a [`Response`] back
+//! through a callback.
+//!
+//! Guarantees: no CDB, however malformed, panics; every command gets exactly
+//! one completion; every error leaves as CHECK CONDITION with sense data
+//! built in one place ([`sense`], including `From<BackstoreError>`).
+//!
+//! Layout: [`cmd`] is the front-end interface; `table` is the single
+//! command table that both routes CDBs and feeds REPORT SUPPORTED
+//! OPERATION CODES; `spc`, `sbc`, `mode` and `vpd` execute commands; `lun`
+//! holds a logical unit's task set and workers; [`ScsiTarget`] is the LUN
+//! table and task management.
+//!
+//! Threading contract for front ends:
+//! - [`ScsiTarget::submit`] only queues; the completion runs on a LUN worker
+//!   or the target's control thread, never inside `submit` (until the
+//!   target is shut down);
+//! - [`ScsiTarget::task_management`] may block until the tasks it aborted
+//!   have finished their current backstore call: call it where blocking is
+//!   allowed (e.g. `spawn_blocking`);
+//! - a nexus is known from its first command or TMF; unit attentions are
+//!   only established for known nexuses, so a new session starts with none
+//!   (as LIO and tgt behave).
+
+pub mod cmd;
+pub mod sense;
+
+mod cdb;
+mod exec;
+mod lun;
+mod mode;
+mod sbc;
+mod spc;
+mod table;
+mod target;
+mod ua;
+mod vpd;
+
+pub use cmd::*;
+pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS, MAX_TASKS_PER_LUN};
+pub use sense::{Asc, FieldPointer, Sense, SenseFormat, SenseKey};
+pub use spc::{lun_from_sam, lun_to_sam, MAX_LUN};
+pub use target::{ScsiError, ScsiTarget};

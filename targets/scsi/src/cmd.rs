@@ -1,0 +1,122 @@
+//! The interface between front ends and the SCSI core (SAM-5 §5 "Execute
+//! Command" and §7 task management, in Rust types).
+
+use std::sync::Arc;
+
+/// One I_T nexus: an initiator port talking to a target port (SAM-5 §4.7).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Nexus {
+    /// Unique for the life of the process; keys unit attentions and reservations.
+    pub id: u64,
+    /// SCSI initiator port name, e.g. `iqn.1994-05.com.redhat:x,i,0x00023d000001`.
+    pub initiator_port: String,
+    /// SCSI target port name, e.g. `iqn.2026-11.org.rustgt:default,t,0x0001`.
+    pub target_port: String,
+    /// Relative target port identifier (VPD 0x83), 1-based.
+    pub relative_port_id: u16,
+    /// Target port group (ALUA), one per iSCSI portal group.
+    pub port_group: u16,
+}
+
+/// SAM task attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskAttr {
+    #[default]
+    Simple,
+    Ordered,
+    HeadOfQueue,
+    Aca,
+}
+
+/// A SCSI command as a front end hands it over.
+#[derive(Debug)]
+pub struct Command {
+    pub nexus: Arc<Nexus>,
+    /// Logical unit number (the 64-bit SAM LUN decoded to a flat number).
+    pub lun: u64,
+    /// Front end's task tag (iSCSI ITT), unique per nexus while in flight.
+    pub tag: u64,
+    /// The CDB, 6 to 16 bytes (longer with AHS).
+    pub cdb: Vec<u8>,
+    pub attr: TaskAttr,
+    /// Data-In buffer size: the most bytes the initiator will accept.
+    pub data_in_len: u32,
+    /// Data-Out buffer: all the data the initiator sent (its length is the
+    /// Data-Out buffer size).
+    pub data_out: Vec<u8>,
+}
+
+/// SCSI status byte (SAM-5 §5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Status(pub u8);
+
+impl Status {
+    pub const GOOD: Status = Status(0x00);
+    pub const CHECK_CONDITION: Status = Status(0x02);
+    pub const CONDITION_MET: Status = Status(0x04);
+    pub const BUSY: Status = Status(0x08);
+    pub const RESERVATION_CONFLICT: Status = Status(0x18);
+    pub const TASK_SET_FULL: Status = Status(0x28);
+    pub const ACA_ACTIVE: Status = Status(0x30);
+    pub const TASK_ABORTED: Status = Status(0x40);
+}
+
+/// Residual per SAM-5: the difference between the buffer size the initiator
+/// gave and the bytes the command wanted to transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Residual {
+    #[default]
+    None,
+    /// The command transferred fewer bytes than the buffer held.
+    Underflow(u32),
+    /// The command wanted more bytes than the buffer held.
+    Overflow(u32),
+}
+
+/// The outcome of a [`Command`].
+#[derive(Debug, Default)]
+pub struct Response {
+    pub tag: u64,
+    pub status: Status,
+    /// Sense data, already formatted (fixed or descriptor); empty when none.
+    pub sense: Vec<u8>,
+    /// Data-In, at most `data_in_len` bytes.
+    pub data_in: Vec<u8>,
+    pub residual: Residual,
+    /// The task was aborted by task management: the front end sends no
+    /// response for it (SAM-5 §7.2, TAS=0).
+    pub aborted: bool,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status::GOOD
+    }
+}
+
+/// Called once, from a worker thread, when a command completes.
+pub type Completion = Box<dyn FnOnce(Response) + Send + 'static>;
+
+/// Task management functions (SAM-5 §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TmfFunction {
+    AbortTask { tag: u64 },
+    AbortTaskSet,
+    ClearTaskSet,
+    ClearAca,
+    LogicalUnitReset,
+    TargetWarmReset,
+    TargetColdReset,
+    QueryTask { tag: u64 },
+}
+
+/// Task management service responses (SAM-5 §7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TmfResponse {
+    FunctionComplete,
+    FunctionSucceeded,
+    FunctionRejected,
+    IncorrectLun,
+    TaskNotFound,
+    NotSupported,
+}

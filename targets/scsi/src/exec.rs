@@ -1,0 +1,244 @@
+//! Command execution: routing through the table, generic CDB checks, unit
+//! attention reporting, and turning a handler's outcome into a [`Response`]
+//! with SAM-5 residuals.
+//!
+//! Order of checks for one command (SAM-5 §5.14, SPC-4 §5.14):
+//! 1. a missing LUN answers only INQUIRY, REQUEST SENSE and REPORT LUNS;
+//! 2. a pending unit attention is reported to any other command (even an
+//!    unknown opcode), oldest first;
+//! 3. unknown opcode / service action;
+//! 4. CDB length and reserved bits against the table's usage data;
+//! 5. write protection for commands that modify the medium;
+//! 6. the handler.
+//!
+//! Residuals are reported for GOOD status only; a CHECK CONDITION carries
+//! no data and no residual.
+
+use crate::cdb::{check_usage, Cdb};
+use crate::cmd::{Command, Residual, Response, Status};
+use crate::lun::LogicalUnit;
+use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
+use crate::table::{self, DataDir, Lookup};
+use crate::target::TargetShared;
+
+/// Everything a handler may look at.
+#[derive(Debug)]
+pub(crate) struct Ctx<'a> {
+    pub cmd: &'a Command,
+    pub cdb: Cdb<'a>,
+    /// The addressed logical unit; `None` only for [`table::NO_LU`] commands.
+    pub lu: Option<&'a LogicalUnit>,
+    pub target: &'a TargetShared,
+}
+
+impl<'a> Ctx<'a> {
+    /// The addressed logical unit, or LOGICAL UNIT NOT SUPPORTED.
+    pub(crate) fn lu(&self) -> Result<&'a LogicalUnit, Sense> {
+        self.lu
+            .ok_or(Sense::illegal(Asc::LOGICAL_UNIT_NOT_SUPPORTED))
+    }
+
+    pub(crate) fn nexus_id(&self) -> u64 {
+        self.cmd.nexus.id
+    }
+}
+
+/// What a successful handler produced.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Data-In (may be longer than the initiator's buffer; it is cut here).
+    pub data_in: Vec<u8>,
+    /// Bytes the command wanted to transfer in its data direction.
+    pub xfer_len: u64,
+}
+
+impl Outcome {
+    /// No data phase.
+    pub(crate) fn none() -> Outcome {
+        Outcome::default()
+    }
+
+    /// Parameter data limited by an ALLOCATION LENGTH (SPC-4 §4.2.5.6): the
+    /// command transfers `min(alloc_len, data.len())` bytes.
+    pub(crate) fn alloc(mut data: Vec<u8>, alloc_len: u64) -> Outcome {
+        if let Ok(alloc) = usize::try_from(alloc_len) {
+            data.truncate(alloc);
+        }
+        let xfer_len = data.len() as u64;
+        Outcome {
+            data_in: data,
+            xfer_len,
+        }
+    }
+
+    /// Medium data: `xfer_len` is what the CDB asked for, `data` may hold
+    /// only the part that fits the initiator's buffer.
+    pub(crate) fn read(data: Vec<u8>, xfer_len: u64) -> Outcome {
+        Outcome {
+            data_in: data,
+            xfer_len,
+        }
+    }
+
+    /// Data-Out of `xfer_len` bytes expected by the CDB.
+    pub(crate) fn data_out(xfer_len: u64) -> Outcome {
+        Outcome {
+            data_in: Vec::new(),
+            xfer_len,
+        }
+    }
+}
+
+/// Executes one command and builds its response. `lu` is `None` when the
+/// addressed LUN does not exist.
+pub(crate) fn execute(cmd: &Command, lu: Option<&LogicalUnit>, target: &TargetShared) -> Response {
+    let format = lu.map_or(SenseFormat::Fixed, LogicalUnit::sense_format);
+    match run(cmd, lu, target) {
+        Ok((dir, outcome)) => good(cmd, dir, outcome),
+        Err(sense) => check_condition(cmd.tag, &sense, format),
+    }
+}
+
+fn run(
+    cmd: &Command,
+    lu: Option<&LogicalUnit>,
+    target: &TargetShared,
+) -> Result<(DataDir, Outcome), Sense> {
+    let found = table::lookup(&cmd.cdb);
+    let desc = match (found, lu) {
+        (Lookup::Found(desc), None) if desc.has(table::NO_LU) => desc,
+        (_, None) => return Err(Sense::illegal(Asc::LOGICAL_UNIT_NOT_SUPPORTED)),
+        (found, Some(lu)) => {
+            let exempt = matches!(found, Lookup::Found(d) if d.has(table::UA_EXEMPT));
+            if !exempt {
+                if let Some(asc) = lu.take_unit_attention(cmd.nexus.id) {
+                    return Err(Sense::unit_attention(asc));
+                }
+            }
+            match found {
+                Lookup::Found(desc) => desc,
+                Lookup::UnknownOpcode => {
+                    return Err(Sense::illegal(Asc::INVALID_COMMAND_OPERATION_CODE))
+                }
+                Lookup::UnknownServiceAction => return Err(Sense::invalid_cdb_field(1, Some(4))),
+            }
+        }
+    };
+    check_usage(&cmd.cdb, desc.usage, desc.sa_mask())?;
+    if let Some(lu) = lu {
+        if desc.has(table::MEDIUM_WRITE) && lu.geometry().read_only {
+            return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
+        }
+    }
+    let ctx = Ctx {
+        cmd,
+        cdb: Cdb::new(&cmd.cdb),
+        lu,
+        target,
+    };
+    tracing::trace!(command = desc.name, lun = cmd.lun, tag = cmd.tag, "execute");
+    let outcome = (desc.handler)(&ctx).inspect_err(|sense| {
+        tracing::debug!(
+            command = desc.name,
+            lun = cmd.lun,
+            tag = cmd.tag,
+            ?sense,
+            "check condition"
+        );
+    })?;
+    Ok((desc.dir, outcome))
+}
+
+/// Residual of a buffer of `buffer` bytes for a command that wanted `wanted`.
+pub(crate) fn residual(buffer: u64, wanted: u64) -> Residual {
+    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    match wanted.cmp(&buffer) {
+        std::cmp::Ordering::Greater => Residual::Overflow(clamp(wanted - buffer)),
+        std::cmp::Ordering::Less => Residual::Underflow(clamp(buffer - wanted)),
+        std::cmp::Ordering::Equal => Residual::None,
+    }
+}
+
+/// GOOD status: cut Data-In to the initiator's buffer and account residuals
+/// in the command's data direction (SAM-5 §5.4.3).
+fn good(cmd: &Command, dir: DataDir, outcome: Outcome) -> Response {
+    let mut data_in = outcome.data_in;
+    let residual = match dir {
+        DataDir::In => {
+            let buffer = u64::from(cmd.data_in_len);
+            if let Ok(limit) = usize::try_from(buffer) {
+                data_in.truncate(limit);
+            }
+            residual(buffer, outcome.xfer_len)
+        }
+        DataDir::Out => {
+            data_in.clear();
+            residual(cmd.data_out.len() as u64, outcome.xfer_len)
+        }
+        DataDir::None => {
+            data_in.clear();
+            let buffer = u64::from(cmd.data_in_len).max(cmd.data_out.len() as u64);
+            residual(buffer, 0)
+        }
+    };
+    Response {
+        tag: cmd.tag,
+        status: Status::GOOD,
+        sense: Vec::new(),
+        data_in,
+        residual,
+        aborted: false,
+    }
+}
+
+/// CHECK CONDITION with sense data; no data is transferred.
+pub(crate) fn check_condition(tag: u64, sense: &Sense, format: SenseFormat) -> Response {
+    Response {
+        tag,
+        status: Status::CHECK_CONDITION,
+        sense: sense.encode(format),
+        data_in: Vec::new(),
+        residual: Residual::None,
+        aborted: false,
+    }
+}
+
+/// A response carrying only a status (BUSY, TASK SET FULL, ...).
+pub(crate) fn status_only(tag: u64, status: Status) -> Response {
+    Response {
+        tag,
+        status,
+        ..Response::default()
+    }
+}
+
+/// The completion for a task aborted by task management (SAM-5 §7.2, TAS=0).
+pub(crate) fn aborted(tag: u64) -> Response {
+    Response {
+        tag,
+        status: Status::TASK_ABORTED,
+        aborted: true,
+        ..Response::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residual_directions() {
+        assert_eq!(residual(512, 512), Residual::None);
+        assert_eq!(residual(10000, 512), Residual::Underflow(9488));
+        assert_eq!(residual(200, 512), Residual::Overflow(312));
+        assert_eq!(residual(0, 1 << 40), Residual::Overflow(u32::MAX));
+    }
+
+    #[test]
+    fn alloc_outcome_truncates() {
+        let o = Outcome::alloc(vec![1; 96], 36);
+        assert_eq!((o.data_in.len(), o.xfer_len), (36, 36));
+        let o = Outcome::alloc(vec![1; 96], 255);
+        assert_eq!((o.data_in.len(), o.xfer_len), (96, 96));
+    }
+}

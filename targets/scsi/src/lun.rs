@@ -1,0 +1,602 @@
+//! One logical unit: its I/O context (backstore, statistics, mode
+//! parameters, unit attentions), its task set and its worker pool.
+//!
+//! Guarantees:
+//! - all workers of a LUN share one I/O context: one `Arc<dyn Backstore>`,
+//!   one set of atomic counters;
+//! - every task is in the task set from enqueue until its completion has
+//!   been decided, so task management always finds it; each completion
+//!   callback is called exactly once, outside every lock;
+//! - task attributes (SAM-5 §8.6) are honoured simply: a SIMPLE task waits
+//!   for every older ORDERED task, an ORDERED task waits for every older
+//!   task, a HEAD OF QUEUE task is queued first and never waits (ACA is
+//!   treated as SIMPLE: NACA is not supported);
+//! - a panic in a handler cannot lose a completion: it is caught and the
+//!   command ends with HARDWARE ERROR.
+
+use std::collections::{HashSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use rustgt_backstore::{Backstore, Geometry};
+
+use crate::cmd::{Command, Completion, Response, Status, TaskAttr};
+use crate::exec;
+use crate::mode::ModeState;
+use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
+use crate::target::{ScsiError, TargetShared};
+use crate::ua::UnitAttentions;
+
+/// Default number of worker threads per LUN.
+pub const DEFAULT_WORKERS: usize = 8;
+
+/// Most tasks one LUN holds (queued plus running); more get TASK SET FULL.
+pub const MAX_TASKS_PER_LUN: usize = 2048;
+
+/// Configuration of one logical unit.
+#[derive(Debug, Clone)]
+pub struct LunConfig {
+    pub backstore: Arc<dyn Backstore>,
+    /// Worker threads for this LUN; all share the LUN's I/O context.
+    pub workers: usize,
+    /// INQUIRY T10 vendor identification (8 ASCII characters at most).
+    pub vendor: String,
+    /// INQUIRY product identification (16 ASCII characters at most).
+    pub product: String,
+    /// Unit serial number (VPD page 80h).
+    pub serial: String,
+    /// Low bits of the NAA designator (VPD page 83h); stable per LUN.
+    pub naa_id: u64,
+    /// WCE in the caching mode page; when false every write is FUA.
+    pub write_cache: bool,
+}
+
+impl LunConfig {
+    /// Defaults: 8 workers, "RUSTGT" / "VIRTUAL-DISK", write cache on, and
+    /// an empty serial and NAA id the caller should set to stable values.
+    pub fn new(backstore: Arc<dyn Backstore>) -> Self {
+        LunConfig {
+            backstore,
+            workers: DEFAULT_WORKERS,
+            vendor: crate::vpd::DEFAULT_VENDOR.to_string(),
+            product: crate::vpd::DEFAULT_PRODUCT.to_string(),
+            serial: String::new(),
+            naa_id: 0,
+            write_cache: true,
+        }
+    }
+}
+
+/// A snapshot of a LUN's I/O counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LunStats {
+    pub read_commands: u64,
+    pub write_commands: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// The live counters, shared by all workers.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    read_commands: AtomicU64,
+    write_commands: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn count_read(&self, bytes: u64) {
+        self.read_commands.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_write(&self, bytes: u64) {
+        self.write_commands.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> LunStats {
+        LunStats {
+            read_commands: self.read_commands.load(Ordering::Relaxed),
+            write_commands: self.write_commands.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// INQUIRY / VPD identity of the unit.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub vendor: String,
+    pub product: String,
+    pub serial: String,
+    pub naa_id: u64,
+}
+
+/// A task is named by its nexus and the front end's tag (SAM-5 §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct TaskKey {
+    pub nexus: u64,
+    pub tag: u64,
+}
+
+#[derive(Debug)]
+enum TaskState {
+    Queued(Box<Pending>),
+    Running { aborted: bool },
+}
+
+struct Pending {
+    cmd: Command,
+    done: Completion,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("cmd", &self.cmd)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct TaskEntry {
+    key: TaskKey,
+    attr: TaskAttr,
+    state: TaskState,
+}
+
+#[derive(Debug, Default)]
+struct TaskSet {
+    /// In execution order: HEAD OF QUEUE tasks at the front, others by arrival.
+    entries: VecDeque<TaskEntry>,
+    stopping: bool,
+}
+
+impl TaskSet {
+    fn position(&self, key: TaskKey) -> Option<usize> {
+        self.entries.iter().position(|e| e.key == key)
+    }
+
+    /// The first queued task its attribute lets run now (SAM-5 §8.6).
+    fn next_runnable(&self) -> Option<usize> {
+        let mut older_ordered = false;
+        let mut older_any = false;
+        for (i, entry) in self.entries.iter().enumerate() {
+            if matches!(entry.state, TaskState::Queued(_)) {
+                let ready = match entry.attr {
+                    TaskAttr::HeadOfQueue => true,
+                    TaskAttr::Ordered => !older_any,
+                    TaskAttr::Simple | TaskAttr::Aca => !older_ordered,
+                };
+                if ready {
+                    return Some(i);
+                }
+            }
+            older_ordered |= entry.attr == TaskAttr::Ordered;
+            older_any = true;
+        }
+        None
+    }
+}
+
+/// Why a command was not queued; the caller completes it with `response`.
+pub(crate) struct Refused {
+    pub done: Completion,
+    pub response: Response,
+}
+
+/// Tasks removed or marked by an abort.
+#[derive(Debug, Default)]
+pub(crate) struct Aborted {
+    /// Nexuses that lost at least one task.
+    pub nexuses: HashSet<u64>,
+    /// Running tasks that will complete as aborted.
+    running: Vec<TaskKey>,
+}
+
+/// One logical unit and its workers.
+#[derive(Debug)]
+pub(crate) struct LogicalUnit {
+    pub lun: u64,
+    pub backstore: Arc<dyn Backstore>,
+    pub ident: Identity,
+    pub stats: Stats,
+    mode: Mutex<ModeState>,
+    mode_defaults: ModeState,
+    ua: Mutex<UnitAttentions>,
+    tasks: Mutex<TaskSet>,
+    /// Signalled when a task becomes runnable or the unit stops.
+    work: Condvar,
+    /// Signalled when a task leaves the task set.
+    idle: Condvar,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; the data stays usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LogicalUnit {
+    pub(crate) fn new(lun: u64, cfg: &LunConfig) -> LogicalUnit {
+        let defaults = ModeState {
+            write_cache: cfg.write_cache,
+            d_sense: false,
+        };
+        LogicalUnit {
+            lun,
+            backstore: Arc::clone(&cfg.backstore),
+            ident: Identity {
+                vendor: cfg.vendor.clone(),
+                product: cfg.product.clone(),
+                serial: cfg.serial.clone(),
+                naa_id: cfg.naa_id,
+            },
+            stats: Stats::default(),
+            mode: Mutex::new(defaults),
+            mode_defaults: defaults,
+            ua: Mutex::new(UnitAttentions::default()),
+            tasks: Mutex::new(TaskSet::default()),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+            workers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Spawns `count` workers (at least one).
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        target: &Arc<TargetShared>,
+        count: usize,
+    ) -> Result<(), ScsiError> {
+        let mut workers = lock(&self.workers);
+        for i in 0..count.max(1) {
+            let lu = Arc::clone(self);
+            let target = Arc::clone(target);
+            let handle = std::thread::Builder::new()
+                .name(format!("rustgt-lun{}-w{i}", self.lun))
+                .spawn(move || lu.worker_loop(&target))
+                .map_err(|source| ScsiError::Spawn {
+                    lun: self.lun,
+                    source,
+                });
+            match handle {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    drop(workers);
+                    self.stop_and_join();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.backstore.geometry()
+    }
+
+    pub(crate) fn stats(&self) -> LunStats {
+        self.stats.snapshot()
+    }
+
+    pub(crate) fn mode(&self) -> ModeState {
+        *lock(&self.mode)
+    }
+
+    pub(crate) fn mode_defaults(&self) -> ModeState {
+        self.mode_defaults
+    }
+
+    /// Installs new mode parameters; returns whether anything changed.
+    pub(crate) fn set_mode(&self, new: ModeState) -> bool {
+        let mut cur = lock(&self.mode);
+        let changed = *cur != new;
+        *cur = new;
+        changed
+    }
+
+    pub(crate) fn sense_format(&self) -> SenseFormat {
+        if self.mode().d_sense {
+            SenseFormat::Descriptor
+        } else {
+            SenseFormat::Fixed
+        }
+    }
+
+    pub(crate) fn take_unit_attention(&self, nexus: u64) -> Option<Asc> {
+        lock(&self.ua).take(nexus)
+    }
+
+    pub(crate) fn establish_ua<I>(&self, nexuses: I, asc: Asc, except: Option<u64>)
+    where
+        I: IntoIterator<Item = u64>,
+    {
+        lock(&self.ua).establish_for(nexuses, asc, except);
+    }
+
+    pub(crate) fn drop_nexus(&self, nexus: u64) {
+        lock(&self.ua).drop_nexus(nexus);
+    }
+
+    /// Puts a command on the task set, or says why not.
+    pub(crate) fn enqueue(&self, cmd: Command, done: Completion) -> Result<(), Refused> {
+        let key = TaskKey {
+            nexus: cmd.nexus.id,
+            tag: cmd.tag,
+        };
+        let mut set = lock(&self.tasks);
+        let refuse = if set.stopping {
+            Some(exec::status_only(cmd.tag, Status::BUSY))
+        } else if set.position(key).is_some() {
+            // SAM-5 §5.10: a tag already in use is an overlapped command.
+            let sense = Sense::new(
+                SenseKey::ABORTED_COMMAND,
+                Asc::OVERLAPPED_COMMANDS_ATTEMPTED,
+            );
+            Some(exec::check_condition(cmd.tag, &sense, self.sense_format()))
+        } else if set.entries.len() >= MAX_TASKS_PER_LUN {
+            Some(exec::status_only(cmd.tag, Status::TASK_SET_FULL))
+        } else {
+            None
+        };
+        if let Some(response) = refuse {
+            return Err(Refused { done, response });
+        }
+        let attr = cmd.attr;
+        let entry = TaskEntry {
+            key,
+            attr,
+            state: TaskState::Queued(Box::new(Pending { cmd, done })),
+        };
+        if attr == TaskAttr::HeadOfQueue {
+            set.entries.push_front(entry);
+        } else {
+            set.entries.push_back(entry);
+        }
+        drop(set);
+        self.work.notify_one();
+        Ok(())
+    }
+
+    fn worker_loop(&self, target: &TargetShared) {
+        while let Some((key, pending)) = self.next_task() {
+            let Pending { cmd, done } = *pending;
+            let response =
+                catch_unwind(AssertUnwindSafe(|| exec::execute(&cmd, Some(self), target)))
+                    .unwrap_or_else(|_| {
+                        tracing::error!(lun = self.lun, tag = cmd.tag, "command handler panicked");
+                        let sense =
+                            Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
+                        exec::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
+                    });
+            drop(cmd);
+            self.complete(key, done, response);
+        }
+    }
+
+    /// Blocks until a task may run; `None` once stopping and drained.
+    fn next_task(&self) -> Option<(TaskKey, Box<Pending>)> {
+        let mut set = lock(&self.tasks);
+        loop {
+            let runnable = set.next_runnable().and_then(|i| set.entries.get_mut(i));
+            if let Some(entry) = runnable {
+                let state =
+                    std::mem::replace(&mut entry.state, TaskState::Running { aborted: false });
+                if let TaskState::Queued(pending) = state {
+                    let key = entry.key;
+                    // Wake one more worker if more work is ready: a finished
+                    // ORDERED task can release many tasks at once.
+                    if set.next_runnable().is_some() {
+                        self.work.notify_one();
+                    }
+                    return Some((key, pending));
+                }
+            } else if set.stopping && set.entries.is_empty() {
+                // Let the other workers see it too.
+                self.work.notify_all();
+                return None;
+            }
+            set = self.work.wait(set).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Ends a running task: delivers its response, or an aborted completion
+    /// when task management marked it meanwhile.
+    fn complete(&self, key: TaskKey, done: Completion, response: Response) {
+        let mut set = lock(&self.tasks);
+        let aborted = match set.position(key) {
+            Some(i) => {
+                let aborted = matches!(
+                    set.entries.get(i).map(|e| &e.state),
+                    Some(TaskState::Running { aborted: true })
+                );
+                if !aborted {
+                    set.entries.remove(i);
+                }
+                aborted
+            }
+            None => false,
+        };
+        drop(set);
+        if aborted {
+            // Deliver the aborted completion before the waiting task
+            // management function sees the task gone.
+            call(done, exec::aborted(key.tag));
+            let mut set = lock(&self.tasks);
+            if let Some(i) = set.position(key) {
+                set.entries.remove(i);
+            }
+        } else {
+            call(done, response);
+        }
+        self.idle.notify_all();
+        // Its removal may have released an ORDERED task or its followers.
+        self.work.notify_one();
+    }
+
+    /// Aborts every task whose key matches: queued ones are removed and
+    /// completed as aborted now, running ones are marked and complete as
+    /// aborted when their handler returns (see [`Self::wait_gone`]).
+    pub(crate) fn abort_matching(&self, matches: impl Fn(&TaskKey) -> bool) -> Aborted {
+        let mut result = Aborted::default();
+        let mut queued = Vec::new();
+        let mut set = lock(&self.tasks);
+        let mut kept = VecDeque::with_capacity(set.entries.len());
+        for mut entry in set.entries.drain(..) {
+            if !matches(&entry.key) {
+                kept.push_back(entry);
+                continue;
+            }
+            result.nexuses.insert(entry.key.nexus);
+            match entry.state {
+                TaskState::Queued(pending) => queued.push((entry.key, pending)),
+                TaskState::Running { .. } => {
+                    entry.state = TaskState::Running { aborted: true };
+                    result.running.push(entry.key);
+                    kept.push_back(entry);
+                }
+            }
+        }
+        set.entries = kept;
+        drop(set);
+        for (key, pending) in queued {
+            call(pending.done, exec::aborted(key.tag));
+        }
+        self.idle.notify_all();
+        self.work.notify_all();
+        result
+    }
+
+    /// Waits until the running tasks of an abort have completed, so that a
+    /// task management function answers only after they are gone.
+    pub(crate) fn wait_gone(&self, aborted: &Aborted) {
+        let mut set = lock(&self.tasks);
+        while aborted.running.iter().any(|k| set.position(*k).is_some()) {
+            set = self.idle.wait(set).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// QUERY TASK: whether the task is in the task set.
+    pub(crate) fn has_task(&self, key: TaskKey) -> bool {
+        lock(&self.tasks).position(key).is_some()
+    }
+
+    /// Stops accepting tasks, lets queued and running ones finish, and joins
+    /// the workers. Called at most once per worker set; later calls return
+    /// immediately.
+    pub(crate) fn stop_and_join(&self) {
+        lock(&self.tasks).stopping = true;
+        self.work.notify_all();
+        let handles: Vec<_> = lock(&self.workers).drain(..).collect();
+        let me = std::thread::current().id();
+        for handle in handles {
+            // A completion callback may shut the target down from a worker.
+            if handle.thread().id() != me && handle.join().is_err() {
+                tracing::error!(lun = self.lun, "worker thread panicked");
+            }
+        }
+    }
+}
+
+/// Calls a completion, keeping the worker alive if the front end panics.
+fn call(done: Completion, response: Response) {
+    if catch_unwind(AssertUnwindSafe(move || done(response))).is_err() {
+        tracing::error!("completion callback panicked");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(tag: u64, attr: TaskAttr) -> TaskEntry {
+        TaskEntry {
+            key: TaskKey { nexus: 1, tag },
+            attr,
+            state: TaskState::Running { aborted: false },
+        }
+    }
+
+    fn queued(tag: u64, attr: TaskAttr) -> TaskEntry {
+        let nexus = Arc::new(crate::cmd::Nexus {
+            id: 1,
+            initiator_port: String::new(),
+            target_port: String::new(),
+            relative_port_id: 1,
+            port_group: 1,
+        });
+        let cmd = Command {
+            nexus,
+            lun: 0,
+            tag,
+            cdb: vec![0; 6],
+            attr,
+            data_in_len: 0,
+            data_out: Vec::new(),
+        };
+        TaskEntry {
+            key: TaskKey { nexus: 1, tag },
+            attr,
+            state: TaskState::Queued(Box::new(Pending {
+                cmd,
+                done: Box::new(|_| {}),
+            })),
+        }
+    }
+
+    fn set(entries: Vec<TaskEntry>) -> TaskSet {
+        TaskSet {
+            entries: entries.into(),
+            stopping: false,
+        }
+    }
+
+    #[test]
+    fn simple_tasks_run_concurrently() {
+        let s = set(vec![
+            running(1, TaskAttr::Simple),
+            queued(2, TaskAttr::Simple),
+        ]);
+        assert_eq!(s.next_runnable(), Some(1));
+    }
+
+    #[test]
+    fn ordered_waits_for_older_and_blocks_younger() {
+        let s = set(vec![
+            running(1, TaskAttr::Simple),
+            queued(2, TaskAttr::Ordered),
+            queued(3, TaskAttr::Simple),
+        ]);
+        assert_eq!(s.next_runnable(), None);
+        let s = set(vec![
+            queued(2, TaskAttr::Ordered),
+            queued(3, TaskAttr::Simple),
+        ]);
+        assert_eq!(s.next_runnable(), Some(0));
+        let s = set(vec![
+            running(2, TaskAttr::Ordered),
+            queued(3, TaskAttr::Simple),
+        ]);
+        assert_eq!(s.next_runnable(), None);
+    }
+
+    #[test]
+    fn head_of_queue_never_waits() {
+        let s = set(vec![
+            queued(9, TaskAttr::HeadOfQueue),
+            running(1, TaskAttr::Ordered),
+        ]);
+        assert_eq!(s.next_runnable(), Some(0));
+        let s = set(vec![
+            running(1, TaskAttr::Ordered),
+            queued(9, TaskAttr::HeadOfQueue),
+        ]);
+        assert_eq!(s.next_runnable(), Some(1));
+    }
+}

@@ -1,0 +1,397 @@
+//! Sense data (SPC-4 §4.5): one builder, two wire formats.
+//!
+//! Every error the SCSI core reports leaves as a [`Sense`] and is encoded
+//! here, in fixed format (70h, SPC-4 §4.5.3) or descriptor format (72h,
+//! SPC-4 §4.5.2) depending on the D_SENSE bit of the control mode page.
+//! Backstore errors are mapped to sense data in exactly one place:
+//! `impl From<BackstoreError> for Sense`.
+
+use rustgt_backstore::BackstoreError;
+
+/// Sense key (SPC-4 §4.5.6, table 27). Open: any 4-bit value is representable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SenseKey(pub u8);
+
+impl SenseKey {
+    pub const NO_SENSE: SenseKey = SenseKey(0x0);
+    pub const RECOVERED_ERROR: SenseKey = SenseKey(0x1);
+    pub const NOT_READY: SenseKey = SenseKey(0x2);
+    pub const MEDIUM_ERROR: SenseKey = SenseKey(0x3);
+    pub const HARDWARE_ERROR: SenseKey = SenseKey(0x4);
+    pub const ILLEGAL_REQUEST: SenseKey = SenseKey(0x5);
+    pub const UNIT_ATTENTION: SenseKey = SenseKey(0x6);
+    pub const DATA_PROTECT: SenseKey = SenseKey(0x7);
+    pub const ABORTED_COMMAND: SenseKey = SenseKey(0xB);
+    pub const MISCOMPARE: SenseKey = SenseKey(0xE);
+}
+
+/// Additional sense code and qualifier (SPC-4 §4.5.6, table 28). Open type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Asc {
+    pub asc: u8,
+    pub ascq: u8,
+}
+
+impl Asc {
+    pub const fn new(asc: u8, ascq: u8) -> Asc {
+        Asc { asc, ascq }
+    }
+
+    pub const NO_ADDITIONAL_SENSE: Asc = Asc::new(0x00, 0x00);
+    pub const LOGICAL_UNIT_NOT_READY: Asc = Asc::new(0x04, 0x00);
+    pub const WRITE_ERROR: Asc = Asc::new(0x0C, 0x00);
+    pub const UNRECOVERED_READ_ERROR: Asc = Asc::new(0x11, 0x00);
+    pub const PARAMETER_LIST_LENGTH_ERROR: Asc = Asc::new(0x1A, 0x00);
+    pub const MISCOMPARE_DURING_VERIFY: Asc = Asc::new(0x1D, 0x00);
+    pub const INVALID_COMMAND_OPERATION_CODE: Asc = Asc::new(0x20, 0x00);
+    pub const LBA_OUT_OF_RANGE: Asc = Asc::new(0x21, 0x00);
+    pub const INVALID_FIELD_IN_CDB: Asc = Asc::new(0x24, 0x00);
+    pub const LOGICAL_UNIT_NOT_SUPPORTED: Asc = Asc::new(0x25, 0x00);
+    pub const INVALID_FIELD_IN_PARAMETER_LIST: Asc = Asc::new(0x26, 0x00);
+    pub const WRITE_PROTECTED: Asc = Asc::new(0x27, 0x00);
+    pub const POWER_ON_RESET: Asc = Asc::new(0x29, 0x00);
+    pub const POWER_ON_OCCURRED: Asc = Asc::new(0x29, 0x01);
+    pub const SCSI_BUS_RESET_OCCURRED: Asc = Asc::new(0x29, 0x02);
+    pub const BUS_DEVICE_RESET_FUNCTION_OCCURRED: Asc = Asc::new(0x29, 0x03);
+    pub const I_T_NEXUS_LOSS_OCCURRED: Asc = Asc::new(0x29, 0x07);
+    pub const MODE_PARAMETERS_CHANGED: Asc = Asc::new(0x2A, 0x01);
+    pub const COMMANDS_CLEARED_BY_ANOTHER_INITIATOR: Asc = Asc::new(0x2F, 0x00);
+    pub const SAVING_PARAMETERS_NOT_SUPPORTED: Asc = Asc::new(0x39, 0x00);
+    pub const REPORTED_LUNS_DATA_HAS_CHANGED: Asc = Asc::new(0x3F, 0x0E);
+    pub const INTERNAL_TARGET_FAILURE: Asc = Asc::new(0x44, 0x00);
+    pub const OVERLAPPED_COMMANDS_ATTEMPTED: Asc = Asc::new(0x4E, 0x00);
+
+    /// Unit attentions of the "power on, reset" family (ASC 29h), which
+    /// supersede any older unit attention (SAM-5 §5.14).
+    pub fn is_reset(self) -> bool {
+        self.asc == 0x29
+    }
+}
+
+/// Field pointer sense-key-specific information (SPC-4 §4.5.2.4.2): which
+/// byte (and optionally bit) of the CDB or parameter list was invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldPointer {
+    /// C/D bit: the error is in the CDB (true) or in the parameter list.
+    pub in_cdb: bool,
+    /// Byte offset of the (first byte of the) invalid field.
+    pub byte: u16,
+    /// Bit of that byte, 0..=7, when a single bit is at fault (BPV=1).
+    pub bit: Option<u8>,
+}
+
+impl FieldPointer {
+    /// The three sense-key-specific bytes, SKSV set.
+    fn bytes(self) -> [u8; 3] {
+        let mut b0 = 0x80;
+        if self.in_cdb {
+            b0 |= 0x40;
+        }
+        if let Some(bit) = self.bit {
+            b0 |= 0x08 | (bit & 0x07);
+        }
+        let [hi, lo] = self.byte.to_be_bytes();
+        [b0, hi, lo]
+    }
+}
+
+/// Which sense data format to emit (control mode page D_SENSE, SPC-4 §7.5.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SenseFormat {
+    /// Fixed format, response code 70h.
+    #[default]
+    Fixed,
+    /// Descriptor format, response code 72h.
+    Descriptor,
+}
+
+/// A current-error sense condition, independent of wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sense {
+    pub key: SenseKey,
+    pub asc: Asc,
+    /// INFORMATION field (e.g. the miscompare offset), VALID bit set when present.
+    pub information: Option<u64>,
+    /// Sense-key-specific field pointer, SKSV set when present.
+    pub field: Option<FieldPointer>,
+}
+
+/// Length of fixed-format sense data as this core builds it.
+pub const FIXED_SENSE_LEN: usize = 18;
+
+impl Sense {
+    pub const fn new(key: SenseKey, asc: Asc) -> Sense {
+        Sense {
+            key,
+            asc,
+            information: None,
+            field: None,
+        }
+    }
+
+    /// ILLEGAL REQUEST, INVALID FIELD IN CDB pointing at `byte` (and `bit`).
+    pub fn invalid_cdb_field(byte: usize, bit: Option<u8>) -> Sense {
+        Sense::new(SenseKey::ILLEGAL_REQUEST, Asc::INVALID_FIELD_IN_CDB).with_field(true, byte, bit)
+    }
+
+    /// ILLEGAL REQUEST, INVALID FIELD IN PARAMETER LIST pointing at `byte`.
+    pub fn invalid_param_field(byte: usize, bit: Option<u8>) -> Sense {
+        Sense::new(
+            SenseKey::ILLEGAL_REQUEST,
+            Asc::INVALID_FIELD_IN_PARAMETER_LIST,
+        )
+        .with_field(false, byte, bit)
+    }
+
+    /// ILLEGAL REQUEST with the given additional sense code.
+    pub const fn illegal(asc: Asc) -> Sense {
+        Sense::new(SenseKey::ILLEGAL_REQUEST, asc)
+    }
+
+    /// UNIT ATTENTION with the given additional sense code.
+    pub const fn unit_attention(asc: Asc) -> Sense {
+        Sense::new(SenseKey::UNIT_ATTENTION, asc)
+    }
+
+    /// Sets the INFORMATION field.
+    pub fn with_information(mut self, information: u64) -> Sense {
+        self.information = Some(information);
+        self
+    }
+
+    /// Sets a field pointer; a byte offset beyond 65535 is clamped.
+    pub fn with_field(mut self, in_cdb: bool, byte: usize, bit: Option<u8>) -> Sense {
+        self.field = Some(FieldPointer {
+            in_cdb,
+            byte: u16::try_from(byte).unwrap_or(u16::MAX),
+            bit,
+        });
+        self
+    }
+
+    /// Encodes in the requested format.
+    pub fn encode(&self, format: SenseFormat) -> Vec<u8> {
+        match format {
+            SenseFormat::Fixed => self.fixed(),
+            SenseFormat::Descriptor => self.descriptor(),
+        }
+    }
+
+    /// Fixed format (SPC-4 §4.5.3, table 26): 18 bytes.
+    pub fn fixed(&self) -> Vec<u8> {
+        let mut b = vec![0u8; FIXED_SENSE_LEN];
+        b[0] = 0x70;
+        if let Some(info) = self.information {
+            // A 4-byte INFORMATION field: VALID only when the value fits.
+            if let Ok(info) = u32::try_from(info) {
+                b[0] |= 0x80;
+                b[3..7].copy_from_slice(&info.to_be_bytes());
+            }
+        }
+        b[2] = self.key.0 & 0x0F;
+        // ADDITIONAL SENSE LENGTH: bytes after byte 7.
+        b[7] = (FIXED_SENSE_LEN - 8) as u8;
+        b[12] = self.asc.asc;
+        b[13] = self.asc.ascq;
+        if let Some(field) = self.field {
+            b[15..18].copy_from_slice(&field.bytes());
+        }
+        b
+    }
+
+    /// Descriptor format (SPC-4 §4.5.2): header plus an information
+    /// descriptor (§4.5.2.2) and a sense-key-specific descriptor (§4.5.2.4)
+    /// when those fields are set.
+    pub fn descriptor(&self) -> Vec<u8> {
+        let mut b = vec![
+            0x72,
+            self.key.0 & 0x0F,
+            self.asc.asc,
+            self.asc.ascq,
+            0,
+            0,
+            0,
+            0,
+        ];
+        if let Some(info) = self.information {
+            b.extend_from_slice(&[0x00, 0x0A, 0x80, 0x00]);
+            b.extend_from_slice(&info.to_be_bytes());
+        }
+        if let Some(field) = self.field {
+            b.extend_from_slice(&[0x02, 0x06, 0x00, 0x00]);
+            b.extend_from_slice(&field.bytes());
+            b.push(0);
+        }
+        // ADDITIONAL SENSE LENGTH: at most 12 + 8 bytes of descriptors here.
+        b[7] = u8::try_from(b.len() - 8).unwrap_or(u8::MAX);
+        b
+    }
+}
+
+/// The one mapping from backstore failures to sense data (SPC-4 table 28).
+impl From<BackstoreError> for Sense {
+    fn from(err: BackstoreError) -> Sense {
+        match err {
+            BackstoreError::Unsupported => Sense::illegal(Asc::INVALID_COMMAND_OPERATION_CODE),
+            BackstoreError::OutOfRange { .. } => Sense::illegal(Asc::LBA_OUT_OF_RANGE),
+            BackstoreError::ReadOnly => Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED),
+            BackstoreError::Read(_) => {
+                Sense::new(SenseKey::MEDIUM_ERROR, Asc::UNRECOVERED_READ_ERROR)
+            }
+            BackstoreError::Write(_) | BackstoreError::Flush(_) => {
+                Sense::new(SenseKey::MEDIUM_ERROR, Asc::WRITE_ERROR)
+            }
+            BackstoreError::Config(_) | BackstoreError::Io(_) => {
+                Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_format_with_field_pointer() {
+        let s = Sense::invalid_cdb_field(2, Some(5));
+        assert_eq!(
+            s.fixed(),
+            vec![
+                0x70,
+                0,
+                0x05,
+                0,
+                0,
+                0,
+                0,
+                10,
+                0,
+                0,
+                0,
+                0,
+                0x24,
+                0x00,
+                0,
+                0xC0 | 0x08 | 5,
+                0x00,
+                0x02
+            ]
+        );
+    }
+
+    #[test]
+    fn fixed_format_field_pointer_without_bit_and_param_list() {
+        let s = Sense::invalid_param_field(0x1234, None);
+        let b = s.fixed();
+        assert_eq!(&b[12..18], &[0x26, 0x00, 0, 0x80, 0x12, 0x34]);
+    }
+
+    #[test]
+    fn fixed_format_information_sets_valid() {
+        let s =
+            Sense::new(SenseKey::MISCOMPARE, Asc::MISCOMPARE_DURING_VERIFY).with_information(513);
+        let b = s.fixed();
+        assert_eq!(b[0], 0xF0);
+        assert_eq!(b[2], 0x0E);
+        assert_eq!(&b[3..7], &[0, 0, 2, 1]);
+        assert_eq!(&b[12..14], &[0x1D, 0x00]);
+        // Too large for 4 bytes: VALID stays clear.
+        let big = s.with_information(1 << 40).fixed();
+        assert_eq!(big[0], 0x70);
+        assert_eq!(&big[3..7], &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn descriptor_format_plain() {
+        let s = Sense::unit_attention(Asc::POWER_ON_RESET);
+        assert_eq!(s.descriptor(), vec![0x72, 0x06, 0x29, 0x00, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn descriptor_format_with_information_and_field_pointer() {
+        let s = Sense::invalid_cdb_field(1, Some(4)).with_information(7);
+        let b = s.descriptor();
+        assert_eq!(b.len(), 8 + 12 + 8);
+        assert_eq!(&b[..8], &[0x72, 0x05, 0x24, 0x00, 0, 0, 0, 20]);
+        assert_eq!(&b[8..20], &[0, 0x0A, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        assert_eq!(&b[20..28], &[0x02, 0x06, 0, 0, 0xCC, 0x00, 0x01, 0]);
+    }
+
+    #[test]
+    fn backstore_errors_map_once() {
+        let io = || std::io::Error::other("x");
+        let cases = [
+            (
+                BackstoreError::Unsupported,
+                SenseKey::ILLEGAL_REQUEST,
+                Asc::INVALID_COMMAND_OPERATION_CODE,
+            ),
+            (
+                BackstoreError::OutOfRange { offset: 0, len: 1 },
+                SenseKey::ILLEGAL_REQUEST,
+                Asc::LBA_OUT_OF_RANGE,
+            ),
+            (
+                BackstoreError::ReadOnly,
+                SenseKey::DATA_PROTECT,
+                Asc::WRITE_PROTECTED,
+            ),
+            (
+                BackstoreError::Read(io()),
+                SenseKey::MEDIUM_ERROR,
+                Asc::UNRECOVERED_READ_ERROR,
+            ),
+            (
+                BackstoreError::Write(io()),
+                SenseKey::MEDIUM_ERROR,
+                Asc::WRITE_ERROR,
+            ),
+            (
+                BackstoreError::Flush(io()),
+                SenseKey::MEDIUM_ERROR,
+                Asc::WRITE_ERROR,
+            ),
+            (
+                BackstoreError::Io(io()),
+                SenseKey::HARDWARE_ERROR,
+                Asc::INTERNAL_TARGET_FAILURE,
+            ),
+            (
+                BackstoreError::Config("c".into()),
+                SenseKey::HARDWARE_ERROR,
+                Asc::INTERNAL_TARGET_FAILURE,
+            ),
+        ];
+        for (err, key, asc) in cases {
+            let s = Sense::from(err);
+            assert_eq!((s.key, s.asc), (key, asc));
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn encodings_are_self_consistent(
+                key in 0u8..16, asc: u8, ascq: u8,
+                info in proptest::option::of(any::<u64>()),
+                field in proptest::option::of((any::<bool>(), any::<usize>(), proptest::option::of(0u8..8))),
+            ) {
+                let mut s = Sense::new(SenseKey(key), Asc::new(asc, ascq));
+                s.information = info;
+                if let Some((in_cdb, byte, bit)) = field {
+                    s = s.with_field(in_cdb, byte, bit);
+                }
+                let f = s.fixed();
+                prop_assert_eq!(f.len(), FIXED_SENSE_LEN);
+                prop_assert_eq!((f[2], f[12], f[13]), (key, asc, ascq));
+                let d = s.descriptor();
+                prop_assert_eq!(usize::from(d[7]) + 8, d.len());
+                prop_assert_eq!((d[1], d[2], d[3]), (key, asc, ascq));
+            }
+        }
+    }
+}

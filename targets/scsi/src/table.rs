@@ -1,0 +1,260 @@
+//! The one command table: operation code (and service action) to handler,
+//! CDB usage data, data direction and dispatch flags.
+//!
+//! The dispatcher routes and validates CDBs from this table, and REPORT
+//! SUPPORTED OPERATION CODES (SPC-4 §6.35) is generated from it, so the two
+//! cannot drift apart. Usage data follows SPC-4 §6.35.3: byte 0 is the
+//! operation code, the service action sits in its CDB position, every other
+//! byte is the mask of bits the device server evaluates. A bit set in a CDB
+//! where the usage data has a zero is rejected with INVALID FIELD IN CDB.
+
+use crate::exec::{Ctx, Outcome};
+use crate::sense::Sense;
+use crate::{mode, sbc, spc};
+
+/// Direction of the data phase, for residual accounting (SAM-5 §5.4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataDir {
+    None,
+    In,
+    Out,
+}
+
+/// Command handler: runs on a LUN worker (or the target's control thread
+/// for commands addressed to a missing LUN).
+pub(crate) type Handler = fn(&Ctx<'_>) -> Result<Outcome, Sense>;
+
+/// INQUIRY, REPORT LUNS and REQUEST SENSE neither report nor clear unit
+/// attentions (SAM-5 §5.14, SPC-4 §5.14).
+pub(crate) const UA_EXEMPT: u8 = 1 << 0;
+/// Answered even when the addressed LUN does not exist (SPC-4 §6.4.2,
+/// §6.29, §6.33).
+pub(crate) const NO_LU: u8 = 1 << 1;
+/// Modifies the medium: refused with DATA PROTECT on a read-only LUN.
+pub(crate) const MEDIUM_WRITE: u8 = 1 << 2;
+
+/// Bits of CDB byte 1 that hold a service action (SPC-4 §4.2.5.2).
+pub(crate) const SERVICE_ACTION_MASK: u8 = 0x1F;
+
+/// One supported command.
+#[derive(Debug)]
+pub(crate) struct CmdDesc {
+    pub opcode: u8,
+    /// Service action in CDB byte 1 bits 4..0, for opcodes that have them.
+    pub service_action: Option<u8>,
+    pub name: &'static str,
+    /// CDB usage data; its length is the CDB length.
+    pub usage: &'static [u8],
+    pub dir: DataDir,
+    pub flags: u8,
+    /// Recommended command timeout in seconds (RCTD timeouts descriptor).
+    pub timeout_secs: u32,
+    pub handler: Handler,
+}
+
+impl CmdDesc {
+    pub(crate) fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    pub(crate) fn sa_mask(&self) -> u8 {
+        if self.service_action.is_some() {
+            SERVICE_ACTION_MASK
+        } else {
+            0
+        }
+    }
+}
+
+const IO_TIMEOUT: u32 = 30;
+const CTL_TIMEOUT: u32 = 10;
+const FLUSH_TIMEOUT: u32 = 60;
+
+macro_rules! cmd {
+    ($op:expr, $sa:expr, $name:expr, $dir:ident, $flags:expr, $timeout:expr, $handler:path,
+     [$($u:expr),* $(,)?]) => {
+        CmdDesc {
+            opcode: $op,
+            service_action: $sa,
+            name: $name,
+            usage: &[$($u),*],
+            dir: DataDir::$dir,
+            flags: $flags,
+            timeout_secs: $timeout,
+            handler: $handler,
+        }
+    };
+}
+
+/// Every supported command, sorted by operation code then service action.
+#[rustfmt::skip]
+pub(crate) static COMMANDS: &[CmdDesc] = &[
+    // SPC-4 §6.47
+    cmd!(0x00, None, "TEST UNIT READY", None, 0, CTL_TIMEOUT, spc::test_unit_ready,
+         [0x00, 0, 0, 0, 0, 0]),
+    // SPC-4 §6.29
+    cmd!(0x03, None, "REQUEST SENSE", In, UA_EXEMPT | NO_LU, CTL_TIMEOUT, spc::request_sense,
+         [0x03, 0x01, 0, 0, 0xFF, 0]),
+    // SBC-3 §5.10
+    cmd!(0x08, None, "READ(6)", In, 0, IO_TIMEOUT, sbc::read,
+         [0x08, 0x1F, 0xFF, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.33
+    cmd!(0x0A, None, "WRITE(6)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write,
+         [0x0A, 0x1F, 0xFF, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.4
+    cmd!(0x12, None, "INQUIRY", In, UA_EXEMPT | NO_LU, CTL_TIMEOUT, spc::inquiry,
+         [0x12, 0x01, 0xFF, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.9
+    cmd!(0x15, None, "MODE SELECT(6)", Out, 0, CTL_TIMEOUT, mode::mode_select,
+         [0x15, 0x11, 0, 0, 0xFF, 0]),
+    // SPC-4 §6.11
+    cmd!(0x1A, None, "MODE SENSE(6)", In, 0, CTL_TIMEOUT, mode::mode_sense,
+         [0x1A, 0x08, 0xFF, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.25
+    cmd!(0x1B, None, "START STOP UNIT", None, 0, FLUSH_TIMEOUT, sbc::start_stop_unit,
+         [0x1B, 0x01, 0, 0x0F, 0xF5, 0]),
+    // SBC-3 §5.15
+    cmd!(0x25, None, "READ CAPACITY(10)", In, 0, CTL_TIMEOUT, sbc::read_capacity10,
+         [0x25, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, 0]),
+    // SBC-3 §5.11
+    cmd!(0x28, None, "READ(10)", In, 0, IO_TIMEOUT, sbc::read,
+         [0x28, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.34
+    cmd!(0x2A, None, "WRITE(10)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write,
+         [0x2A, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.37
+    cmd!(0x2E, None, "WRITE AND VERIFY(10)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write_and_verify,
+         [0x2E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.30
+    cmd!(0x2F, None, "VERIFY(10)", Out, 0, IO_TIMEOUT, sbc::verify,
+         [0x2F, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.26
+    cmd!(0x35, None, "SYNCHRONIZE CACHE(10)", None, 0, FLUSH_TIMEOUT, sbc::synchronize_cache,
+         [0x35, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.10
+    cmd!(0x55, None, "MODE SELECT(10)", Out, 0, CTL_TIMEOUT, mode::mode_select,
+         [0x55, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.12
+    cmd!(0x5A, None, "MODE SENSE(10)", In, 0, CTL_TIMEOUT, mode::mode_sense,
+         [0x5A, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.13
+    cmd!(0x88, None, "READ(16)", In, 0, IO_TIMEOUT, sbc::read,
+         [0x88, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.36
+    cmd!(0x8A, None, "WRITE(16)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write,
+         [0x8A, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.39
+    cmd!(0x8E, None, "WRITE AND VERIFY(16)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write_and_verify,
+         [0x8E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.32
+    cmd!(0x8F, None, "VERIFY(16)", Out, 0, IO_TIMEOUT, sbc::verify,
+         [0x8F, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.27
+    cmd!(0x91, None, "SYNCHRONIZE CACHE(16)", None, 0, FLUSH_TIMEOUT, sbc::synchronize_cache,
+         [0x91, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.16: SERVICE ACTION IN(16) / READ CAPACITY(16)
+    cmd!(0x9E, Some(0x10), "READ CAPACITY(16)", In, 0, CTL_TIMEOUT, sbc::read_capacity16,
+         [0x9E, 0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0]),
+    // SPC-4 §6.33
+    cmd!(0xA0, None, "REPORT LUNS", In, UA_EXEMPT | NO_LU, CTL_TIMEOUT, spc::report_luns,
+         [0xA0, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
+    // SPC-4 §6.35: MAINTENANCE IN / REPORT SUPPORTED OPERATION CODES
+    cmd!(0xA3, Some(0x0C), "REPORT SUPPORTED OPERATION CODES", In, 0, CTL_TIMEOUT,
+         spc::report_supported_opcodes,
+         [0xA3, 0x0C, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
+    // SBC-3 §5.12
+    cmd!(0xA8, None, "READ(12)", In, 0, IO_TIMEOUT, sbc::read,
+         [0xA8, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.35
+    cmd!(0xAA, None, "WRITE(12)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write,
+         [0xAA, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.38
+    cmd!(0xAE, None, "WRITE AND VERIFY(12)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write_and_verify,
+         [0xAE, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.31
+    cmd!(0xAF, None, "VERIFY(12)", Out, 0, IO_TIMEOUT, sbc::verify,
+         [0xAF, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+];
+
+/// Result of routing a CDB through the table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lookup {
+    Found(&'static CmdDesc),
+    /// No entry for this operation code (or an empty CDB).
+    UnknownOpcode,
+    /// The operation code is known but not with this service action.
+    UnknownServiceAction,
+}
+
+/// Finds the table entry for a CDB.
+pub(crate) fn lookup(cdb: &[u8]) -> Lookup {
+    let Some(&opcode) = cdb.first() else {
+        return Lookup::UnknownOpcode;
+    };
+    let sa = cdb.get(1).map(|b| b & SERVICE_ACTION_MASK);
+    let mut opcode_known = false;
+    for desc in COMMANDS.iter().filter(|d| d.opcode == opcode) {
+        opcode_known = true;
+        match desc.service_action {
+            None => return Lookup::Found(desc),
+            Some(want) if Some(want) == sa => return Lookup::Found(desc),
+            Some(_) => {}
+        }
+    }
+    if opcode_known {
+        Lookup::UnknownServiceAction
+    } else {
+        Lookup::UnknownOpcode
+    }
+}
+
+/// Entries for `opcode` (several when it has service actions).
+pub(crate) fn entries_for(opcode: u8) -> impl Iterator<Item = &'static CmdDesc> {
+    COMMANDS.iter().filter(move |d| d.opcode == opcode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_unique_and_self_describing() {
+        for pair in COMMANDS.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(
+                (a.opcode, a.service_action) < (b.opcode, b.service_action),
+                "{} / {} out of order",
+                a.name,
+                b.name
+            );
+        }
+        for d in COMMANDS {
+            assert_eq!(d.usage.first(), Some(&d.opcode), "{}", d.name);
+            assert!(matches!(d.usage.len(), 6 | 10 | 12 | 16), "{}", d.name);
+            if let Some(sa) = d.service_action {
+                assert_eq!(d.usage.get(1).map(|b| b & SERVICE_ACTION_MASK), Some(sa));
+            }
+            // The control byte only advertises what we accept there: nothing.
+            assert_eq!(d.usage.last(), Some(&0), "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn lookup_routes_by_opcode_and_service_action() {
+        assert!(matches!(lookup(&[0x28; 10]), Lookup::Found(d) if d.name == "READ(10)"));
+        assert!(matches!(lookup(&[0x9E, 0x10]), Lookup::Found(d) if d.name == "READ CAPACITY(16)"));
+        assert!(matches!(
+            lookup(&[0x9E, 0x11]),
+            Lookup::UnknownServiceAction
+        ));
+        assert!(matches!(lookup(&[0x9E]), Lookup::UnknownServiceAction));
+        assert!(matches!(lookup(&[0xFF]), Lookup::UnknownOpcode));
+        assert!(matches!(lookup(&[]), Lookup::UnknownOpcode));
+    }
+}

@@ -1,0 +1,403 @@
+//! [`ScsiTarget`]: one SCSI target device, i.e. a table of logical units,
+//! the I_T nexuses that have used it, and task management (SAM-5 §7).
+//!
+//! Guarantees:
+//! - [`ScsiTarget::submit`] never blocks on I/O and never calls the
+//!   completion on the caller's stack while the target runs: commands for a
+//!   LUN go to its workers; commands for a missing LUN and refused commands
+//!   (BUSY, TASK SET FULL, overlapped tag) are completed by the target's
+//!   control thread;
+//! - [`ScsiTarget::task_management`] answers only after every task it
+//!   aborted has delivered its (aborted) completion, so it may wait for a
+//!   running backstore call: call it from a context that may block;
+//! - a nexus is known from its first command or TMF until
+//!   [`ScsiTarget::nexus_lost`]; only known nexuses receive unit
+//!   attentions, so a new nexus starts without any.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::thread::JoinHandle;
+
+use crate::cmd::{Command, Completion, Nexus, TmfFunction, TmfResponse};
+use crate::exec;
+use crate::lun::{LogicalUnit, LunConfig, LunStats, TaskKey};
+use crate::sense::Asc;
+use crate::spc::MAX_LUN;
+
+/// Errors of the SCSI core's management interface.
+#[derive(Debug, thiserror::Error)]
+pub enum ScsiError {
+    #[error("LUN {0} already exists")]
+    LunExists(u64),
+    #[error("LUN {0} does not exist")]
+    NoSuchLun(u64),
+    #[error("LUN {0} is out of range (at most {MAX_LUN})")]
+    LunOutOfRange(u64),
+    #[error("LUN {lun}: {reason}")]
+    InvalidConfig { lun: u64, reason: String },
+    #[error("LUN {lun}: cannot start a worker thread: {source}")]
+    Spawn {
+        lun: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the target has been shut down")]
+    ShutDown,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// State shared by the target and its workers.
+#[derive(Debug)]
+pub(crate) struct TargetShared {
+    luns: RwLock<BTreeMap<u64, Arc<LogicalUnit>>>,
+    nexuses: Mutex<HashSet<u64>>,
+}
+
+impl TargetShared {
+    fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
+        self.luns
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&lun)
+            .cloned()
+    }
+
+    fn all_lus(&self) -> Vec<Arc<LogicalUnit>> {
+        self.luns
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Exported LUNs, ascending.
+    pub(crate) fn lun_list(&self) -> Vec<u64> {
+        self.luns
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Ids of every nexus currently known.
+    pub(crate) fn known_nexuses(&self) -> Vec<u64> {
+        lock(&self.nexuses).iter().copied().collect()
+    }
+
+    fn register(&self, nexus: u64) {
+        lock(&self.nexuses).insert(nexus);
+    }
+
+    /// REPORTED LUNS DATA HAS CHANGED for every known nexus on every LUN.
+    fn luns_changed(&self) {
+        let nexuses = self.known_nexuses();
+        for lu in self.all_lus() {
+            lu.establish_ua(
+                nexuses.iter().copied(),
+                Asc::REPORTED_LUNS_DATA_HAS_CHANGED,
+                None,
+            );
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The control thread: completes commands that never reach a LUN queue.
+#[derive(Debug)]
+struct Control {
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Control {
+    fn start(name: &str) -> Control {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("rustgt-{name}-ctl"))
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            });
+        match spawned {
+            Ok(handle) => Control {
+                tx: Mutex::new(Some(tx)),
+                handle: Mutex::new(Some(handle)),
+            },
+            Err(e) => {
+                // Degraded but correct: jobs run on the caller's thread.
+                tracing::error!(error = %e, "cannot start the SCSI control thread");
+                Control {
+                    tx: Mutex::new(None),
+                    handle: Mutex::new(None),
+                }
+            }
+        }
+    }
+
+    /// Runs `job` on the control thread, or inline once it has stopped.
+    fn run(&self, job: Job) {
+        let job = match lock(&self.tx).as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        job();
+    }
+
+    fn stop(&self) {
+        drop(lock(&self.tx).take());
+        if let Some(handle) = lock(&self.handle).take() {
+            if handle.thread().id() != std::thread::current().id() && handle.join().is_err() {
+                tracing::error!("SCSI control thread panicked");
+            }
+        }
+    }
+}
+
+/// One SCSI target device: a LUN table with a worker pool per LUN.
+#[derive(Debug)]
+pub struct ScsiTarget {
+    name: String,
+    shared: Arc<TargetShared>,
+    control: Control,
+    shut_down: AtomicBool,
+}
+
+impl ScsiTarget {
+    /// A target with no LUNs. `name` is used for thread names and logs.
+    pub fn new(name: &str) -> Arc<ScsiTarget> {
+        Arc::new(ScsiTarget {
+            name: name.to_string(),
+            shared: Arc::new(TargetShared {
+                luns: RwLock::new(BTreeMap::new()),
+                nexuses: Mutex::new(HashSet::new()),
+            }),
+            control: Control::start(name),
+            shut_down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Exports a logical unit and starts its workers. Every known nexus gets
+    /// REPORTED LUNS DATA HAS CHANGED (SPC-4 §5.14) on every LUN.
+    pub fn add_lun(&self, lun: u64, cfg: LunConfig) -> Result<(), ScsiError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(ScsiError::ShutDown);
+        }
+        if lun > MAX_LUN {
+            return Err(ScsiError::LunOutOfRange(lun));
+        }
+        let block_size = cfg.backstore.geometry().block_size;
+        if block_size == 0 || block_size % 512 != 0 {
+            return Err(ScsiError::InvalidConfig {
+                lun,
+                reason: format!("block size {block_size} is not a multiple of 512"),
+            });
+        }
+        if self.shared.lu(lun).is_some() {
+            return Err(ScsiError::LunExists(lun));
+        }
+        let lu = Arc::new(LogicalUnit::new(lun, &cfg));
+        lu.start(&self.shared, cfg.workers)?;
+        {
+            let mut luns = self
+                .shared
+                .luns
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            if luns.contains_key(&lun) {
+                drop(luns);
+                lu.stop_and_join();
+                return Err(ScsiError::LunExists(lun));
+            }
+            luns.insert(lun, lu);
+        }
+        tracing::info!(target = %self.name, lun, "LUN added");
+        self.shared.luns_changed();
+        Ok(())
+    }
+
+    /// Stops exporting a logical unit: new commands to it fail with LOGICAL
+    /// UNIT NOT SUPPORTED, queued and running ones finish, then the workers
+    /// stop and the backstore is flushed.
+    pub fn remove_lun(&self, lun: u64) -> Result<(), ScsiError> {
+        let lu = self
+            .shared
+            .luns
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&lun)
+            .ok_or(ScsiError::NoSuchLun(lun))?;
+        lu.stop_and_join();
+        if let Err(e) = lu.backstore.flush() {
+            tracing::warn!(target = %self.name, lun, error = %e, "flush on LUN removal failed");
+        }
+        tracing::info!(target = %self.name, lun, "LUN removed");
+        self.shared.luns_changed();
+        Ok(())
+    }
+
+    /// Exported LUNs, ascending.
+    pub fn luns(&self) -> Vec<u64> {
+        self.shared.lun_list()
+    }
+
+    /// I/O counters of a LUN.
+    pub fn lun_stats(&self, lun: u64) -> Option<LunStats> {
+        self.shared.lu(lun).map(|lu| lu.stats())
+    }
+
+    /// Queues a command; `done` is called exactly once, from a worker or
+    /// the control thread (inline only after [`Self::shutdown`]).
+    pub fn submit(&self, cmd: Command, done: Completion) {
+        self.shared.register(cmd.nexus.id);
+        match self.shared.lu(cmd.lun) {
+            Some(lu) => {
+                if let Err(refused) = lu.enqueue(cmd, done) {
+                    let (done, response) = (refused.done, refused.response);
+                    self.control.run(Box::new(move || done(response)));
+                }
+            }
+            None => {
+                let shared = Arc::clone(&self.shared);
+                self.control.run(Box::new(move || {
+                    let response = exec::execute(&cmd, None, &shared);
+                    done(response);
+                }));
+            }
+        }
+    }
+
+    /// Executes a task management function (SAM-5 §7) for `nexus` on `lun`.
+    pub fn task_management(&self, nexus: &Nexus, lun: u64, f: TmfFunction) -> TmfResponse {
+        self.shared.register(nexus.id);
+        match f {
+            TmfFunction::TargetWarmReset => {
+                self.reset_all(Asc::SCSI_BUS_RESET_OCCURRED);
+                return TmfResponse::FunctionComplete;
+            }
+            TmfFunction::TargetColdReset => {
+                self.reset_all(Asc::POWER_ON_OCCURRED);
+                return TmfResponse::FunctionComplete;
+            }
+            TmfFunction::ClearAca => return TmfResponse::NotSupported,
+            _ => {}
+        }
+        let Some(lu) = self.shared.lu(lun) else {
+            return TmfResponse::IncorrectLun;
+        };
+        let me = nexus.id;
+        match f {
+            TmfFunction::AbortTask { tag } => {
+                let key = TaskKey { nexus: me, tag };
+                let aborted = lu.abort_matching(|k| *k == key);
+                if aborted.nexuses.is_empty() {
+                    return TmfResponse::TaskNotFound;
+                }
+                lu.wait_gone(&aborted);
+                TmfResponse::FunctionComplete
+            }
+            TmfFunction::AbortTaskSet => {
+                let aborted = lu.abort_matching(|k| k.nexus == me);
+                lu.wait_gone(&aborted);
+                TmfResponse::FunctionComplete
+            }
+            TmfFunction::ClearTaskSet => {
+                let aborted = lu.abort_matching(|_| true);
+                lu.wait_gone(&aborted);
+                // TAS=0: other nexuses learn of their lost tasks (SAM-5 §7.4).
+                lu.establish_ua(
+                    aborted.nexuses.iter().copied(),
+                    Asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR,
+                    Some(me),
+                );
+                TmfResponse::FunctionComplete
+            }
+            TmfFunction::LogicalUnitReset => {
+                self.reset_lu(&lu, Asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
+                TmfResponse::FunctionComplete
+            }
+            TmfFunction::QueryTask { tag } => {
+                if lu.has_task(TaskKey { nexus: me, tag }) {
+                    TmfResponse::FunctionSucceeded
+                } else {
+                    TmfResponse::FunctionComplete
+                }
+            }
+            TmfFunction::TargetWarmReset | TmfFunction::TargetColdReset | TmfFunction::ClearAca => {
+                TmfResponse::NotSupported
+            }
+        }
+    }
+
+    /// Logical unit reset (SAM-5 §6.3.3): abort all tasks, restore default
+    /// mode parameters, and establish `asc` for every known nexus,
+    /// including the one that asked.
+    fn reset_lu(&self, lu: &LogicalUnit, asc: Asc) {
+        let aborted = lu.abort_matching(|_| true);
+        lu.wait_gone(&aborted);
+        let defaults = lu.mode_defaults();
+        let was = lu.mode();
+        if lu.set_mode(defaults) && was.write_cache && !defaults.write_cache {
+            if let Err(e) = lu.backstore.flush() {
+                tracing::warn!(lun = lu.lun, error = %e, "flush on reset failed");
+            }
+        }
+        lu.establish_ua(self.shared.known_nexuses(), asc, None);
+    }
+
+    /// Target reset (SAM-5 §6.3.2): a logical unit reset of every LUN.
+    fn reset_all(&self, asc: Asc) {
+        for lu in self.shared.all_lus() {
+            self.reset_lu(&lu, asc);
+        }
+    }
+
+    /// The nexus is gone (session closed or lost): its tasks are aborted
+    /// (their completions report `aborted`), its unit attentions dropped.
+    /// Does not wait for running tasks.
+    pub fn nexus_lost(&self, nexus: &Nexus) {
+        lock(&self.shared.nexuses).remove(&nexus.id);
+        for lu in self.shared.all_lus() {
+            lu.abort_matching(|k| k.nexus == nexus.id);
+            lu.drop_nexus(nexus.id);
+        }
+    }
+
+    /// Stops every worker after draining queued and running commands,
+    /// flushes every backstore, then stops the control thread. Later
+    /// commands complete at once with BUSY. Idempotent; also run on drop.
+    pub fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for lu in self.shared.all_lus() {
+            lu.stop_and_join();
+            if let Err(e) = lu.backstore.flush() {
+                tracing::warn!(target = %self.name, lun = lu.lun, error = %e, "flush on shutdown failed");
+            }
+        }
+        self.control.stop();
+        tracing::info!(target = %self.name, "SCSI target shut down");
+    }
+}
+
+impl Drop for ScsiTarget {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
