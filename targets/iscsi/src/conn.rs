@@ -1,0 +1,1284 @@
+//! One iSCSI connection, sans I/O (RFC 7143 ERL 0, one connection per
+//! session).
+//!
+//! The driver feeds received bytes with [`Connection::handle_input`], SCSI
+//! completions with [`Connection::complete`], task-management results with
+//! [`Connection::tmf_done`] and time with [`Connection::handle_timeout`]. It
+//! drains bytes to send with [`Connection::poll_transmit`] and work to do
+//! with [`Connection::poll_event`]. Nothing here blocks, allocates beyond
+//! the negotiated limits, or panics on what a peer sends.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rustgt_scsi::{Command, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
+
+use crate::config::PortalConfig;
+use crate::login::LoginState;
+use crate::negotiate::{SessionParams, SessionType, Transport};
+use crate::pdu::bhs::Bhs;
+use crate::pdu::{
+    verify_digest, decode_lun, encode_lun, padded_len, AsyncMessage, DataOut, LogoutRequest,
+    LogoutResponse, NopIn, NopOut, Opcode, R2t, Reject, RejectReason, Reply, RequestHeader,
+    ScsiCommand, ScsiResponse, TaskAttribute, TaskMgmtRequest, TaskMgmtResponse, TextRequest,
+    TextResponse, TmfCode, TmfResult, BHS_LEN, RESERVED_TAG,
+};
+use crate::session::SessionTable;
+use crate::task::{data_in_pdus, residual_bits, InFlight, OpenR2t, WriteTask};
+use crate::text::{encode_text, parse_text, TextAssembler, TextSplitter};
+
+/// Work for the driver.
+#[derive(Debug)]
+pub enum Event {
+    /// A Normal session reached full feature phase.
+    LoggedIn(SessionInfo),
+    /// Session reinstatement: the driver must close this other connection
+    /// and abort its tasks (RFC 7143 §6.3.5).
+    Reinstate { conn_id: u64 },
+    /// Run this SCSI command; answer with [`Connection::complete`].
+    Command(Command),
+    /// Run this task-management function; answer with [`Connection::tmf_done`].
+    TaskMgmt { itt: u32, lun: u64, function: TmfFunction },
+}
+
+/// Who is on the other end, once logged in.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub target: String,
+    pub initiator: String,
+    pub isid: [u8; 6],
+    pub tsih: u16,
+    pub cid: u16,
+    pub session_type: SessionType,
+    pub nexus: Arc<Nexus>,
+    pub params: SessionParams,
+}
+
+/// Fixed per-connection facts the driver supplies.
+#[derive(Debug, Clone)]
+pub struct ConnectionSetup {
+    pub conn_id: u64,
+    pub transport: Transport,
+    /// `host:port` the initiator connected to.
+    pub local_addr: String,
+    /// `host:port` of the initiator.
+    pub peer_addr: String,
+    /// Fresh random bytes for the CHAP challenge and identifier.
+    pub random: [u8; 32],
+}
+
+#[derive(Debug)]
+enum Phase {
+    Login(Box<LoginState>),
+    FullFeature,
+    /// Nothing more is read; close once the output is flushed.
+    Closing,
+}
+
+/// Outstanding Text response chunks (C bit continuation, RFC 7143 §11.10.2).
+#[derive(Debug)]
+struct TextOut {
+    itt: u32,
+    ttt: u32,
+    chunks: VecDeque<Vec<u8>>,
+}
+
+#[derive(Debug)]
+struct PendingLogout {
+    itt: u32,
+    response: u8,
+}
+
+/// Limit on login PDU data segments before MaxRecvDataSegmentLength is
+/// negotiated (RFC 7143 §13.12 default).
+const LOGIN_MAX_DSL: u32 = 8192;
+
+/// One connection's protocol state.
+#[derive(Debug)]
+pub struct Connection {
+    pub(crate) cfg: Arc<PortalConfig>,
+    pub(crate) setup: ConnectionSetup,
+    pub(crate) sessions: Arc<Mutex<SessionTable>>,
+    phase: Phase,
+    inbuf: Vec<u8>,
+    inpos: usize,
+    /// Bytes of a rejected PDU still to skip without buffering.
+    discard: usize,
+    out: Vec<u8>,
+    events: VecDeque<Event>,
+    pub(crate) hd: bool,
+    pub(crate) dd: bool,
+    pub(crate) stat_sn: u32,
+    pub(crate) exp_cmd_sn: u32,
+    pub(crate) max_cmd_sn: u32,
+    pub(crate) session: Option<SessionInfo>,
+    writes: HashMap<u32, WriteTask>,
+    inflight: HashMap<u32, InFlight>,
+    /// Task-management requests handed to the driver: ITT -> (function, RefCmdSN, CmdSN).
+    tmfs: HashMap<u32, (TmfCode, u32, u32)>,
+    next_ttt: u32,
+    text_in: TextAssembler,
+    text_out: Option<TextOut>,
+    logout: Option<PendingLogout>,
+    last_rx: Option<Instant>,
+    ping: Option<(u32, Instant)>,
+    async_logout_sent: bool,
+}
+
+/// RFC 1982 serial comparison on 32-bit sequence numbers: `a < b`.
+pub fn sn_lt(a: u32, b: u32) -> bool {
+    a != b && (b.wrapping_sub(a) as i32) > 0
+}
+
+/// `a <= b` in serial arithmetic.
+pub fn sn_le(a: u32, b: u32) -> bool {
+    a == b || sn_lt(a, b)
+}
+
+impl Connection {
+    pub fn new(
+        cfg: Arc<PortalConfig>,
+        sessions: Arc<Mutex<SessionTable>>,
+        setup: ConnectionSetup,
+        now: Instant,
+    ) -> Self {
+        let login = LoginState::new(&cfg, &setup);
+        let text_in = TextAssembler::new(cfg.max_text_len);
+        Connection {
+            cfg,
+            setup,
+            sessions,
+            phase: Phase::Login(Box::new(login)),
+            inbuf: Vec::new(),
+            inpos: 0,
+            discard: 0,
+            out: Vec::new(),
+            events: VecDeque::new(),
+            hd: false,
+            dd: false,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+            session: None,
+            writes: HashMap::new(),
+            inflight: HashMap::new(),
+            tmfs: HashMap::new(),
+            next_ttt: 1,
+            text_in,
+            text_out: None,
+            logout: None,
+            last_rx: Some(now),
+            ping: None,
+            async_logout_sent: false,
+        }
+    }
+
+    /// The session, once login has completed.
+    pub fn session(&self) -> Option<&SessionInfo> {
+        self.session.as_ref()
+    }
+
+    pub fn conn_id(&self) -> u64 {
+        self.setup.conn_id
+    }
+
+    /// True once the connection should be closed after flushing output.
+    pub fn is_closing(&self) -> bool {
+        matches!(self.phase, Phase::Closing)
+    }
+
+    /// Commands handed to the SCSI core and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Bytes to send, if any.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        if self.out.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut self.out))
+        }
+    }
+
+    /// Next piece of work for the driver.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Connection::handle_timeout`] next wants to run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !matches!(self.phase, Phase::FullFeature) {
+            return None;
+        }
+        if let Some((_, sent)) = self.ping {
+            return Some(sent + self.cfg.nop_timeout);
+        }
+        let interval = self.cfg.nop_interval?;
+        self.last_rx.map(|t| t + interval)
+    }
+
+    /// Drive the keepalive timer: ping an idle initiator with NOP-In and
+    /// close the connection when a ping goes unanswered (RFC 7143 §11.19).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::FullFeature) {
+            return;
+        }
+        if let Some((_, sent)) = self.ping {
+            if now >= sent + self.cfg.nop_timeout {
+                tracing::warn!("NOP-In ping timed out; dropping connection");
+                self.fail();
+            }
+            return;
+        }
+        let (Some(interval), Some(last)) = (self.cfg.nop_interval, self.last_rx) else {
+            return;
+        };
+        if now >= last + interval {
+            let ttt = self.alloc_ttt();
+            self.ping = Some((ttt, now));
+            let nop = NopIn {
+                lun: 0,
+                itt: RESERVED_TAG,
+                ttt,
+                // A ping does not advance StatSN (RFC 7143 §11.19.3).
+                stat_sn: self.stat_sn,
+                exp_cmd_sn: self.exp_cmd_sn,
+                max_cmd_sn: self.max_cmd_sn,
+                data: Vec::new(),
+            };
+            self.send(Reply::NopIn(nop));
+        }
+    }
+
+    /// Ask the initiator to log out, e.g. on target shutdown (RFC 7143
+    /// §11.9.1, AsyncEvent 1). `seconds` is the time it has to do so.
+    pub fn request_logout(&mut self, seconds: u16) {
+        if !matches!(self.phase, Phase::FullFeature) || self.async_logout_sent {
+            return;
+        }
+        self.async_logout_sent = true;
+        let msg = AsyncMessage {
+            lun: 0,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            event: 1,
+            vcode: 0,
+            param1: 0,
+            param2: 0,
+            param3: seconds,
+            data: Vec::new(),
+        };
+        self.send(Reply::AsyncMessage(msg));
+    }
+
+    /// The transport failed or the driver gave up: stop reading.
+    pub fn fail(&mut self) {
+        self.phase = Phase::Closing;
+        self.writes.clear();
+    }
+
+    // ----------------------------------------------------------------------
+    // Input framing.
+    // ----------------------------------------------------------------------
+
+    /// Feed bytes received from the transport.
+    pub fn handle_input(&mut self, mut data: &[u8], now: Instant) {
+        if self.is_closing() {
+            return;
+        }
+        self.last_rx = Some(now);
+        if self.discard > 0 {
+            let n = self.discard.min(data.len());
+            self.discard -= n;
+            data = data.get(n..).unwrap_or_default();
+        }
+        self.inbuf.extend_from_slice(data);
+        let mut buf = std::mem::take(&mut self.inbuf);
+        while !self.is_closing() {
+            let avail = buf.get(self.inpos..).unwrap_or_default();
+            match self.next_pdu(avail, now) {
+                Step::NeedMore => break,
+                Step::Consumed(n) => self.inpos += n,
+                Step::Skip(n) => {
+                    // Reject already sent; skip the data segment without keeping it.
+                    let have = avail.len();
+                    if n <= have {
+                        self.inpos += n;
+                    } else {
+                        self.inpos += have;
+                        self.discard = n - have;
+                    }
+                }
+            }
+        }
+        // Compact: keep only the unparsed tail.
+        if self.inpos >= buf.len() {
+            buf.clear();
+        } else if self.inpos > 0 {
+            buf.drain(..self.inpos);
+        }
+        self.inpos = 0;
+        self.inbuf = buf;
+    }
+
+    /// Try to take one PDU from the front of `buf`.
+    fn next_pdu(&mut self, buf: &[u8], now: Instant) -> Step {
+        let Some(bhs_bytes) = buf.get(..BHS_LEN) else {
+            return Step::NeedMore;
+        };
+        let Ok(bhs) = Bhs::new_checked(bhs_bytes) else {
+            return Step::NeedMore;
+        };
+        let in_login = matches!(self.phase, Phase::Login(_));
+        let ahs_len = bhs.total_ahs_len_bytes();
+        let dsl = bhs.data_segment_len();
+        let hd_len = if self.hd { 4 } else { 0 };
+        let header_len = BHS_LEN + ahs_len + hd_len;
+        let dd_len = if self.dd && dsl > 0 { 4 } else { 0 };
+        let data_len = padded_len(dsl as usize) + dd_len;
+        let mut bhs_arr = [0u8; BHS_LEN];
+        bhs_arr.copy_from_slice(bhs_bytes);
+
+        // Validate what the BHS alone tells before waiting for the rest
+        // (SPDK's rule: never buffer a payload we would refuse).
+        let limit = if in_login {
+            LOGIN_MAX_DSL
+        } else {
+            self.params_target_mrdsl()
+        };
+        if in_login && bhs.opcode() != Opcode::LOGIN_REQUEST {
+            tracing::warn!(opcode = bhs.opcode().0, "non-login PDU during login");
+            self.fail();
+            return Step::NeedMore;
+        }
+        if dsl > limit {
+            tracing::warn!(dsl, limit, "DataSegmentLength over the negotiated limit");
+            if in_login {
+                self.fail();
+                return Step::NeedMore;
+            }
+            self.reject(RejectReason::PROTOCOL_ERROR, &bhs_arr);
+            return Step::Skip(header_len + data_len);
+        }
+        let Some(header) = buf.get(..header_len) else {
+            return Step::NeedMore;
+        };
+        if self.hd {
+            let (hdr, dig) = header.split_at(header_len - 4);
+            if !digest_ok(hdr, dig) {
+                // The length fields can't be trusted: ERL 0 closes (RFC 7143 §7.8).
+                tracing::warn!("header digest error; closing connection");
+                self.fail();
+                return Step::NeedMore;
+            }
+        }
+        let ahs = header.get(BHS_LEN..BHS_LEN + ahs_len).unwrap_or_default();
+        let parsed = RequestHeader::parse(&bhs_arr, ahs);
+        let total = header_len + data_len;
+        let hdr = match parsed {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "unparseable PDU header");
+                if in_login {
+                    self.fail();
+                    return Step::NeedMore;
+                }
+                let reason = match e {
+                    crate::pdu::PduError::UnknownOpcode(_) => RejectReason::COMMAND_NOT_SUPPORTED,
+                    crate::pdu::PduError::Incomplete(_) => RejectReason::PROTOCOL_ERROR,
+                    _ => RejectReason::INVALID_PDU_FIELD,
+                };
+                self.reject(reason, &bhs_arr);
+                return Step::Skip(total);
+            }
+        };
+        if !in_login {
+            if let Some(reason) = self.precheck(&hdr, dsl) {
+                self.reject(reason, &bhs_arr);
+                self.after_precheck_reject(&hdr);
+                return Step::Skip(total);
+            }
+        }
+        let Some(whole) = buf.get(..total) else {
+            return Step::NeedMore;
+        };
+        let data_area = whole.get(header_len..).unwrap_or_default();
+        let data = data_area.get(..dsl as usize).unwrap_or_default();
+        if dd_len > 0 {
+            let padded = data_area.get(..padded_len(dsl as usize)).unwrap_or_default();
+            let dig = data_area.get(padded.len()..).unwrap_or_default();
+            if !digest_ok(padded, dig) {
+                tracing::warn!("data digest error");
+                self.reject(RejectReason::DATA_DIGEST_ERROR, &bhs_arr);
+                self.data_digest_failed(&hdr);
+                return Step::Consumed(total);
+            }
+        }
+        self.dispatch(hdr, data, &bhs_arr, now);
+        Step::Consumed(total)
+    }
+
+    fn params_target_mrdsl(&self) -> u32 {
+        self.session
+            .as_ref()
+            .map(|s| s.params.target_max_recv_dsl)
+            .unwrap_or(LOGIN_MAX_DSL)
+            .max(LOGIN_MAX_DSL)
+    }
+
+    /// Opcode- and state-specific checks that need only the header.
+    fn precheck(&self, hdr: &RequestHeader, dsl: u32) -> Option<RejectReason> {
+        let params = self.session.as_ref().map(|s| &s.params)?;
+        let discovery = params.session_type == SessionType::Discovery;
+        match hdr {
+            RequestHeader::Login(_) => Some(RejectReason::PROTOCOL_ERROR),
+            RequestHeader::ScsiCommand(_) | RequestHeader::TaskMgmt(_) if discovery => {
+                Some(RejectReason::PROTOCOL_ERROR)
+            }
+            RequestHeader::ScsiCommand(c) => {
+                if dsl > 0
+                    && (!params.immediate_data
+                        || !c.write
+                        || dsl > params.first_burst_length
+                        || dsl > c.expected_data_len)
+                {
+                    Some(RejectReason::PROTOCOL_ERROR)
+                } else {
+                    None
+                }
+            }
+            RequestHeader::Snack(_) => Some(RejectReason::COMMAND_NOT_SUPPORTED),
+            RequestHeader::NopOut(n) if n.itt == RESERVED_TAG && dsl > 0 => {
+                Some(RejectReason::PROTOCOL_ERROR)
+            }
+            _ => None,
+        }
+    }
+
+    /// A SCSI command whose header was rejected still consumed its CmdSN.
+    fn after_precheck_reject(&mut self, hdr: &RequestHeader) {
+        if let RequestHeader::ScsiCommand(c) = hdr {
+            if !c.immediate && c.cmd_sn == self.exp_cmd_sn {
+                self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+                self.max_cmd_sn = self.max_cmd_sn.wrapping_add(1);
+            }
+        }
+    }
+
+    fn dispatch(&mut self, hdr: RequestHeader, data: &[u8], bhs: &[u8; BHS_LEN], now: Instant) {
+        if let Phase::Login(_) = self.phase {
+            if let RequestHeader::Login(req) = hdr {
+                self.handle_login(req, data, now);
+            }
+            return;
+        }
+        if self.logout.is_some() {
+            // After a Logout request nothing new is accepted (RFC 7143 §11.14).
+            if !matches!(hdr, RequestHeader::DataOut(_)) {
+                self.reject(RejectReason::WAITING_FOR_LOGOUT, bhs);
+                return;
+            }
+        }
+        match hdr {
+            RequestHeader::NopOut(n) => self.handle_nop_out(n, data),
+            RequestHeader::ScsiCommand(c) => self.handle_scsi_command(c, data),
+            RequestHeader::DataOut(d) => self.handle_data_out(d, data, bhs),
+            RequestHeader::TaskMgmt(t) => self.handle_tmf(t),
+            RequestHeader::Text(t) => self.handle_text(t, data, bhs),
+            RequestHeader::Logout(l) => self.handle_logout(l),
+            RequestHeader::Login(_) | RequestHeader::Snack(_) => {
+                self.reject(RejectReason::PROTOCOL_ERROR, bhs)
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Sequence numbers (RFC 7143 §4.2.2).
+    // ----------------------------------------------------------------------
+
+    pub(crate) fn next_stat_sn(&mut self) -> u32 {
+        let s = self.stat_sn;
+        self.stat_sn = self.stat_sn.wrapping_add(1);
+        s
+    }
+
+    /// Check a non-immediate CmdSN against the window. Only the expected
+    /// CmdSN is accepted: with one connection per session, anything else is
+    /// outside the window or a duplicate, and is silently ignored (§4.2.2.1).
+    fn accept_cmd_sn(&mut self, immediate: bool, cmd_sn: u32) -> bool {
+        if immediate {
+            return true;
+        }
+        if cmd_sn == self.exp_cmd_sn && sn_le(cmd_sn, self.max_cmd_sn) {
+            self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+            true
+        } else {
+            tracing::debug!(
+                cmd_sn,
+                exp = self.exp_cmd_sn,
+                max = self.max_cmd_sn,
+                "CmdSN outside the window; ignored"
+            );
+            false
+        }
+    }
+
+    /// A non-immediate command finished: open the window by one.
+    fn retire(&mut self, immediate: bool) {
+        if !immediate {
+            self.max_cmd_sn = self.max_cmd_sn.wrapping_add(1);
+        }
+    }
+
+    pub(crate) fn alloc_ttt(&mut self) -> u32 {
+        let t = self.next_ttt;
+        self.next_ttt = self.next_ttt.wrapping_add(1);
+        if self.next_ttt == RESERVED_TAG {
+            self.next_ttt = 1;
+        }
+        t
+    }
+
+    // ----------------------------------------------------------------------
+    // Output.
+    // ----------------------------------------------------------------------
+
+    pub(crate) fn send(&mut self, reply: Reply) {
+        reply.encode_into(&mut self.out, self.hd, self.dd);
+    }
+
+    pub(crate) fn reject(&mut self, reason: RejectReason, bhs: &[u8; BHS_LEN]) {
+        if !matches!(self.phase, Phase::FullFeature) {
+            return;
+        }
+        tracing::debug!(reason = reason.0, "sending Reject");
+        let r = Reject {
+            reason,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            data_sn: 0,
+            data: bhs.to_vec(),
+        };
+        self.send(Reply::Reject(r));
+    }
+
+    /// Called by the login code when the final Login Response went out.
+    pub(crate) fn enter_full_feature(&mut self, info: SessionInfo, exp_cmd_sn: u32) {
+        self.hd = info.params.header_digest;
+        self.dd = info.params.data_digest;
+        self.exp_cmd_sn = exp_cmd_sn;
+        self.max_cmd_sn = exp_cmd_sn.wrapping_add(self.cfg.queue_depth.max(1) - 1);
+        if info.session_type == SessionType::Normal {
+            self.events.push_back(Event::LoggedIn(info.clone()));
+        }
+        self.session = Some(info);
+        self.phase = Phase::FullFeature;
+    }
+
+    pub(crate) fn push_event(&mut self, e: Event) {
+        self.events.push_back(e);
+    }
+
+    pub(crate) fn set_closing(&mut self) {
+        self.phase = Phase::Closing;
+    }
+
+    pub(crate) fn login_state(&mut self) -> Option<&mut LoginState> {
+        match &mut self.phase {
+            Phase::Login(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // NOP (RFC 7143 §11.18, §11.19).
+    // ----------------------------------------------------------------------
+
+    fn handle_nop_out(&mut self, n: NopOut, data: &[u8]) {
+        if n.itt == RESERVED_TAG {
+            // An answer to our ping, or a no-reply NOP.
+            if let Some((ttt, _)) = self.ping {
+                if n.ttt == ttt {
+                    self.ping = None;
+                }
+            }
+            return;
+        }
+        if !self.accept_cmd_sn(n.immediate, n.cmd_sn) {
+            return;
+        }
+        self.retire(n.immediate);
+        let reply = NopIn {
+            lun: n.lun,
+            itt: n.itt,
+            ttt: RESERVED_TAG,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            data: data.to_vec(),
+        };
+        self.send(Reply::NopIn(reply));
+    }
+
+    // ----------------------------------------------------------------------
+    // SCSI commands and Data-Out (RFC 7143 §11.3, §11.7, §11.8).
+    // ----------------------------------------------------------------------
+
+    fn handle_scsi_command(&mut self, c: ScsiCommand, data: &[u8]) {
+        if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
+            return;
+        }
+        if self.inflight.contains_key(&c.itt) || self.writes.contains_key(&c.itt) {
+            // ITT reuse while in flight: answer with a failure, keep the old task.
+            tracing::warn!(itt = c.itt, "ITT already in use");
+            self.retire(c.immediate);
+            return;
+        }
+        let lun = decode_lun(c.lun);
+        if c.write && c.expected_data_len > 0 {
+            if c.expected_data_len > self.cfg.max_write_len {
+                // Refuse without collecting data; unsolicited data is ignored.
+                let sense = fixed_sense(0x05, 0x24, 0x00);
+                self.send_status(c.itt, c.immediate, Status::CHECK_CONDITION, sense, 0, 0);
+                return;
+            }
+            let initial_r2t = match &self.session {
+                Some(s) => s.params.initial_r2t,
+                None => return,
+            };
+            let mut task = WriteTask {
+                lun,
+                buf: Vec::new(),
+                unsolicited_open: !c.final_bit && !initial_r2t,
+                unsolicited_data_sn: 0,
+                next_r2t_offset: 0,
+                r2ts: VecDeque::new(),
+                r2t_sn: 0,
+                cmd: c,
+            };
+            task.buf.extend_from_slice(data);
+            let itt = task.cmd.itt;
+            self.writes.insert(itt, task);
+            self.advance_write(itt);
+        } else {
+            self.submit(c, lun, Vec::new(), 0);
+        }
+    }
+
+    /// After data arrived for a write: dispatch it when complete, or ask
+    /// for more with R2Ts once the unsolicited phase is over.
+    fn advance_write(&mut self, itt: u32) {
+        let (max_burst, max_r2t) = match &self.session {
+            Some(s) => (s.params.max_burst_length.max(512), s.params.max_outstanding_r2t.max(1)),
+            None => return,
+        };
+        let Some(task) = self.writes.get(&itt) else {
+            return;
+        };
+        if task.complete() {
+            if let Some(task) = self.writes.remove(&itt) {
+                let r2ts = task.r2t_sn;
+                let lun = task.lun;
+                let cmd = task.cmd;
+                self.submit(cmd, lun, task.buf, r2ts);
+            }
+            return;
+        }
+        if task.unsolicited_open {
+            return;
+        }
+        let mut to_send = Vec::new();
+        if let Some(task) = self.writes.get_mut(&itt) {
+            if task.next_r2t_offset < task.received() {
+                task.next_r2t_offset = task.received();
+            }
+            while (task.r2ts.len() as u32) < max_r2t && task.next_r2t_offset < task.edtl() {
+                let len = max_burst.min(task.edtl() - task.next_r2t_offset);
+                to_send.push((task.next_r2t_offset, len, task.r2t_sn, task.lun, task.cmd.lun));
+                task.r2ts.push_back(OpenR2t {
+                    ttt: 0,
+                    offset: task.next_r2t_offset,
+                    len,
+                    received: 0,
+                    next_data_sn: 0,
+                });
+                task.next_r2t_offset += len;
+                task.r2t_sn = task.r2t_sn.wrapping_add(1);
+            }
+        }
+        for (offset, len, r2t_sn, _lun, lun_raw) in to_send {
+            let ttt = self.alloc_ttt();
+            if let Some(task) = self.writes.get_mut(&itt) {
+                if let Some(r) = task.r2ts.iter_mut().find(|r| r.offset == offset) {
+                    r.ttt = ttt;
+                }
+            }
+            let r2t = R2t {
+                lun: lun_raw,
+                itt,
+                ttt,
+                // R2T carries StatSN without advancing it (§11.8.2).
+                stat_sn: self.stat_sn,
+                exp_cmd_sn: self.exp_cmd_sn,
+                max_cmd_sn: self.max_cmd_sn,
+                r2t_sn,
+                buffer_offset: offset,
+                desired_len: len,
+            };
+            self.send(Reply::R2t(r2t));
+        }
+    }
+
+    fn handle_data_out(&mut self, d: DataOut, data: &[u8], bhs: &[u8; BHS_LEN]) {
+        let (first_burst, initial_r2t) = match &self.session {
+            Some(s) => (s.params.first_burst_length, s.params.initial_r2t),
+            None => return,
+        };
+        let Some(task) = self.writes.get_mut(&d.itt) else {
+            // Data for a task we no longer collect for (failed or aborted).
+            tracing::debug!(itt = d.itt, "Data-Out for unknown task ignored");
+            return;
+        };
+        let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let in_order = d.buffer_offset == task.received();
+        let fits = task.received().checked_add(len).is_some_and(|e| e <= task.edtl());
+        let ok = if d.ttt == RESERVED_TAG {
+            // Unsolicited data (§4.2.4.2): only with InitialR2T=No, within
+            // FirstBurstLength, before the F bit.
+            let within = task
+                .received()
+                .checked_add(len)
+                .is_some_and(|e| e <= first_burst);
+            let ok = !initial_r2t
+                && task.unsolicited_open
+                && within
+                && in_order
+                && fits
+                && d.data_sn == task.unsolicited_data_sn;
+            if ok {
+                task.unsolicited_data_sn = task.unsolicited_data_sn.wrapping_add(1);
+                if d.final_bit {
+                    task.unsolicited_open = false;
+                }
+            }
+            ok
+        } else {
+            match task.r2ts.iter_mut().find(|r| r.ttt == d.ttt) {
+                Some(r) => {
+                    let ok = in_order
+                        && fits
+                        && d.buffer_offset == r.offset + r.received
+                        && r.received + len <= r.len
+                        && d.data_sn == r.next_data_sn;
+                    if ok {
+                        r.received += len;
+                        r.next_data_sn = r.next_data_sn.wrapping_add(1);
+                    }
+                    ok
+                }
+                None => false,
+            }
+        };
+        if !ok {
+            // A sequence error at ERL 0 ends the connection (RFC 7143 §7.1.4).
+            tracing::warn!(
+                itt = d.itt,
+                ttt = d.ttt,
+                data_sn = d.data_sn,
+                offset = d.buffer_offset,
+                "Data-Out out of sequence; dropping connection"
+            );
+            self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+            self.fail();
+            return;
+        }
+        task.buf.extend_from_slice(data);
+        task.r2ts.retain(|r| r.received < r.len);
+        self.advance_write(d.itt);
+    }
+
+    fn data_digest_failed(&mut self, hdr: &RequestHeader) {
+        // RFC 7143 §7.8: terminate the task with CHECK CONDITION, ABORTED
+        // COMMAND / PROTOCOL SERVICE CRC ERROR (47h/05h).
+        let itt = match hdr {
+            RequestHeader::ScsiCommand(c) => {
+                if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
+                    return;
+                }
+                let sense = fixed_sense(0x0b, 0x47, 0x05);
+                self.send_status(c.itt, c.immediate, Status::CHECK_CONDITION, sense, 0, 0);
+                return;
+            }
+            RequestHeader::DataOut(d) => d.itt,
+            _ => return,
+        };
+        if let Some(task) = self.writes.remove(&itt) {
+            let sense = fixed_sense(0x0b, 0x47, 0x05);
+            let r2ts = task.r2t_sn;
+            self.send_status(itt, task.cmd.immediate, Status::CHECK_CONDITION, sense, 0, r2ts);
+        }
+    }
+
+    fn submit(&mut self, c: ScsiCommand, lun: u64, data_out: Vec<u8>, r2t_count: u32) {
+        let Some(session) = &self.session else {
+            return;
+        };
+        let attr = match c.attr {
+            TaskAttribute::ORDERED => TaskAttr::Ordered,
+            TaskAttribute::HEAD_OF_QUEUE => TaskAttr::HeadOfQueue,
+            TaskAttribute::ACA => TaskAttr::Aca,
+            _ => TaskAttr::Simple,
+        };
+        let data_in_len = if c.read {
+            c.bidi_read_len.unwrap_or(c.expected_data_len)
+        } else {
+            0
+        };
+        let cmd = Command {
+            nexus: session.nexus.clone(),
+            lun,
+            tag: u64::from(c.itt),
+            cdb: c.cdb,
+            attr,
+            data_in_len: if c.write { c.bidi_read_len.unwrap_or(0) } else { data_in_len },
+            data_out,
+        };
+        self.inflight.insert(
+            c.itt,
+            InFlight {
+                lun: c.lun,
+                immediate: c.immediate,
+                r2t_count,
+            },
+        );
+        self.events.push_back(Event::Command(cmd));
+    }
+
+    /// A SCSI command finished. Sends Data-In and status (RFC 7143 §11.4,
+    /// §11.7); an aborted task gets no response at all.
+    pub fn complete(&mut self, resp: Response) {
+        let Ok(itt) = u32::try_from(resp.tag) else {
+            return;
+        };
+        let Some(task) = self.inflight.remove(&itt) else {
+            return;
+        };
+        if self.is_closing() {
+            return;
+        }
+        if resp.aborted {
+            self.retire(task.immediate);
+            self.maybe_finish_logout();
+            return;
+        }
+        let (max_pdu, max_burst) = match &self.session {
+            Some(s) => (
+                s.params.initiator_max_recv_dsl,
+                s.params.max_burst_length,
+            ),
+            None => return,
+        };
+        let (over, under, residual) = residual_bits(resp.residual);
+        let mut pdus = data_in_pdus(itt, task.lun, &resp.data_in, max_pdu, max_burst);
+        let n_pdus = u32::try_from(pdus.len()).unwrap_or(u32::MAX);
+        // Status rides in the last Data-In when there is no sense (§11.7.4).
+        let status_in_data = !pdus.is_empty() && resp.sense.is_empty();
+        self.retire(task.immediate);
+        let last = pdus.len().saturating_sub(1);
+        for (i, mut p) in pdus.drain(..).enumerate() {
+            p.exp_cmd_sn = self.exp_cmd_sn;
+            p.max_cmd_sn = self.max_cmd_sn;
+            if i == last && status_in_data {
+                p.final_bit = true;
+                p.has_status = true;
+                p.status = resp.status.0;
+                p.overflow = over;
+                p.underflow = under;
+                p.residual = residual;
+                p.stat_sn = self.next_stat_sn();
+            }
+            self.send(Reply::DataIn(p));
+        }
+        if !status_in_data {
+            let r = ScsiResponse {
+                bidi_overflow: false,
+                bidi_underflow: false,
+                overflow: over,
+                underflow: under,
+                response: 0,
+                status: resp.status.0,
+                itt,
+                snack_tag: 0,
+                stat_sn: self.next_stat_sn(),
+                exp_cmd_sn: self.exp_cmd_sn,
+                max_cmd_sn: self.max_cmd_sn,
+                exp_data_sn: n_pdus.wrapping_add(task.r2t_count),
+                bidi_residual: 0,
+                residual,
+                sense: resp.sense,
+            };
+            self.send(Reply::ScsiResponse(r));
+        }
+        self.maybe_finish_logout();
+    }
+
+    /// Answer a command the connection itself fails, without the SCSI core.
+    fn send_status(
+        &mut self,
+        itt: u32,
+        immediate: bool,
+        status: Status,
+        sense: Vec<u8>,
+        residual: u32,
+        r2ts: u32,
+    ) {
+        self.retire(immediate);
+        let r = ScsiResponse {
+            bidi_overflow: false,
+            bidi_underflow: false,
+            overflow: false,
+            underflow: residual > 0,
+            response: 0,
+            status: status.0,
+            itt,
+            snack_tag: 0,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            exp_data_sn: r2ts,
+            bidi_residual: 0,
+            residual,
+            sense,
+        };
+        self.send(Reply::ScsiResponse(r));
+    }
+
+    // ----------------------------------------------------------------------
+    // Task management (RFC 7143 §11.5, §11.6).
+    // ----------------------------------------------------------------------
+
+    fn handle_tmf(&mut self, t: TaskMgmtRequest) {
+        if !self.accept_cmd_sn(t.immediate, t.cmd_sn) {
+            return;
+        }
+        let lun = decode_lun(t.lun);
+        let function = match t.function {
+            TmfCode::ABORT_TASK => {
+                // A write still collecting data never reached the SCSI core.
+                if let Some(w) = self.writes.get(&t.referenced_tag) {
+                    if decode_lun(w.cmd.lun) == lun {
+                        let imm = w.cmd.immediate;
+                        self.writes.remove(&t.referenced_tag);
+                        self.retire(imm);
+                        self.send_tmf_response(t.itt, TmfResult::COMPLETE, t.immediate);
+                        return;
+                    }
+                }
+                TmfFunction::AbortTask {
+                    tag: u64::from(t.referenced_tag),
+                }
+            }
+            TmfCode::ABORT_TASK_SET => TmfFunction::AbortTaskSet,
+            TmfCode::CLEAR_TASK_SET => TmfFunction::ClearTaskSet,
+            TmfCode::CLEAR_ACA => TmfFunction::ClearAca,
+            TmfCode::LOGICAL_UNIT_RESET => TmfFunction::LogicalUnitReset,
+            TmfCode::TARGET_WARM_RESET => TmfFunction::TargetWarmReset,
+            TmfCode::TARGET_COLD_RESET => TmfFunction::TargetColdReset,
+            TmfCode::TASK_REASSIGN => {
+                // Needs ERL 2 (§11.5.1).
+                self.send_tmf_response(t.itt, TmfResult::REASSIGNMENT_NOT_SUPPORTED, t.immediate);
+                return;
+            }
+            _ => {
+                self.send_tmf_response(t.itt, TmfResult::REJECTED, t.immediate);
+                return;
+            }
+        };
+        if matches!(
+            function,
+            TmfFunction::AbortTaskSet
+                | TmfFunction::ClearTaskSet
+                | TmfFunction::LogicalUnitReset
+                | TmfFunction::TargetWarmReset
+                | TmfFunction::TargetColdReset
+        ) {
+            // Writes still collecting data on the affected LUN(s) die here.
+            let all = matches!(
+                function,
+                TmfFunction::TargetWarmReset | TmfFunction::TargetColdReset
+            );
+            let dead: Vec<(u32, bool)> = self
+                .writes
+                .iter()
+                .filter(|(_, w)| all || decode_lun(w.cmd.lun) == lun)
+                .map(|(itt, w)| (*itt, w.cmd.immediate))
+                .collect();
+            for (itt, imm) in dead {
+                self.writes.remove(&itt);
+                self.retire(imm);
+            }
+        }
+        self.tmfs
+            .insert(t.itt, (t.function, t.ref_cmd_sn, t.cmd_sn));
+        self.events.push_back(Event::TaskMgmt {
+            itt: t.itt,
+            lun,
+            function,
+        });
+    }
+
+    /// The SCSI core's answer to a task-management request.
+    pub fn tmf_done(&mut self, itt: u32, resp: TmfResponse) {
+        let Some((code, ref_cmd_sn, cmd_sn)) = self.tmfs.remove(&itt) else {
+            return;
+        };
+        let result = match resp {
+            TmfResponse::FunctionComplete | TmfResponse::FunctionSucceeded => TmfResult::COMPLETE,
+            TmfResponse::TaskNotFound => {
+                // §11.5.1: a referenced command that was never received but
+                // whose CmdSN is in the window counts as received.
+                if code == TmfCode::ABORT_TASK
+                    && sn_lt(ref_cmd_sn, cmd_sn)
+                    && sn_le(self.exp_cmd_sn.wrapping_sub(self.cfg.queue_depth), ref_cmd_sn)
+                {
+                    TmfResult::COMPLETE
+                } else {
+                    TmfResult::TASK_DOES_NOT_EXIST
+                }
+            }
+            TmfResponse::IncorrectLun => TmfResult::LUN_DOES_NOT_EXIST,
+            TmfResponse::NotSupported => TmfResult::NOT_SUPPORTED,
+            TmfResponse::FunctionRejected => TmfResult::REJECTED,
+        };
+        // TMF requests are normally immediate and take no window slot.
+        self.send_tmf_response(itt, result, true);
+    }
+
+    fn send_tmf_response(&mut self, itt: u32, result: TmfResult, immediate: bool) {
+        self.retire(immediate);
+        let r = TaskMgmtResponse {
+            response: result,
+            itt,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+        };
+        self.send(Reply::TaskMgmtResponse(r));
+    }
+
+    // ----------------------------------------------------------------------
+    // Text (RFC 7143 §11.10, §11.11).
+    // ----------------------------------------------------------------------
+
+    fn handle_text(&mut self, t: TextRequest, data: &[u8], bhs: &[u8; BHS_LEN]) {
+        if !self.accept_cmd_sn(t.immediate, t.cmd_sn) {
+            return;
+        }
+        self.retire(t.immediate);
+        // Continuation of a long response we are sending.
+        if t.ttt != RESERVED_TAG {
+            let matches = self
+                .text_out
+                .as_ref()
+                .is_some_and(|o| o.ttt == t.ttt && o.itt == t.itt);
+            if matches && data.is_empty() {
+                self.send_text_chunk();
+            } else {
+                self.text_out = None;
+                self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+            }
+            return;
+        }
+        self.text_out = None;
+        let full = match self.text_in.push(data, t.cont) {
+            Ok(Some(full)) => full,
+            Ok(None) => {
+                // More request text follows: answer empty with a TTT (§11.10.2).
+                let ttt = self.alloc_ttt();
+                self.text_out = Some(TextOut {
+                    itt: t.itt,
+                    ttt,
+                    chunks: VecDeque::new(),
+                });
+                let r = TextResponse {
+                    final_bit: false,
+                    cont: false,
+                    lun: t.lun,
+                    itt: t.itt,
+                    ttt,
+                    stat_sn: self.next_stat_sn(),
+                    exp_cmd_sn: self.exp_cmd_sn,
+                    max_cmd_sn: self.max_cmd_sn,
+                    data: Vec::new(),
+                };
+                self.send(Reply::TextResponse(r));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "text request too long or malformed");
+                self.text_in.reset();
+                self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+                return;
+            }
+        };
+        let pairs = match parse_text(&full) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "bad text request");
+                self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+                return;
+            }
+        };
+        let answer = self.text_answer(&pairs);
+        let encoded = encode_text(&answer);
+        let max = self
+            .session
+            .as_ref()
+            .map(|s| s.params.initiator_max_recv_dsl)
+            .unwrap_or(LOGIN_MAX_DSL)
+            .max(512) as usize;
+        let chunks: VecDeque<Vec<u8>> = TextSplitter::split(&encoded, max).into();
+        let ttt = if chunks.len() > 1 {
+            self.alloc_ttt()
+        } else {
+            RESERVED_TAG
+        };
+        self.text_out = Some(TextOut {
+            itt: t.itt,
+            ttt,
+            chunks,
+        });
+        self.send_text_chunk();
+    }
+
+    fn send_text_chunk(&mut self) {
+        let Some(mut o) = self.text_out.take() else {
+            return;
+        };
+        let chunk = o.chunks.pop_front().unwrap_or_default();
+        let more = !o.chunks.is_empty();
+        let r = TextResponse {
+            final_bit: !more,
+            cont: more,
+            lun: 0,
+            itt: o.itt,
+            ttt: if more { o.ttt } else { RESERVED_TAG },
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            data: chunk,
+        };
+        self.send(Reply::TextResponse(r));
+        if more {
+            self.text_out = Some(o);
+        }
+    }
+
+    fn text_answer(&self, pairs: &[(String, String)]) -> Vec<(String, String)> {
+        let Some(s) = &self.session else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, v) in pairs {
+            if k == "SendTargets" {
+                let only = match s.session_type {
+                    SessionType::Discovery => None,
+                    SessionType::Normal => Some(s.target.as_str()),
+                };
+                out.extend(crate::discovery::send_targets(
+                    &self.cfg,
+                    v,
+                    &s.initiator,
+                    &self.setup.local_addr,
+                    only,
+                ));
+            } else {
+                // Renegotiation in full feature phase is not offered.
+                out.push((k.clone(), "NotUnderstood".to_string()));
+            }
+        }
+        out
+    }
+
+    // ----------------------------------------------------------------------
+    // Logout (RFC 7143 §11.14, §11.15).
+    // ----------------------------------------------------------------------
+
+    fn handle_logout(&mut self, l: LogoutRequest) {
+        if !self.accept_cmd_sn(l.immediate, l.cmd_sn) {
+            return;
+        }
+        self.retire(l.immediate);
+        let my_cid = self.session.as_ref().map(|s| s.cid).unwrap_or(0);
+        let response = match l.reason {
+            0 => 0,
+            1 if l.cid == my_cid => 0,
+            1 => 1,
+            // Removing a connection for recovery needs ERL 2.
+            2 => 2,
+            _ => 3,
+        };
+        self.logout = Some(PendingLogout {
+            itt: l.itt,
+            response,
+        });
+        // Collecting writes will never complete now.
+        self.writes.clear();
+        self.maybe_finish_logout();
+    }
+
+    /// Send the Logout Response once no task is left in flight.
+    fn maybe_finish_logout(&mut self) {
+        if self.logout.is_none() || !self.inflight.is_empty() {
+            return;
+        }
+        let Some(l) = self.logout.take() else {
+            return;
+        };
+        let r = LogoutResponse {
+            response: l.response,
+            itt: l.itt,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: self.exp_cmd_sn,
+            max_cmd_sn: self.max_cmd_sn,
+            time2wait: 0,
+            time2retain: 0,
+        };
+        self.send(Reply::LogoutResponse(r));
+        if l.response == 0 {
+            self.phase = Phase::Closing;
+        }
+    }
+}
+
+enum Step {
+    NeedMore,
+    Consumed(usize),
+    /// A rejected PDU: skip this many bytes (header included).
+    Skip(usize),
+}
+
+fn digest_ok(covered: &[u8], digest: &[u8]) -> bool {
+    verify_digest(covered, digest).is_ok()
+}
+
+/// Fixed-format sense data (SPC-4 §4.5.3) for the few errors the transport
+/// itself raises.
+fn fixed_sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
+    let mut s = vec![0u8; 18];
+    s[0] = 0x70;
+    s[2] = key;
+    s[7] = 10;
+    s[12] = asc;
+    s[13] = ascq;
+    s
+}
+
+/// Encode a flat LUN for a PDU header.
+pub fn lun_field(lun: u64) -> u64 {
+    encode_lun(lun)
+}

@@ -1,0 +1,381 @@
+//! The login phase (RFC 7143 §6.3, §11.12, §11.13): stage transitions,
+//! security negotiation (CHAP), operational negotiation, target lookup, ACL
+//! and TSIH assignment.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustgt_scsi::Nexus;
+
+use crate::chap::{is_security_key, ChapPolicy, SecurityNegotiator};
+use crate::config::{PortalConfig, TargetInfo};
+use crate::conn::{Connection, ConnectionSetup, Event, SessionInfo};
+use crate::negotiate::{Negotiator, SessionType};
+use crate::pdu::{LoginRequest, LoginResponse, LoginStatus, Reply, Stage};
+use crate::session::SessionKey;
+use crate::text::{encode_text, parse_text, KeyValues, TextAssembler};
+
+/// Login progress of one connection.
+#[derive(Debug)]
+pub(crate) struct LoginState {
+    first: Option<LoginRequest>,
+    stage: Stage,
+    text: TextAssembler,
+    negotiator: Negotiator,
+    security: Option<SecurityNegotiator>,
+    /// Random bytes for CHAP.
+    random: [u8; 32],
+    initiator: Option<String>,
+    session_type: SessionType,
+    target: Option<TargetInfo>,
+    sent_first_response: bool,
+    first_pdu_sent: bool,
+}
+
+impl LoginState {
+    pub(crate) fn new(cfg: &PortalConfig, setup: &ConnectionSetup) -> Self {
+        LoginState {
+            first: None,
+            stage: Stage::SECURITY,
+            text: TextAssembler::new(cfg.max_text_len),
+            negotiator: Negotiator::new(cfg.limits.clone(), setup.transport),
+            security: None,
+            random: setup.random,
+            initiator: None,
+            session_type: SessionType::Normal,
+            target: None,
+            sent_first_response: false,
+            first_pdu_sent: false,
+        }
+    }
+}
+
+/// Why a login failed: the status to send.
+struct LoginFail(LoginStatus, &'static str);
+
+impl Connection {
+    pub(crate) fn handle_login(&mut self, req: LoginRequest, data: &[u8], now: Instant) {
+        let _ = now;
+        match self.login_step(&req, data) {
+            Ok(()) => {}
+            Err(LoginFail(status, why)) => {
+                tracing::warn!(
+                    status = format_args!("{:#06x}", status.0),
+                    why,
+                    "login rejected"
+                );
+                self.send_login_response(&req, status, false, Stage(0), Stage(0), 0, Vec::new());
+                self.set_closing();
+            }
+        }
+    }
+
+    fn login_step(&mut self, req: &LoginRequest, data: &[u8]) -> Result<(), LoginFail> {
+        let cfg = self.cfg.clone();
+        let Some(st) = self.login_state() else {
+            return Ok(());
+        };
+
+        // Fields that must stay the same across the login (§11.12).
+        match &st.first {
+            None => {
+                if req.version_min > 0 {
+                    return Err(LoginFail(LoginStatus::UNSUPPORTED_VERSION, "version"));
+                }
+                st.stage = req.csg;
+                st.first = Some(req.clone());
+            }
+            Some(f) => {
+                if f.isid != req.isid || f.tsih != req.tsih || f.cid != req.cid {
+                    return Err(LoginFail(
+                        LoginStatus::INITIATOR_ERROR,
+                        "ISID/TSIH/CID changed during login",
+                    ));
+                }
+            }
+        }
+        if req.csg != st.stage
+            || req.csg == Stage(2)
+            || req.csg == Stage::FULL_FEATURE
+            || (req.transit && (req.nsg <= req.csg || req.nsg == Stage(2)))
+        {
+            return Err(LoginFail(LoginStatus::INITIATOR_ERROR, "bad stage transition"));
+        }
+
+        // Text may span several PDUs (C bit, §6.1): acknowledge and wait.
+        let full = match st.text.push(data, req.cont) {
+            Ok(Some(full)) => full,
+            Ok(None) => {
+                let csg = req.csg;
+                self.send_login_response(req, LoginStatus::SUCCESS, false, csg, csg, 0, Vec::new());
+                return Ok(());
+            }
+            Err(_) => return Err(LoginFail(LoginStatus::INITIATOR_ERROR, "login text too long")),
+        };
+        let pairs = parse_text(&full)
+            .map_err(|_| LoginFail(LoginStatus::INITIATOR_ERROR, "malformed login text"))?;
+
+        if st.initiator.is_none() {
+            Self::identify(st, &cfg, &pairs)?;
+        }
+        let (sec_keys, op_keys): (KeyValues, KeyValues) =
+            pairs.into_iter().partition(|(k, _)| is_security_key(k));
+
+        let mut answer = KeyValues::new();
+        let mut may_transit = true;
+        if req.csg == Stage::SECURITY {
+            let policy = Self::chap_policy(st, &cfg);
+            let random = st.random;
+            let sec = st.security.get_or_insert_with(|| {
+                let challenge = random.get(..16).unwrap_or_default().to_vec();
+                SecurityNegotiator::new(policy, challenge, random[16])
+            });
+            let sec_answer = sec
+                .process(&sec_keys)
+                .map_err(|e| LoginFail(e.login_status(), "authentication"))?;
+            let complete = sec.is_complete();
+            if req.transit && !complete && sec_answer.is_empty() {
+                return Err(LoginFail(
+                    LoginStatus::AUTHENTICATION_FAILURE,
+                    "authentication not completed",
+                ));
+            }
+            may_transit = complete;
+            answer.extend(sec_answer);
+        } else {
+            if !sec_keys.is_empty() {
+                return Err(LoginFail(
+                    LoginStatus::INITIATOR_ERROR,
+                    "security keys in operational stage",
+                ));
+            }
+            // Skipping the security stage is only allowed when no
+            // authentication is required.
+            let policy = Self::chap_policy(st, &cfg);
+            let passed = st.security.as_ref().is_some_and(|s| s.is_complete());
+            if policy.initiator.is_some() && !passed {
+                return Err(LoginFail(
+                    LoginStatus::AUTHENTICATION_FAILURE,
+                    "authentication required",
+                ));
+            }
+        }
+        let op_answer = st
+            .negotiator
+            .process(req.csg, &op_keys)
+            .map_err(|e| LoginFail(e.login_status(), "negotiation"))?;
+        answer.extend(op_answer);
+
+        // First response of a Normal session names the portal group (§13.9).
+        if !st.sent_first_response {
+            st.sent_first_response = true;
+            if let (SessionType::Normal, Some(t)) = (st.session_type, &st.target) {
+                answer.push(("TargetPortalGroupTag".into(), t.tpgt.to_string()));
+                if let Some(alias) = &t.alias {
+                    answer.push(("TargetAlias".into(), alias.clone()));
+                }
+            }
+        }
+
+        let mut transit = req.transit && may_transit;
+        if transit && req.nsg == Stage::FULL_FEATURE && req.csg == Stage::OPERATIONAL {
+            // Our declarations and offers go with the first request to
+            // leave; if any needs an answer, stay for one more round.
+            answer.extend(st.negotiator.pending_declarations());
+            if st.negotiator.awaiting_answers() {
+                transit = false;
+            }
+        }
+        let nsg = if transit { req.nsg } else { req.csg };
+        if transit {
+            st.stage = req.nsg;
+        }
+        if transit && req.nsg == Stage::FULL_FEATURE {
+            let info = self.finish_login(req)?;
+            let tsih = info.tsih;
+            self.send_login_response(
+                req,
+                LoginStatus::SUCCESS,
+                true,
+                req.csg,
+                nsg,
+                tsih,
+                encode_text(&answer),
+            );
+            tracing::info!(
+                initiator = %info.initiator,
+                target = %info.target,
+                tsih,
+                "login complete"
+            );
+            self.enter_full_feature(info, req.cmd_sn);
+        } else {
+            self.send_login_response(
+                req,
+                LoginStatus::SUCCESS,
+                transit,
+                req.csg,
+                nsg,
+                0,
+                encode_text(&answer),
+            );
+        }
+        Ok(())
+    }
+
+    /// Leading-login keys: who is logging in, to what, for which session type.
+    fn identify(st: &mut LoginState, cfg: &PortalConfig, pairs: &KeyValues) -> Result<(), LoginFail> {
+        let get = |k: &str| pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
+        let initiator = get("InitiatorName")
+            .ok_or(LoginFail(LoginStatus::MISSING_PARAMETER, "InitiatorName missing"))?;
+        st.session_type = match get("SessionType").as_deref() {
+            None | Some("Normal") => SessionType::Normal,
+            Some("Discovery") => SessionType::Discovery,
+            Some(_) => {
+                return Err(LoginFail(
+                    LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
+                    "unknown SessionType",
+                ))
+            }
+        };
+        if st.session_type == SessionType::Normal {
+            let name = get("TargetName")
+                .ok_or(LoginFail(LoginStatus::MISSING_PARAMETER, "TargetName missing"))?;
+            let t = cfg
+                .target(&name)
+                .ok_or(LoginFail(LoginStatus::NOT_FOUND, "no such target"))?;
+            if !t.allows(&initiator) {
+                return Err(LoginFail(
+                    LoginStatus::AUTHORIZATION_FAILURE,
+                    "initiator not in the target's ACL",
+                ));
+            }
+            st.target = Some(t.clone());
+        }
+        st.initiator = Some(initiator);
+        Ok(())
+    }
+
+    fn chap_policy(st: &LoginState, cfg: &PortalConfig) -> ChapPolicy {
+        match (&st.session_type, &st.target) {
+            (SessionType::Normal, Some(t)) => t.chap.clone(),
+            _ => cfg.discovery_chap.clone(),
+        }
+    }
+
+    /// Register the session (TSIH, reinstatement) and build its identity.
+    fn finish_login(&mut self, req: &LoginRequest) -> Result<SessionInfo, LoginFail> {
+        let conn_id = self.setup.conn_id;
+        let sessions = self.sessions.clone();
+        let Some(st) = self.login_state() else {
+            return Err(LoginFail(LoginStatus::TARGET_ERROR, "not in login"));
+        };
+        let initiator = st.initiator.clone().unwrap_or_default();
+        let params = st.negotiator.params().clone();
+        let session_type = st.session_type;
+        let (target, tpgt) = match &st.target {
+            Some(t) => (t.name.clone(), t.tpgt),
+            None => (String::new(), 1),
+        };
+        if req.tsih != 0 {
+            // Adding a connection to a session needs MaxConnections > 1,
+            // which this target never agrees to.
+            let table = sessions.lock().map_err(|_| LoginFail(LoginStatus::TARGET_ERROR, "lock"))?;
+            return Err(match table.find_tsih(req.tsih) {
+                Some(_) => LoginFail(LoginStatus::TOO_MANY_CONNECTIONS, "session has its connection"),
+                None => LoginFail(LoginStatus::SESSION_DOES_NOT_EXIST, "unknown TSIH"),
+            });
+        }
+        let tsih = if session_type == SessionType::Normal {
+            let mut table = sessions
+                .lock()
+                .map_err(|_| LoginFail(LoginStatus::TARGET_ERROR, "lock"))?;
+            let reg = table
+                .register(
+                    SessionKey {
+                        initiator: initiator.clone(),
+                        isid: req.isid,
+                        target: target.clone(),
+                    },
+                    conn_id,
+                )
+                .ok_or(LoginFail(LoginStatus::OUT_OF_RESOURCES, "no TSIH left"))?;
+            drop(table);
+            if let Some(old) = reg.reinstated {
+                tracing::info!(old_conn = old, "session reinstatement");
+                self.push_event(Event::Reinstate { conn_id: old });
+            }
+            reg.tsih
+        } else {
+            // Discovery sessions are not registered; any non-zero TSIH will do.
+            u16::try_from(conn_id % 0xfffe + 1).unwrap_or(1)
+        };
+        let isid_hex: String = req.isid.iter().map(|b| format!("{b:02x}")).collect();
+        let nexus = Arc::new(Nexus {
+            id: conn_id,
+            initiator_port: format!("{initiator},i,0x{isid_hex}"),
+            target_port: format!("{target},t,0x{tpgt:04x}"),
+            relative_port_id: tpgt,
+            port_group: tpgt,
+        });
+        Ok(SessionInfo {
+            target,
+            initiator,
+            isid: req.isid,
+            tsih,
+            cid: req.cid,
+            session_type,
+            nexus,
+            params,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_login_response(
+        &mut self,
+        req: &LoginRequest,
+        status: LoginStatus,
+        transit: bool,
+        csg: Stage,
+        nsg: Stage,
+        tsih: u16,
+        data: Vec<u8>,
+    ) {
+        // The first response starts StatSN at the initiator's ExpStatSN (§11.13.4).
+        let first = self
+            .login_state()
+            .is_some_and(|s| !s.sent_first_response_pdu());
+        if first {
+            self.stat_sn = req.exp_stat_sn;
+            if let Some(s) = self.login_state() {
+                s.mark_response_pdu();
+            }
+        }
+        let r = LoginResponse {
+            transit,
+            cont: false,
+            csg,
+            nsg,
+            version_max: 0,
+            version_active: 0,
+            isid: req.isid,
+            tsih,
+            itt: req.itt,
+            stat_sn: self.next_stat_sn(),
+            exp_cmd_sn: req.cmd_sn,
+            max_cmd_sn: req.cmd_sn.wrapping_add(self.cfg.queue_depth.max(1) - 1),
+            status,
+            data,
+        };
+        self.send(Reply::LoginResponse(r));
+    }
+}
+
+impl LoginState {
+    fn sent_first_response_pdu(&self) -> bool {
+        self.first_pdu_sent
+    }
+    fn mark_response_pdu(&mut self) {
+        self.first_pdu_sent = true;
+    }
+}

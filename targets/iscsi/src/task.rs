@@ -1,0 +1,136 @@
+//! Per-command state inside a connection: Data-Out collection with R2T
+//! sequencing for writes (RFC 7143 §4.2.4, §11.7, §11.8), and Data-In
+//! sequencing for reads (§11.7).
+
+use std::collections::VecDeque;
+
+use rustgt_scsi::Residual;
+
+use crate::pdu::{DataIn, ScsiCommand};
+
+/// An R2T the target has sent and not yet seen all data for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OpenR2t {
+    pub ttt: u32,
+    pub offset: u32,
+    pub len: u32,
+    pub received: u32,
+    pub next_data_sn: u32,
+}
+
+/// A command still collecting its Data-Out buffer.
+#[derive(Debug)]
+pub(crate) struct WriteTask {
+    pub cmd: ScsiCommand,
+    pub lun: u64,
+    /// Data received so far, in order (we negotiate DataPDUInOrder=Yes and
+    /// DataSequenceInOrder=Yes, so offsets must arrive ascending).
+    pub buf: Vec<u8>,
+    /// Unsolicited Data-Out may still arrive (F bit not yet seen).
+    pub unsolicited_open: bool,
+    pub unsolicited_data_sn: u32,
+    /// Next offset to ask for with an R2T.
+    pub next_r2t_offset: u32,
+    pub r2ts: VecDeque<OpenR2t>,
+    pub r2t_sn: u32,
+}
+
+impl WriteTask {
+    pub fn edtl(&self) -> u32 {
+        self.cmd.expected_data_len
+    }
+
+    pub fn received(&self) -> u32 {
+        u32::try_from(self.buf.len()).unwrap_or(u32::MAX)
+    }
+
+    pub fn complete(&self) -> bool {
+        self.received() >= self.edtl()
+    }
+}
+
+/// State kept for a command handed to the SCSI core, until its response.
+#[derive(Debug, Clone)]
+pub(crate) struct InFlight {
+    pub lun: u64,
+    pub immediate: bool,
+    /// Number of R2Ts sent for it (part of ExpDataSN in the response).
+    pub r2t_count: u32,
+}
+
+/// Residual fields as iSCSI carries them: (overflow, underflow, count).
+pub(crate) fn residual_bits(r: Residual) -> (bool, bool, u32) {
+    match r {
+        Residual::None => (false, false, 0),
+        Residual::Underflow(n) => (false, true, n),
+        Residual::Overflow(n) => (true, false, n),
+    }
+}
+
+/// Split Data-In into PDUs of at most `max_pdu` bytes, with the F bit at
+/// each `max_burst` boundary and on the last PDU. Status fields are left for
+/// the caller to set on the last PDU.
+pub(crate) fn data_in_pdus(
+    itt: u32,
+    lun_raw: u64,
+    data: &[u8],
+    max_pdu: u32,
+    max_burst: u32,
+) -> Vec<DataIn> {
+    let max_pdu = max_pdu.max(512) as usize;
+    let max_burst = (max_burst.max(512) as usize).max(1);
+    let mut out = Vec::with_capacity(data.len() / max_pdu + 1);
+    let mut offset = 0usize;
+    let mut data_sn = 0u32;
+    while offset < data.len() {
+        // Never let a PDU cross a burst boundary.
+        let burst_left = max_burst - (offset % max_burst);
+        let len = max_pdu.min(burst_left).min(data.len() - offset);
+        let end = offset + len;
+        let chunk = data.get(offset..end).unwrap_or_default();
+        out.push(DataIn {
+            final_bit: end == data.len() || end % max_burst == 0,
+            ack: false,
+            overflow: false,
+            underflow: false,
+            has_status: false,
+            status: 0,
+            lun: lun_raw,
+            itt,
+            ttt: crate::pdu::RESERVED_TAG,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+            data_sn,
+            buffer_offset: u32::try_from(offset).unwrap_or(u32::MAX),
+            residual: 0,
+            data: chunk.to_vec(),
+        });
+        data_sn = data_sn.wrapping_add(1);
+        offset = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_in_respects_pdu_and_burst_limits() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let pdus = data_in_pdus(7, 0, &data, 1024, 4096);
+        let mut off = 0;
+        for (i, p) in pdus.iter().enumerate() {
+            assert_eq!(p.data_sn, i as u32);
+            assert_eq!(p.buffer_offset as usize, off);
+            assert!(p.data.len() <= 1024);
+            let end = off + p.data.len();
+            assert_eq!(p.final_bit, end % 4096 == 0 || end == data.len());
+            assert_eq!(&data[off..end], &p.data[..]);
+            off = end;
+        }
+        assert_eq!(off, data.len());
+        assert!(data_in_pdus(1, 0, &[], 1024, 4096).is_empty());
+    }
+}
