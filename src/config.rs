@@ -1,0 +1,1862 @@
+//! Daemon configuration: a TOML file (see `etc/rustgt.toml`) merged with
+//! `RUSTGT_*` environment variables and command-line overrides.
+//!
+//! Layer: daemon only. Nothing here touches a socket; the only filesystem
+//! access is reading the config file and checking whether a `file` LUN's
+//! backing file already exists (to know whether `size` is required).
+//!
+//! Guarantees:
+//! - a misspelt key is an error (`deny_unknown_fields` everywhere);
+//! - a [`Config`] returned by [`load`] has passed every semantic check below,
+//!   so the daemon can build targets from it without re-validating;
+//! - every error names the key path (`targets[0].luns[1].block_size`) and
+//!   where the value came from: the file, the environment variable
+//!   (`RUSTGT_ISCSI__QUEUE_DEPTH`) or the command-line option;
+//! - CHAP secrets never appear in `Debug` output.
+//!
+//! Precedence, lowest first: built-in defaults, the file, the environment
+//! (`RUSTGT_` prefix, `__` between nested keys; only `data_dir`, `iscsi.*` and
+//! `discovery.*` — arrays of targets are file-only), then [`Overrides`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider, Source};
+use serde::{Deserialize, Serialize};
+
+/// Name of the target served when no config file is given.
+pub const DEFAULT_TARGET_IQN: &str = "iqn.2026-11.org.rustgt:default";
+/// Data directory when neither the file, the environment nor `--data-dir` set one.
+pub const DEFAULT_DATA_DIR: &str = "./rustgt-data";
+/// Prefix of environment overrides; nested keys are joined with `__`.
+pub const ENV_PREFIX: &str = "RUSTGT_";
+
+/// RFC 7143 §4.2.7.1: an iSCSI name is at most 223 bytes.
+pub const MAX_ISCSI_NAME_LEN: usize = 223;
+/// SAM-5 flat/peripheral LUN addressing used here: LUN ids 0..=16383.
+pub const MAX_LUN_ID: u64 = 16383;
+/// RFC 7143 §9.2.1: a CHAP secret of fewer than 96 bits needs IPsec, which
+/// rustgt does not provide, so shorter secrets are refused.
+pub const MIN_CHAP_SECRET_LEN: usize = 12;
+/// Longest CHAP name or secret accepted (a text-key value, RFC 7143 §6.1).
+pub const MAX_CHAP_FIELD_LEN: usize = 255;
+
+// ---------------------------------------------------------------------------
+// Settings types
+// ---------------------------------------------------------------------------
+
+/// The whole daemon configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Directory for backing files given by relative paths (created at start).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Session defaults offered in login negotiation, shared by all targets.
+    #[serde(default)]
+    pub iscsi: IscsiSettings,
+    /// Settings of discovery (SendTargets) sessions.
+    #[serde(default)]
+    pub discovery: DiscoverySettings,
+    /// Served targets. Empty in a file means none; no file means the default target.
+    #[serde(default)]
+    pub targets: Vec<TargetSettings>,
+}
+
+/// iSCSI operational parameters (RFC 7143 §13) and per-session limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IscsiSettings {
+    /// Commands the target accepts ahead (MaxCmdSN - ExpCmdSN + 1), 1..=65535.
+    pub queue_depth: u32,
+    /// Seconds of silence before the target sends a NOP-In ping; 0 disables.
+    pub nop_in_interval_secs: u64,
+    /// Seconds to wait for the NOP-Out answer before dropping the connection.
+    pub nop_in_timeout_secs: u64,
+    /// MaxRecvDataSegmentLength declared by the target (§13.12), 512..=16777215.
+    pub max_recv_data_segment_length: u32,
+    /// MaxBurstLength (§13.13), 512..=16777215.
+    pub max_burst_length: u32,
+    /// FirstBurstLength (§13.14), 512..=16777215 and <= max_burst_length.
+    pub first_burst_length: u32,
+    /// InitialR2T (§13.10): true forbids unsolicited Data-Out.
+    pub initial_r2t: bool,
+    /// ImmediateData (§13.11): data allowed in the SCSI Command PDU.
+    pub immediate_data: bool,
+    /// MaxOutstandingR2T (§13.17), 1..=65535.
+    pub max_outstanding_r2t: u32,
+    /// HeaderDigest values the target accepts, in preference order (§13.1).
+    pub header_digest: Vec<String>,
+    /// DataDigest values the target accepts, in preference order (§13.1).
+    pub data_digest: Vec<String>,
+    /// DefaultTime2Wait seconds (§13.15), 0..=3600.
+    pub default_time2wait: u16,
+    /// DefaultTime2Retain seconds (§13.16), 0..=3600.
+    pub default_time2retain: u16,
+    /// Worker threads per LUN unless the LUN sets `workers`, 1..=1024.
+    pub workers_per_lun: usize,
+}
+
+impl Default for IscsiSettings {
+    fn default() -> Self {
+        Self {
+            queue_depth: 128,
+            nop_in_interval_secs: 15,
+            nop_in_timeout_secs: 30,
+            max_recv_data_segment_length: 262_144,
+            max_burst_length: 1_048_576,
+            first_burst_length: 262_144,
+            initial_r2t: false,
+            immediate_data: true,
+            max_outstanding_r2t: 16,
+            header_digest: vec![DIGEST_NONE.to_owned(), DIGEST_CRC32C.to_owned()],
+            data_digest: vec![DIGEST_NONE.to_owned(), DIGEST_CRC32C.to_owned()],
+            default_time2wait: 2,
+            default_time2retain: 20,
+            workers_per_lun: 8,
+        }
+    }
+}
+
+/// The two digest names of RFC 7143 §13.1.
+pub const DIGEST_NONE: &str = "None";
+pub const DIGEST_CRC32C: &str = "CRC32C";
+
+/// Discovery session settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscoverySettings {
+    /// CHAP required for discovery sessions; none means open discovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chap: Option<ChapSettings>,
+}
+
+/// CHAP credentials (RFC 7143 §12.1.3). `user`/`secret` authenticate the
+/// initiator; `mutual_*`, when set, are what the target answers with when the
+/// initiator asks it to authenticate itself.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChapSettings {
+    pub user: String,
+    pub secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutual_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutual_secret: Option<String>,
+}
+
+impl fmt::Debug for ChapSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChapSettings")
+            .field("user", &self.user)
+            .field("secret", &"<redacted>")
+            .field("mutual_user", &self.mutual_user)
+            .field(
+                "mutual_secret",
+                &self.mutual_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// One target: a name, where it listens, who may log in, and its LUNs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSettings {
+    /// iSCSI name (iqn./eui./naa. form, RFC 7143 §4.2.7).
+    pub iqn: String,
+    /// TargetAlias sent at login (§13.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Network portals (ADDR:PORT); `--listen` replaces them.
+    #[serde(default = "default_portals")]
+    pub portals: Vec<SocketAddr>,
+    /// Target portal group tag reported in SendTargets and at login.
+    #[serde(default = "default_tpgt")]
+    pub tpgt: u16,
+    /// Initiator names allowed to log in; empty allows any initiator.
+    #[serde(default)]
+    pub acl: Vec<String>,
+    /// CHAP required for normal sessions to this target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chap: Option<ChapSettings>,
+    /// Logical units.
+    #[serde(default)]
+    pub luns: Vec<LunSettings>,
+}
+
+/// One logical unit and its backing store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LunSettings {
+    /// LUN number, 0..=16383.
+    pub id: u64,
+    /// Engine: "file", "blockdev", "ram" or "null".
+    pub backstore: String,
+    /// Backing file or device (file/blockdev only); relative = under data_dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// Capacity such as "1G" or "512M" (binary units).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Logical block size: 512 or 4096.
+    #[serde(default = "default_block_size")]
+    pub block_size: u32,
+    /// Refuse writes (write-protected LUN).
+    #[serde(default)]
+    pub read_only: bool,
+    /// Thin provisioning: sparse backing, deallocation on UNMAP / WRITE SAME.
+    #[serde(default = "default_true")]
+    pub thin: bool,
+    /// Volatile write cache reported (WCE); writes reach disk at SYNCHRONIZE CACHE/FUA.
+    #[serde(default = "default_true")]
+    pub write_cache: bool,
+    /// Worker threads of this LUN; default `iscsi.workers_per_lun`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// Unit serial number (VPD page 0x80); default derived by the daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+}
+
+/// Backstore engines a LUN can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackstoreKind {
+    File,
+    Blockdev,
+    Ram,
+    Null,
+}
+
+impl BackstoreKind {
+    /// The name used in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::File => "file",
+            Self::Blockdev => "blockdev",
+            Self::Ram => "ram",
+            Self::Null => "null",
+        }
+    }
+
+    /// Parses a config name (exact, lowercase).
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::File, Self::Blockdev, Self::Ram, Self::Null]
+            .into_iter()
+            .find(|k| k.as_str() == name)
+    }
+}
+
+impl LunSettings {
+    /// The engine, `None` only if `backstore` is unknown (never after [`load`]).
+    pub fn kind(&self) -> Option<BackstoreKind> {
+        BackstoreKind::parse(&self.backstore)
+    }
+
+    /// The backing path with a relative path placed under `data_dir`.
+    pub fn resolved_path(&self, data_dir: &Path) -> Option<PathBuf> {
+        self.path.as_ref().map(|p| data_dir.join(p))
+    }
+
+    /// The size in bytes, `None` when unset (or unparsable, never after [`load`]).
+    #[allow(dead_code)] // API for the daemon's wiring; exercised by the tests
+    pub fn size_bytes(&self) -> Option<u64> {
+        self.size.as_deref().and_then(parse_size)
+    }
+
+    /// Worker threads for this LUN.
+    #[allow(dead_code)] // API for the daemon's wiring; exercised by the tests
+    pub fn effective_workers(&self, iscsi: &IscsiSettings) -> usize {
+        self.workers.unwrap_or(iscsi.workers_per_lun)
+    }
+}
+
+/// Command-line values that beat the file and the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Replaces the portal list of every target.
+    pub listen: Option<SocketAddr>,
+    /// Replaces `data_dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_DATA_DIR)
+}
+
+fn default_portals() -> Vec<SocketAddr> {
+    vec![SocketAddr::from(([127, 0, 0, 1], 3260))]
+}
+
+fn default_tpgt() -> u16 {
+    1
+}
+
+fn default_block_size() -> u32 {
+    512
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    rustgt_backstore::parse_size(s)
+}
+
+impl Config {
+    /// The target served when no config file is given: LUN 0 is a 1 GiB
+    /// sparse file `lun0.img` under the data directory.
+    pub fn default_target() -> TargetSettings {
+        TargetSettings {
+            iqn: DEFAULT_TARGET_IQN.to_owned(),
+            alias: None,
+            portals: default_portals(),
+            tpgt: default_tpgt(),
+            acl: Vec::new(),
+            chap: None,
+            luns: vec![LunSettings {
+                id: 0,
+                backstore: BackstoreKind::File.as_str().to_owned(),
+                path: Some(PathBuf::from("lun0.img")),
+                size: Some("1G".to_owned()),
+                block_size: default_block_size(),
+                read_only: false,
+                thin: true,
+                write_cache: true,
+                workers: None,
+                serial: None,
+            }],
+        }
+    }
+
+    /// The configuration as TOML, loadable again with [`load`]. Secrets are
+    /// included: the output is for a root-only config file.
+    #[allow(dead_code)] // for the admin `config save` command; exercised by the tests
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+impl Default for Config {
+    /// What [`load`] returns with no file, no environment and no overrides.
+    fn default() -> Self {
+        Self {
+            data_dir: default_data_dir(),
+            iscsi: IscsiSettings::default(),
+            discovery: DiscoverySettings::default(),
+            targets: vec![Self::default_target()],
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/// One thing wrong with the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where the value came from: a file path, an environment variable, a
+    /// command-line option or "built-in defaults".
+    pub origin: String,
+    /// Key path such as `targets[0].luns[1].block_size`; empty for a whole-file error.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.origin, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.origin, self.key, self.message)
+        }
+    }
+}
+
+/// Errors of configuration loading.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}", ProblemList(.0))]
+    Invalid(Vec<Problem>),
+    #[error("cannot write the configuration as TOML: {0}")]
+    Serialize(#[from] toml::ser::Error),
+}
+
+impl ConfigError {
+    /// The individual problems (empty for read/serialize errors).
+    #[allow(dead_code)] // API for callers that report problems one by one
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            Self::Invalid(p) => p,
+            _ => &[],
+        }
+    }
+}
+
+struct ProblemList<'a>(&'a [Problem]);
+
+impl fmt::Display for ProblemList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            [one] => write!(f, "invalid configuration: {one}"),
+            many => {
+                write!(f, "invalid configuration ({} problems):", many.len())?;
+                for p in many {
+                    write!(f, "\n  {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------
+
+/// Loads, merges and validates the configuration. With `file == None` the
+/// default target is served (environment and overrides still apply).
+pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut figment = Figment::new();
+    if let Some(path) = file {
+        let contents = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        figment = figment.merge(TomlFile {
+            path: path.to_owned(),
+            contents,
+        });
+    }
+    figment = figment.merge(env_provider());
+
+    let origins = Origins::new(&figment, file, overrides);
+    let mut config: Config = figment
+        .extract()
+        .map_err(|e| ConfigError::Invalid(origins.problems_from_figment(e)))?;
+
+    if file.is_none() {
+        config.targets = vec![Config::default_target()];
+    }
+    if let Some(dir) = &overrides.data_dir {
+        config.data_dir = dir.clone();
+    }
+    if let Some(listen) = overrides.listen {
+        for target in &mut config.targets {
+            target.portals = vec![listen];
+        }
+    }
+
+    let problems = validate(&config);
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError::Invalid(
+            problems
+                .into_iter()
+                .map(|(key, message)| Problem {
+                    origin: origins.of(&key),
+                    key: key.to_string(),
+                    message,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// `RUSTGT_*` variables for the keys the environment may set.
+fn env_provider() -> Env {
+    Env::prefixed(ENV_PREFIX)
+        .filter(|k| {
+            let k = k.as_str().to_ascii_lowercase();
+            k == "data_dir" || k.starts_with("iscsi__") || k.starts_with("discovery__")
+        })
+        .split("__")
+}
+
+/// The config file, parsed by figment's TOML provider but carrying the real
+/// file path in its metadata (so errors can name it) without reading it twice.
+struct TomlFile {
+    path: PathBuf,
+    contents: String,
+}
+
+impl Provider for TomlFile {
+    fn metadata(&self) -> Metadata {
+        Metadata::from("TOML file", Source::File(self.path.clone()))
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Toml::string(&self.contents).data()
+    }
+}
+
+/// Works out where a key's value came from.
+struct Origins<'a> {
+    figment: &'a Figment,
+    merged: Option<Value>,
+    file: Option<&'a Path>,
+    overrides: &'a Overrides,
+}
+
+impl<'a> Origins<'a> {
+    fn new(figment: &'a Figment, file: Option<&'a Path>, overrides: &'a Overrides) -> Self {
+        Self {
+            figment,
+            merged: figment.find_value("").ok(),
+            file,
+            overrides,
+        }
+    }
+
+    fn fallback(&self) -> String {
+        match self.file {
+            Some(path) => path.display().to_string(),
+            None => "built-in defaults".to_owned(),
+        }
+    }
+
+    /// Origin of a validated key of the final config.
+    fn of(&self, key: &KeyPath) -> String {
+        if let Some(opt) = self.override_option(key) {
+            return opt.to_owned();
+        }
+        let Some(root) = &self.merged else {
+            return self.fallback();
+        };
+        // The deepest value that exists on the path tells the provider.
+        let mut value = root;
+        let mut exact = true;
+        for seg in &key.0 {
+            let next = match (seg, value) {
+                (Seg::Key(k), Value::Dict(_, d)) => d.get(*k),
+                (Seg::Index(i), Value::Array(_, a)) => a.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(v) => value = v,
+                None => {
+                    exact = false;
+                    break;
+                }
+            }
+        }
+        match self.figment.get_metadata(value.tag()) {
+            Some(md) if is_env(md) => {
+                if exact {
+                    env_var_name(key.0.iter().map(Seg::to_string))
+                } else {
+                    self.fallback()
+                }
+            }
+            Some(md) => describe_source(md).unwrap_or_else(|| self.fallback()),
+            None => self.fallback(),
+        }
+    }
+
+    fn override_option(&self, key: &KeyPath) -> Option<&'static str> {
+        match key.0.as_slice() {
+            [Seg::Key("data_dir")] if self.overrides.data_dir.is_some() => Some("--data-dir"),
+            [Seg::Key("targets"), Seg::Index(_), Seg::Key("portals"), ..]
+                if self.overrides.listen.is_some() =>
+            {
+                Some("--listen")
+            }
+            _ => None,
+        }
+    }
+
+    /// Problems from figment's extraction (syntax, types, unknown keys).
+    fn problems_from_figment(&self, err: figment::Error) -> Vec<Problem> {
+        err.into_iter()
+            .map(|e| {
+                let mut path = e.path.clone();
+                if let figment::error::Kind::UnknownField(field, _) = &e.kind {
+                    if path.last() != Some(field) {
+                        path.push(field.clone());
+                    }
+                }
+                let origin = match &e.metadata {
+                    Some(md) if is_env(md) && !path.is_empty() => {
+                        env_var_name(path.iter().cloned())
+                    }
+                    Some(md) => describe_source(md).unwrap_or_else(|| self.fallback()),
+                    None => self.fallback(),
+                };
+                Problem {
+                    origin,
+                    key: display_figment_path(&path),
+                    message: describe_kind(&e.kind),
+                }
+            })
+            .collect()
+    }
+}
+
+/// figment's own wording, except for unknown keys where it quotes oddly.
+fn describe_kind(kind: &figment::error::Kind) -> String {
+    match kind {
+        figment::error::Kind::UnknownField(_, expected) => {
+            format!("unknown field; expected one of: {}", expected.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn is_env(md: &Metadata) -> bool {
+    md.name.contains("environment")
+}
+
+fn describe_source(md: &Metadata) -> Option<String> {
+    match &md.source {
+        Some(Source::File(path)) => Some(path.display().to_string()),
+        _ => None,
+    }
+}
+
+fn env_var_name(segments: impl Iterator<Item = String>) -> String {
+    let parts: Vec<String> = segments.map(|s| s.to_ascii_uppercase()).collect();
+    format!("{ENV_PREFIX}{}", parts.join("__"))
+}
+
+/// `["targets","0","iqn"]` -> `targets[0].iqn`.
+fn display_figment_path(path: &[String]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+            out.push('[');
+            out.push_str(seg);
+            out.push(']');
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seg {
+    Key(&'static str),
+    Index(usize),
+}
+
+impl fmt::Display for Seg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Seg::Key(k) => f.write_str(k),
+            Seg::Index(i) => write!(f, "{i}"),
+        }
+    }
+}
+
+/// A key path into the config, displayed as `targets[0].luns[1].block_size`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct KeyPath(Vec<Seg>);
+
+impl KeyPath {
+    fn key(&self, k: &'static str) -> Self {
+        let mut p = self.clone();
+        p.0.push(Seg::Key(k));
+        p
+    }
+
+    fn index(&self, i: usize) -> Self {
+        let mut p = self.clone();
+        p.0.push(Seg::Index(i));
+        p
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, seg) in self.0.iter().enumerate() {
+            match seg {
+                Seg::Key(k) if n == 0 => f.write_str(k)?,
+                Seg::Key(k) => write!(f, ".{k}")?,
+                Seg::Index(i) => write!(f, "[{i}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Collects (key, message) pairs.
+#[derive(Default)]
+struct Checker {
+    problems: Vec<(KeyPath, String)>,
+}
+
+impl Checker {
+    fn fail(&mut self, key: KeyPath, message: impl Into<String>) {
+        self.problems.push((key, message.into()));
+    }
+
+    fn range<T>(&mut self, key: KeyPath, value: T, min: T, max: T)
+    where
+        T: PartialOrd + fmt::Display + Copy,
+    {
+        if value < min || value > max {
+            self.fail(key, format!("{value} is out of range {min}..={max}"));
+        }
+    }
+}
+
+fn validate(config: &Config) -> Vec<(KeyPath, String)> {
+    let mut c = Checker::default();
+    let root = KeyPath::default();
+    if config.data_dir.as_os_str().is_empty() {
+        c.fail(root.key("data_dir"), "must not be empty");
+    }
+    check_iscsi(&mut c, &root.key("iscsi"), &config.iscsi);
+    if let Some(chap) = &config.discovery.chap {
+        check_chap(&mut c, &root.key("discovery").key("chap"), chap);
+    }
+    let mut iqns: HashMap<String, usize> = HashMap::new();
+    let mut backing: HashMap<PathBuf, KeyPath> = HashMap::new();
+    for (i, target) in config.targets.iter().enumerate() {
+        let key = root.key("targets").index(i);
+        check_target(&mut c, &key, target, &config.data_dir, &mut backing);
+        // Names compare case-insensitively (RFC 3722 normalization).
+        if let Some(first) = iqns.insert(target.iqn.to_ascii_lowercase(), i) {
+            c.fail(
+                key.key("iqn"),
+                format!("duplicate target name, already used by targets[{first}].iqn"),
+            );
+        }
+    }
+    c.problems
+}
+
+fn check_iscsi(c: &mut Checker, key: &KeyPath, s: &IscsiSettings) {
+    const MAX_24BIT: u32 = (1 << 24) - 1;
+    c.range(key.key("queue_depth"), s.queue_depth, 1, 65535);
+    if s.nop_in_interval_secs > 0 {
+        c.range(
+            key.key("nop_in_timeout_secs"),
+            s.nop_in_timeout_secs,
+            1,
+            3600,
+        );
+    }
+    c.range(
+        key.key("nop_in_interval_secs"),
+        s.nop_in_interval_secs,
+        0,
+        86400,
+    );
+    c.range(
+        key.key("max_recv_data_segment_length"),
+        s.max_recv_data_segment_length,
+        512,
+        MAX_24BIT,
+    );
+    c.range(
+        key.key("max_burst_length"),
+        s.max_burst_length,
+        512,
+        MAX_24BIT,
+    );
+    c.range(
+        key.key("first_burst_length"),
+        s.first_burst_length,
+        512,
+        MAX_24BIT,
+    );
+    if s.first_burst_length > s.max_burst_length {
+        c.fail(
+            key.key("first_burst_length"),
+            format!(
+                "{} exceeds max_burst_length {} (RFC 7143 §13.14)",
+                s.first_burst_length, s.max_burst_length
+            ),
+        );
+    }
+    c.range(
+        key.key("max_outstanding_r2t"),
+        s.max_outstanding_r2t,
+        1,
+        65535,
+    );
+    check_digests(c, &key.key("header_digest"), &s.header_digest);
+    check_digests(c, &key.key("data_digest"), &s.data_digest);
+    c.range(key.key("default_time2wait"), s.default_time2wait, 0, 3600);
+    c.range(
+        key.key("default_time2retain"),
+        s.default_time2retain,
+        0,
+        3600,
+    );
+    c.range(key.key("workers_per_lun"), s.workers_per_lun, 1, 1024);
+}
+
+fn check_digests(c: &mut Checker, key: &KeyPath, list: &[String]) {
+    if list.is_empty() {
+        c.fail(
+            key.clone(),
+            "must list at least one of \"None\", \"CRC32C\"",
+        );
+    }
+    for (i, d) in list.iter().enumerate() {
+        if d != DIGEST_NONE && d != DIGEST_CRC32C {
+            c.fail(
+                key.index(i),
+                format!("unknown digest {d:?}: expected \"None\" or \"CRC32C\""),
+            );
+        } else if list.get(..i).is_some_and(|before| before.contains(d)) {
+            c.fail(key.index(i), format!("{d:?} is listed twice"));
+        }
+    }
+}
+
+fn check_chap(c: &mut Checker, key: &KeyPath, chap: &ChapSettings) {
+    check_chap_name(c, key.key("user"), &chap.user);
+    check_chap_secret(c, key.key("secret"), &chap.secret);
+    match (&chap.mutual_user, &chap.mutual_secret) {
+        (Some(user), Some(secret)) => {
+            check_chap_name(c, key.key("mutual_user"), user);
+            check_chap_secret(c, key.key("mutual_secret"), secret);
+            if secret == &chap.secret {
+                // RFC 7143 §9.2.1: a secret used to authenticate initiators
+                // must not also authenticate the target.
+                c.fail(key.key("mutual_secret"), "must differ from secret");
+            }
+        }
+        (Some(_), None) => c.fail(
+            key.key("mutual_secret"),
+            "is required when mutual_user is set",
+        ),
+        (None, Some(_)) => c.fail(
+            key.key("mutual_user"),
+            "is required when mutual_secret is set",
+        ),
+        (None, None) => {}
+    }
+}
+
+fn check_chap_name(c: &mut Checker, key: KeyPath, name: &str) {
+    if name.is_empty() || name.len() > MAX_CHAP_FIELD_LEN {
+        c.fail(key, format!("must be 1..={MAX_CHAP_FIELD_LEN} bytes long"));
+    } else if name.chars().any(char::is_control) {
+        c.fail(key, "must not contain control characters");
+    }
+}
+
+/// Never echoes the secret itself.
+fn check_chap_secret(c: &mut Checker, key: KeyPath, secret: &str) {
+    let len = secret.len();
+    if len < MIN_CHAP_SECRET_LEN {
+        c.fail(
+            key,
+            format!(
+                "is {len} bytes; CHAP secrets must be at least {MIN_CHAP_SECRET_LEN} bytes \
+                 (96 bits, RFC 7143 §9.2.1)"
+            ),
+        );
+    } else if len > MAX_CHAP_FIELD_LEN {
+        c.fail(
+            key,
+            format!("is {len} bytes; at most {MAX_CHAP_FIELD_LEN} are accepted"),
+        );
+    } else if secret.chars().any(char::is_control) {
+        c.fail(key, "must not contain control characters");
+    }
+}
+
+fn check_target(
+    c: &mut Checker,
+    key: &KeyPath,
+    t: &TargetSettings,
+    data_dir: &Path,
+    backing: &mut HashMap<PathBuf, KeyPath>,
+) {
+    if let Err(msg) = validate_iscsi_name(&t.iqn) {
+        c.fail(key.key("iqn"), msg);
+    }
+    if let Some(alias) = &t.alias {
+        if alias.is_empty() || alias.len() > 255 {
+            c.fail(key.key("alias"), "must be 1..=255 bytes long");
+        } else if alias.chars().any(char::is_control) {
+            c.fail(key.key("alias"), "must not contain control characters");
+        }
+    }
+    if t.portals.is_empty() {
+        c.fail(key.key("portals"), "must list at least one ADDR:PORT");
+    }
+    for (i, p) in t.portals.iter().enumerate() {
+        if t.portals.get(..i).is_some_and(|before| before.contains(p)) {
+            c.fail(key.key("portals").index(i), format!("{p} is listed twice"));
+        }
+    }
+    for (i, name) in t.acl.iter().enumerate() {
+        if let Err(msg) = validate_iscsi_name(name) {
+            c.fail(key.key("acl").index(i), msg);
+        } else if t
+            .acl
+            .get(..i)
+            .is_some_and(|before| before.iter().any(|b| b.eq_ignore_ascii_case(name)))
+        {
+            c.fail(key.key("acl").index(i), format!("{name} is listed twice"));
+        }
+    }
+    if let Some(chap) = &t.chap {
+        check_chap(c, &key.key("chap"), chap);
+    }
+    let mut ids: HashMap<u64, usize> = HashMap::new();
+    for (j, lun) in t.luns.iter().enumerate() {
+        let lkey = key.key("luns").index(j);
+        check_lun(c, &lkey, lun, data_dir, backing);
+        if let Some(first) = ids.insert(lun.id, j) {
+            c.fail(
+                lkey.key("id"),
+                format!("LUN {} is already defined by luns[{first}]", lun.id),
+            );
+        }
+    }
+}
+
+fn check_lun(
+    c: &mut Checker,
+    key: &KeyPath,
+    lun: &LunSettings,
+    data_dir: &Path,
+    backing: &mut HashMap<PathBuf, KeyPath>,
+) {
+    if lun.id > MAX_LUN_ID {
+        c.fail(
+            key.key("id"),
+            format!("{} is out of range 0..={MAX_LUN_ID}", lun.id),
+        );
+    }
+    if lun.block_size != 512 && lun.block_size != 4096 {
+        c.fail(
+            key.key("block_size"),
+            format!("{} is not supported: use 512 or 4096", lun.block_size),
+        );
+    }
+    if let Some(w) = lun.workers {
+        c.range(key.key("workers"), w, 1, 1024);
+    }
+    if let Some(serial) = &lun.serial {
+        if serial.is_empty() || serial.len() > 64 || !serial.bytes().all(|b| b.is_ascii_graphic()) {
+            c.fail(
+                key.key("serial"),
+                "must be 1..=64 printable ASCII characters without spaces (SPC-4 §7.8.16)",
+            );
+        }
+    }
+    let size = check_size(c, &key.key("size"), lun);
+    let Some(kind) = lun.kind() else {
+        c.fail(
+            key.key("backstore"),
+            format!(
+                "unknown backstore {:?}: expected \"file\", \"blockdev\", \"ram\" or \"null\"",
+                lun.backstore
+            ),
+        );
+        return;
+    };
+    match kind {
+        BackstoreKind::File | BackstoreKind::Blockdev => {
+            let Some(path) = lun.resolved_path(data_dir) else {
+                c.fail(
+                    key.key("path"),
+                    format!("is required for a {} backstore", kind.as_str()),
+                );
+                return;
+            };
+            if lun.path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                c.fail(key.key("path"), "must not be empty");
+                return;
+            }
+            if let Some(first) = backing.insert(path.clone(), key.key("path")) {
+                c.fail(
+                    key.key("path"),
+                    format!("{} is already the backing store of {first}", path.display()),
+                );
+            }
+            if kind == BackstoreKind::File && size.is_none() && !path.exists() {
+                let what = if lun.read_only {
+                    "the file must exist for a read-only LUN"
+                } else {
+                    "is required because the backing file does not exist yet"
+                };
+                c.fail(key.key("size"), format!("{what} ({})", path.display()));
+            }
+        }
+        BackstoreKind::Ram | BackstoreKind::Null => {
+            if lun.path.is_some() {
+                c.fail(
+                    key.key("path"),
+                    format!("is not used by a {} backstore; remove it", kind.as_str()),
+                );
+            }
+            if lun.size.is_none() {
+                c.fail(
+                    key.key("size"),
+                    format!("is required for a {} backstore", kind.as_str()),
+                );
+            }
+        }
+    }
+}
+
+/// Checks `size` and returns it in bytes when set and valid.
+fn check_size(c: &mut Checker, key: &KeyPath, lun: &LunSettings) -> Option<u64> {
+    let text = lun.size.as_deref()?;
+    let Some(bytes) = parse_size(text) else {
+        c.fail(
+            key.clone(),
+            format!("{text:?} is not a size: use bytes or a K/M/G/T suffix, e.g. \"1G\""),
+        );
+        return None;
+    };
+    let bs = u64::from(lun.block_size);
+    if bytes == 0 {
+        c.fail(key.clone(), "must not be zero");
+        return None;
+    }
+    if bs != 0 && bytes % bs != 0 {
+        c.fail(
+            key.clone(),
+            format!(
+                "{bytes} bytes is not a multiple of the block size {}",
+                lun.block_size
+            ),
+        );
+        return None;
+    }
+    Some(bytes)
+}
+
+/// Checks an iSCSI name (RFC 7143 §4.2.7): `iqn.yyyy-mm.reversed.domain[:anything]`,
+/// `eui.` + 16 hex digits, or `naa.` + 16 or 32 hex digits; at most 223 bytes.
+/// `iqn.` names must be lowercase (the RFC 3722 stringprep profile maps to
+/// lowercase, so a configured name must already be in that form to match).
+pub fn validate_iscsi_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_ISCSI_NAME_LEN {
+        return Err(format!(
+            "is {} bytes; iSCSI names are at most {MAX_ISCSI_NAME_LEN} (RFC 7143 §4.2.7.1)",
+            name.len()
+        ));
+    }
+    if let Some(rest) = name.strip_prefix("iqn.") {
+        return validate_iqn(rest).map_err(|m| format!("{name:?}: {m}"));
+    }
+    let (hex, lens): (&str, &[usize]) = if let Some(rest) = name.strip_prefix("eui.") {
+        (rest, &[16])
+    } else if let Some(rest) = name.strip_prefix("naa.") {
+        (rest, &[16, 32])
+    } else {
+        return Err(format!(
+            "{name:?} is not an iSCSI name: expected iqn.yyyy-mm.domain[:id], eui.<16 hex> \
+             or naa.<16|32 hex> (RFC 7143 §4.2.7)"
+        ));
+    };
+    if !lens.contains(&hex.len()) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let want = if lens.len() == 1 { "16" } else { "16 or 32" };
+        return Err(format!(
+            "{name:?}: expected {want} hexadecimal digits after the type prefix"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_iqn(rest: &str) -> Result<(), String> {
+    if let Some(bad) = rest.chars().find(|&ch| !iqn_char_ok(ch)) {
+        return Err(if bad.is_uppercase() {
+            "iqn names must be lowercase (RFC 3722)".into()
+        } else {
+            format!("character {bad:?} is not allowed (letters, digits, '-', '.', ':')")
+        });
+    }
+    // yyyy-mm.
+    let date = rest
+        .get(..7)
+        .ok_or("missing the yyyy-mm date after \"iqn.\"")?;
+    let (year, month) = date
+        .split_once('-')
+        .ok_or("expected a yyyy-mm date after \"iqn.\"")?;
+    let year_ok = year.len() == 4 && year.bytes().all(|b| b.is_ascii_digit());
+    let month_ok = month.len() == 2 && month.parse::<u8>().is_ok_and(|m| (1..=12).contains(&m));
+    if !year_ok || !month_ok {
+        return Err(format!("{date:?} is not a yyyy-mm date"));
+    }
+    let after_date = rest.get(7..).unwrap_or("");
+    let authority = after_date
+        .strip_prefix('.')
+        .ok_or("expected \".\" and a reversed domain name after the date")?;
+    let domain = authority.split(':').next().unwrap_or("");
+    if domain.is_empty() || domain.split('.').any(|label| label.is_empty()) {
+        return Err(
+            "the naming authority must be a reversed domain name such as com.example".into(),
+        );
+    }
+    if domain
+        .split('.')
+        .any(|l| l.starts_with('-') || l.ends_with('-'))
+    {
+        return Err("domain labels must not start or end with '-'".into());
+    }
+    Ok(())
+}
+
+fn iqn_char_ok(ch: char) -> bool {
+    if ch.is_ascii() {
+        ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '-' | '.' | ':')
+    } else {
+        ch.is_alphanumeric() && !ch.is_uppercase()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    /// Every test that calls [`load`] runs in a figment `Jail`: the jail
+    /// serializes those tests, so one test's `RUSTGT_*` variables never leak
+    /// into another's load.
+    fn jailed(f: impl FnOnce(&mut Jail) -> figment::error::Result<()>) {
+        Jail::expect_with(f);
+    }
+
+    fn write_config(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("rustgt.toml");
+        std::fs::write(&path, body).expect("write config");
+        path
+    }
+
+    /// A valid one-target config in `dir` whose LUN is a RAM disk.
+    fn base_config(dir: &Path, target_extra: &str, lun_extra: &str) -> String {
+        format!(
+            "data_dir = {dir:?}\n\
+             [[targets]]\n\
+             iqn = \"iqn.2026-11.org.rustgt:test\"\n\
+             {target_extra}\n\
+             [[targets.luns]]\n\
+             id = 0\n\
+             backstore = \"ram\"\n\
+             size = \"64M\"\n\
+             {lun_extra}\n",
+            dir = dir.display().to_string()
+        )
+    }
+
+    fn load_str(body: &str) -> (PathBuf, Result<Config, ConfigError>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_config(dir.path(), body);
+        let res = load(Some(&path), &Overrides::default());
+        (path, res)
+    }
+
+    /// Asserts the load fails with a problem at exactly `key`, naming the
+    /// file, and whose message contains `fragment`.
+    fn assert_problem(body: &str, key: &str, fragment: &str) {
+        let (path, res) = load_str(body);
+        let err = res.expect_err(&format!("config should be rejected:\n{body}"));
+        let text = err.to_string();
+        let found = err.problems().iter().find(|p| p.key == key);
+        let Some(p) = found else {
+            panic!("no problem at key {key}: {text}\nconfig:\n{body}");
+        };
+        assert!(
+            p.message.contains(fragment),
+            "problem at {key} should mention {fragment:?}: {p}"
+        );
+        assert_eq!(p.origin, path.display().to_string(), "{p}");
+        assert!(text.contains(key), "display names the key: {text}");
+        assert!(
+            text.contains(&path.display().to_string()),
+            "display names the file: {text}"
+        );
+    }
+
+    #[test]
+    fn no_file_gives_the_default_target() {
+        jailed(|_| {
+            let cfg = load(None, &Overrides::default()).expect("default config loads");
+            assert_eq!(cfg, Config::default());
+            assert_eq!(cfg.data_dir, PathBuf::from("./rustgt-data"));
+            let [t] = cfg.targets.as_slice() else {
+                panic!("one default target expected: {cfg:?}");
+            };
+            assert_eq!(t.iqn, "iqn.2026-11.org.rustgt:default");
+            assert_eq!(t.portals, vec!["127.0.0.1:3260".parse().expect("addr")]);
+            assert_eq!(t.tpgt, 1);
+            assert!(t.acl.is_empty() && t.chap.is_none());
+            let [lun] = t.luns.as_slice() else {
+                panic!("one LUN expected: {t:?}");
+            };
+            assert_eq!(lun.id, 0);
+            assert_eq!(lun.kind(), Some(BackstoreKind::File));
+            assert_eq!(
+                lun.resolved_path(&cfg.data_dir),
+                Some(PathBuf::from("./rustgt-data/lun0.img"))
+            );
+            assert_eq!(lun.size_bytes(), Some(1 << 30));
+            assert_eq!(lun.block_size, 512);
+            assert!(lun.thin && lun.write_cache && !lun.read_only);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn iscsi_defaults_match_the_documentation() {
+        let s = IscsiSettings::default();
+        assert_eq!(s.queue_depth, 128);
+        assert_eq!(s.nop_in_interval_secs, 15);
+        assert_eq!(s.nop_in_timeout_secs, 30);
+        assert_eq!(s.max_recv_data_segment_length, 262_144);
+        assert_eq!(s.max_burst_length, 1_048_576);
+        assert_eq!(s.first_burst_length, 262_144);
+        assert!(!s.initial_r2t);
+        assert!(s.immediate_data);
+        assert_eq!(s.max_outstanding_r2t, 16);
+        assert_eq!(s.header_digest, ["None", "CRC32C"]);
+        assert_eq!(s.data_digest, ["None", "CRC32C"]);
+        assert_eq!(s.default_time2wait, 2);
+        assert_eq!(s.default_time2retain, 20);
+        assert_eq!(s.workers_per_lun, 8);
+    }
+
+    #[test]
+    fn minimal_file_fills_in_defaults() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (_, res) = load_str(&base_config(dir.path(), "", ""));
+            let cfg = res.expect("loads");
+            assert_eq!(cfg.iscsi, IscsiSettings::default());
+            assert_eq!(cfg.discovery, DiscoverySettings::default());
+            let t = cfg.targets.first().expect("target");
+            assert_eq!(t.portals, default_portals());
+            let lun = t.luns.first().expect("lun");
+            assert_eq!(lun.size_bytes(), Some(64 << 20));
+            assert_eq!(lun.block_size, 512);
+            assert!(lun.thin && lun.write_cache);
+            assert_eq!(lun.effective_workers(&cfg.iscsi), 8);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn file_with_no_targets_serves_none() {
+        jailed(|_| {
+            let (_, res) = load_str("[iscsi]\nqueue_depth = 32\n");
+            let cfg = res.expect("loads");
+            assert!(cfg.targets.is_empty());
+            assert_eq!(cfg.iscsi.queue_depth, 32);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn listen_override_replaces_every_portal_list() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut body = base_config(
+                dir.path(),
+                "portals = [\"10.0.0.1:3260\", \"10.0.0.2:3260\"]",
+                "",
+            );
+            body.push_str(
+                "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:second\"\nportals = [\"10.0.0.3:3261\"]\n",
+            );
+            let path = write_config(dir.path(), &body);
+            let listen: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+            let overrides = Overrides {
+                listen: Some(listen),
+                data_dir: Some(PathBuf::from("/tmp/rustgt-elsewhere")),
+            };
+            let cfg = load(Some(&path), &overrides).expect("loads");
+            assert_eq!(cfg.targets.len(), 2);
+            for t in &cfg.targets {
+                assert_eq!(t.portals, vec![listen]);
+            }
+            assert_eq!(cfg.data_dir, PathBuf::from("/tmp/rustgt-elsewhere"));
+
+            let default = load(None, &overrides).expect("default loads");
+            assert_eq!(
+                default.targets.first().map(|t| t.portals.clone()),
+                Some(vec![listen])
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn environment_overrides_file_and_defaults() {
+        jailed(|jail| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let body = format!(
+                "data_dir = {:?}\n\
+                 [iscsi]\nqueue_depth = 32\nimmediate_data = true\n\
+                 [[targets]]\niqn = \"iqn.2026-11.org.rustgt:test\"\n\
+                 [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"64M\"\n",
+                dir.path().display().to_string()
+            );
+            let path = write_config(dir.path(), &body);
+
+            jail.set_env("RUSTGT_ISCSI__QUEUE_DEPTH", 64);
+            jail.set_env("RUSTGT_ISCSI__IMMEDIATE_DATA", "false");
+            jail.set_env("RUSTGT_ISCSI__HEADER_DIGEST", "[CRC32C]");
+            jail.set_env("RUSTGT_DATA_DIR", "/srv/rustgt");
+            // Variables that belong to the command line, not the config.
+            jail.set_env("RUSTGT_LOG", "debug");
+            jail.set_env("RUSTGT_CONFIG", "/nonexistent.toml");
+
+            let cfg = load(Some(&path), &Overrides::default()).expect("loads");
+            assert_eq!(cfg.iscsi.queue_depth, 64);
+            assert!(!cfg.iscsi.immediate_data);
+            assert_eq!(cfg.iscsi.header_digest, ["CRC32C"]);
+            assert_eq!(cfg.data_dir, PathBuf::from("/srv/rustgt"));
+
+            let cfg = load(None, &Overrides::default()).expect("loads without file");
+            assert_eq!(cfg.iscsi.queue_depth, 64);
+            assert_eq!(cfg.targets, vec![Config::default_target()]);
+
+            let cli = Overrides {
+                listen: None,
+                data_dir: Some(PathBuf::from("/from/cli")),
+            };
+            let cfg = load(Some(&path), &cli).expect("loads");
+            assert_eq!(
+                cfg.data_dir,
+                PathBuf::from("/from/cli"),
+                "command line beats env"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_environment_value_names_the_variable() {
+        jailed(|jail| {
+            jail.set_env("RUSTGT_ISCSI__QUEUE_DEPTH", 0);
+            let err = load(None, &Overrides::default()).expect_err("0 is out of range");
+            let text = err.to_string();
+            assert!(text.contains("RUSTGT_ISCSI__QUEUE_DEPTH"), "{text}");
+            assert!(text.contains("iscsi.queue_depth"), "{text}");
+
+            jail.set_env("RUSTGT_ISCSI__QUEUE_DEPTH", "lots");
+            let err = load(None, &Overrides::default()).expect_err("not a number");
+            let text = err.to_string();
+            assert!(text.contains("RUSTGT_ISCSI__QUEUE_DEPTH"), "{text}");
+            assert!(text.contains("iscsi.queue_depth"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn misspelt_environment_key_is_an_error() {
+        jailed(|jail| {
+            jail.set_env("RUSTGT_ISCSI__QUEUE_DEPT", 64);
+            let err = load(None, &Overrides::default()).expect_err("unknown key");
+            let text = err.to_string();
+            assert!(text.contains("RUSTGT_ISCSI__QUEUE_DEPT"), "{text}");
+            assert!(text.contains("queue_dept"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn misspelt_file_keys_are_errors_naming_the_key() {
+        jailed(|_| {
+            assert_problem(
+                "[iscsi]\nqueue_dept = 3\n",
+                "iscsi.queue_dept",
+                "unknown field",
+            );
+            assert_problem("datadir = \"/x\"\n", "datadir", "unknown field");
+            let dir = tempfile::tempdir().expect("tempdir");
+            assert_problem(
+                &base_config(dir.path(), "", "blok_size = 4096"),
+                "targets[0].luns[0].blok_size",
+                "unknown field",
+            );
+            assert_problem(
+                &base_config(dir.path(), "aliass = \"x\"", ""),
+                "targets[0].aliass",
+                "unknown field",
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn wrong_types_and_missing_keys_name_the_key() {
+        jailed(|_| {
+            assert_problem(
+                "[iscsi]\nqueue_depth = \"many\"\n",
+                "iscsi.queue_depth",
+                "invalid type",
+            );
+            assert_problem(
+                "[[targets]]\nalias = \"no name\"\n",
+                "targets[0]",
+                "missing field `iqn`",
+            );
+            let dir = tempfile::tempdir().expect("tempdir");
+            assert_problem(
+                &base_config(dir.path(), "portals = [\"localhost\"]", ""),
+                "targets[0].portals[0]",
+                "",
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn toml_syntax_error_names_the_file() {
+        jailed(|_| {
+            let (path, res) = load_str("[iscsi\nqueue_depth = 3\n");
+            let text = res.expect_err("syntax error").to_string();
+            assert!(text.contains(&path.display().to_string()), "{text}");
+            assert!(text.contains("TOML parse error"), "{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn missing_file_is_a_read_error_naming_it() {
+        jailed(|_| {
+            let path = PathBuf::from("/nonexistent/rustgt/config.toml");
+            let err = load(Some(&path), &Overrides::default()).expect_err("missing");
+            assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+            assert!(
+                err.to_string().contains("/nonexistent/rustgt/config.toml"),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn iscsi_setting_ranges_name_their_keys() {
+        jailed(|_| {
+            let cases: &[(&str, &str, &str)] = &[
+                ("queue_depth = 0", "iscsi.queue_depth", "out of range"),
+                ("queue_depth = 70000", "iscsi.queue_depth", "out of range"),
+                (
+                    "max_recv_data_segment_length = 511",
+                    "iscsi.max_recv_data_segment_length",
+                    "out of range",
+                ),
+                (
+                    "max_recv_data_segment_length = 16777216",
+                    "iscsi.max_recv_data_segment_length",
+                    "out of range",
+                ),
+                (
+                    "max_burst_length = 100",
+                    "iscsi.max_burst_length",
+                    "out of range",
+                ),
+                (
+                    "first_burst_length = 2097152\nmax_burst_length = 1048576",
+                    "iscsi.first_burst_length",
+                    "exceeds max_burst_length",
+                ),
+                (
+                    "max_outstanding_r2t = 0",
+                    "iscsi.max_outstanding_r2t",
+                    "out of range",
+                ),
+                ("header_digest = []", "iscsi.header_digest", "at least one"),
+                (
+                    "header_digest = [\"crc32c\"]",
+                    "iscsi.header_digest[0]",
+                    "unknown digest",
+                ),
+                (
+                    "data_digest = [\"None\", \"MD5\"]",
+                    "iscsi.data_digest[1]",
+                    "unknown digest",
+                ),
+                (
+                    "data_digest = [\"None\", \"None\"]",
+                    "iscsi.data_digest[1]",
+                    "twice",
+                ),
+                (
+                    "default_time2wait = 3601",
+                    "iscsi.default_time2wait",
+                    "out of range",
+                ),
+                (
+                    "default_time2retain = 4000",
+                    "iscsi.default_time2retain",
+                    "out of range",
+                ),
+                (
+                    "workers_per_lun = 0",
+                    "iscsi.workers_per_lun",
+                    "out of range",
+                ),
+                (
+                    "nop_in_interval_secs = 5\nnop_in_timeout_secs = 0",
+                    "iscsi.nop_in_timeout_secs",
+                    "out of range",
+                ),
+            ];
+            for (body, key, fragment) in cases {
+                assert_problem(&format!("[iscsi]\n{body}\n"), key, fragment);
+            }
+            // nop_in_interval_secs = 0 disables the ping, so the timeout is free.
+            let (_, res) = load_str("[iscsi]\nnop_in_interval_secs = 0\nnop_in_timeout_secs = 0\n");
+            res.expect("disabled NOP-In ignores the timeout");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn target_errors_name_their_keys() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let d = dir.path();
+            let body = base_config(d, "", "").replace("org.rustgt:test", "ORG.rustgt:test");
+            assert_problem(&body, "targets[0].iqn", "lowercase");
+            let body = base_config(d, "", "").replace("iqn.2026-11.org.rustgt:test", "target1");
+            assert_problem(&body, "targets[0].iqn", "not an iSCSI name");
+            let dup = format!(
+                "{}[[targets]]\niqn = \"iqn.2026-11.org.rustgt:test\"\n",
+                base_config(d, "", "")
+            );
+            assert_problem(&dup, "targets[1].iqn", "duplicate target name");
+            assert_problem(
+                &base_config(d, "portals = []", ""),
+                "targets[0].portals",
+                "at least one",
+            );
+            assert_problem(
+                &base_config(d, "portals = [\"127.0.0.1:3260\", \"127.0.0.1:3260\"]", ""),
+                "targets[0].portals[1]",
+                "twice",
+            );
+            assert_problem(
+                &base_config(d, "acl = [\"iqn.2026-11.org.rustgt:a\", \"host-b\"]", ""),
+                "targets[0].acl[1]",
+                "not an iSCSI name",
+            );
+            assert_problem(
+                &base_config(d, "alias = \"\"", ""),
+                "targets[0].alias",
+                "1..=255",
+            );
+            assert_problem(&base_config(d, "tpgt = 70000", ""), "targets[0].tpgt", "");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn chap_errors_name_their_keys_and_never_the_secret() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let d = dir.path();
+            let chap = |fields: &str| base_config(d, &format!("chap = {{ {fields} }}"), "");
+            assert_problem(
+                &chap("user = \"u\", secret = \"short\""),
+                "targets[0].chap.secret",
+                "at least 12 bytes",
+            );
+            assert_problem(
+                &chap("user = \"\", secret = \"0123456789ab\""),
+                "targets[0].chap.user",
+                "1..=255",
+            );
+            assert_problem(
+                &chap("user = \"u\", secret = \"0123456789ab\", mutual_user = \"t\""),
+                "targets[0].chap.mutual_secret",
+                "required",
+            );
+            assert_problem(
+                &chap("user = \"u\", secret = \"0123456789ab\", mutual_secret = \"abcdefghijkl\""),
+                "targets[0].chap.mutual_user",
+                "required",
+            );
+            assert_problem(
+                &chap(
+                    "user = \"u\", secret = \"0123456789ab\", mutual_user = \"t\", \
+                     mutual_secret = \"0123456789ab\"",
+                ),
+                "targets[0].chap.mutual_secret",
+                "must differ",
+            );
+            let (_, res) = load_str("[discovery.chap]\nuser = \"d\"\nsecret = \"tiny-secret\"\n");
+            let text = res.expect_err("11-byte secret").to_string();
+            assert!(text.contains("discovery.chap.secret"), "{text}");
+            assert!(!text.contains("tiny-secret"), "secret leaked: {text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn lun_errors_name_their_keys() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let d = dir.path();
+            let lun = |extra: &str| base_config(d, "", extra);
+            assert_problem(
+                &lun("block_size = 1000"),
+                "targets[0].luns[0].block_size",
+                "512 or 4096",
+            );
+            let big_id = base_config(d, "", "").replace("id = 0", "id = 16384");
+            assert_problem(&big_id, "targets[0].luns[0].id", "out of range");
+            let bad_size = base_config(d, "", "").replace("\"64M\"", "\"64 potatoes\"");
+            assert_problem(&bad_size, "targets[0].luns[0].size", "not a size");
+            let zero = base_config(d, "", "").replace("\"64M\"", "\"0\"");
+            assert_problem(&zero, "targets[0].luns[0].size", "zero");
+            let odd = base_config(d, "", "").replace("\"64M\"", "\"1000\"");
+            assert_problem(
+                &odd,
+                "targets[0].luns[0].size",
+                "multiple of the block size",
+            );
+            let kind = base_config(d, "", "").replace("\"ram\"", "\"tape\"");
+            assert_problem(&kind, "targets[0].luns[0].backstore", "unknown backstore");
+            assert_problem(
+                &lun("path = \"x.img\""),
+                "targets[0].luns[0].path",
+                "not used",
+            );
+            let no_size = base_config(d, "", "").replace("size = \"64M\"\n", "");
+            assert_problem(&no_size, "targets[0].luns[0].size", "required for a ram");
+            let file_no_path = base_config(d, "", "").replace("\"ram\"", "\"file\"");
+            assert_problem(
+                &file_no_path,
+                "targets[0].luns[0].path",
+                "required for a file",
+            );
+            let dev_no_path = base_config(d, "", "").replace("\"ram\"", "\"blockdev\"");
+            assert_problem(
+                &dev_no_path,
+                "targets[0].luns[0].path",
+                "required for a blockdev",
+            );
+            let new_file = base_config(d, "", "path = \"new.img\"")
+                .replace("\"ram\"", "\"file\"")
+                .replace("size = \"64M\"\n", "");
+            assert_problem(&new_file, "targets[0].luns[0].size", "does not exist yet");
+            assert_problem(
+                &lun("workers = 0"),
+                "targets[0].luns[0].workers",
+                "out of range",
+            );
+            assert_problem(
+                &lun("serial = \"has space\""),
+                "targets[0].luns[0].serial",
+                "printable",
+            );
+            let dup_id = format!(
+                "{}[[targets.luns]]\nid = 0\nbackstore = \"null\"\nsize = \"1G\"\n",
+                base_config(d, "", "")
+            );
+            assert_problem(
+                &dup_id,
+                "targets[0].luns[1].id",
+                "already defined by luns[0]",
+            );
+            let shared = format!(
+                "{}[[targets.luns]]\nid = 1\nbackstore = \"file\"\npath = \"a.img\"\nsize = \"1M\"\n\
+                 [[targets.luns]]\nid = 2\nbackstore = \"file\"\npath = \"a.img\"\nsize = \"1M\"\n",
+                base_config(d, "", "")
+            );
+            assert_problem(
+                &shared,
+                "targets[0].luns[2].path",
+                "targets[0].luns[1].path",
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn existing_file_needs_no_size() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join("old.img"), vec![0u8; 4096]).expect("write");
+            let body = base_config(dir.path(), "", "path = \"old.img\"")
+                .replace("\"ram\"", "\"file\"")
+                .replace("size = \"64M\"\n", "");
+            let (_, res) = load_str(&body);
+            let cfg = res.expect("existing file without size loads");
+            let lun = cfg
+                .targets
+                .first()
+                .and_then(|t| t.luns.first())
+                .expect("lun");
+            assert_eq!(
+                lun.resolved_path(&cfg.data_dir),
+                Some(dir.path().join("old.img"))
+            );
+            assert_eq!(lun.size_bytes(), None);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn all_problems_are_reported_at_once() {
+        jailed(|_| {
+            let (_, res) = load_str("[iscsi]\nqueue_depth = 0\nworkers_per_lun = 0\n");
+            let err = res.expect_err("two problems");
+            let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, ["iscsi.queue_depth", "iscsi.workers_per_lun"]);
+            assert!(err.to_string().contains("2 problems"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn to_toml_round_trips() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut cfg = Config {
+                data_dir: dir.path().to_owned(),
+                ..Config::default()
+            };
+            let mut second = Config::default_target();
+            second.iqn = "iqn.2026-11.org.rustgt:second".into();
+            second.alias = Some("second disk".into());
+            second.acl = vec!["iqn.1993-08.org.debian:01:abc".into()];
+            second.chap = Some(ChapSettings {
+                user: "alice".into(),
+                secret: "0123456789abcdef".into(),
+                mutual_user: Some("target".into()),
+                mutual_secret: Some("fedcba9876543210".into()),
+            });
+            if let Some(lun) = second.luns.first_mut() {
+                lun.path = Some(PathBuf::from("second.img"));
+                lun.serial = Some("SER123".into());
+                lun.workers = Some(2);
+            }
+            cfg.targets.push(second);
+            cfg.discovery.chap = Some(ChapSettings {
+                user: "disc".into(),
+                secret: "discovery-secret".into(),
+                mutual_user: None,
+                mutual_secret: None,
+            });
+            let text = cfg.to_toml().expect("serializes");
+            let path = write_config(dir.path(), &text);
+            let back = load(Some(&path), &Overrides::default()).expect("reloads");
+            assert_eq!(back, cfg, "round trip through:\n{text}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn example_config_in_etc_loads() {
+        jailed(|_| {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/rustgt.toml");
+            let text = std::fs::read_to_string(&path).expect("etc/rustgt.toml exists");
+            // Point the data dir at a scratch directory so file LUNs that do
+            // not exist yet are judged the same way everywhere.
+            let dir = tempfile::tempdir().expect("tempdir");
+            let overrides = Overrides {
+                listen: None,
+                data_dir: Some(dir.path().to_owned()),
+            };
+            let cfg = load(Some(&path), &overrides)
+                .unwrap_or_else(|e| panic!("etc/rustgt.toml must load: {e}\n{text}"));
+            assert!(!cfg.targets.is_empty(), "the example defines targets");
+            // Every documented iscsi default is the real default.
+            assert_eq!(cfg.iscsi, IscsiSettings::default());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn debug_output_redacts_secrets() {
+        let chap = ChapSettings {
+            user: "alice".into(),
+            secret: "very-secret-123".into(),
+            mutual_user: Some("tgt".into()),
+            mutual_secret: Some("other-secret-456".into()),
+        };
+        let shown = format!("{chap:?}");
+        assert!(shown.contains("alice") && shown.contains("tgt"), "{shown}");
+        assert!(!shown.contains("very-secret-123"), "{shown}");
+        assert!(!shown.contains("other-secret-456"), "{shown}");
+        let mut cfg = Config::default();
+        cfg.discovery.chap = Some(chap);
+        assert!(!format!("{cfg:?}").contains("very-secret-123"));
+    }
+
+    #[test]
+    fn iscsi_name_validation() {
+        let good = [
+            "iqn.2026-11.org.rustgt:default",
+            "iqn.1993-08.org.debian:01:2d7f3c1b9e",
+            "iqn.2001-04.com.example",
+            "iqn.2001-04.com.example:storage:diskarrays-sn-a8675309",
+            "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test",
+            "eui.02004567A425678D",
+            "eui.02004567a425678d",
+            "naa.52004567BA64678D",
+            "naa.62004567BA64678D0123456789ABCDEF",
+        ];
+        for name in good {
+            assert_eq!(validate_iscsi_name(name), Ok(()), "{name}");
+        }
+        let long = format!("iqn.2026-11.org.rustgt:{}", "x".repeat(201));
+        let bad = [
+            ("", "empty"),
+            ("iqn.", "date"),
+            ("iqn.2026-13.org.rustgt", "yyyy-mm"),
+            ("iqn.26-11.org.rustgt", "yyyy-mm"),
+            ("iqn.2026-11", "reversed domain"),
+            ("iqn.2026-11.", "reversed domain"),
+            ("iqn.2026-11:org", "after the date"),
+            ("iqn.2026-11.org..rustgt", "reversed domain"),
+            ("iqn.2026-11.org.-bad", "start or end"),
+            ("iqn.2026-11.Org.rustgt", "lowercase"),
+            ("iqn.2026-11.org.rustgt:a b", "not allowed"),
+            ("iqn.2026-11.org.rustgt:a_b", "not allowed"),
+            ("eui.0200", "16 hexadecimal"),
+            ("eui.02004567A425678G", "16 hexadecimal"),
+            ("naa.52004567BA64678D00", "16 or 32"),
+            ("IQN.2026-11.org.rustgt", "not an iSCSI name"),
+            (long.as_str(), "at most 223"),
+        ];
+        for (name, fragment) in bad {
+            let err = validate_iscsi_name(name).expect_err(name);
+            assert!(err.contains(fragment), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn backstore_kind_names() {
+        for kind in [
+            BackstoreKind::File,
+            BackstoreKind::Blockdev,
+            BackstoreKind::Ram,
+            BackstoreKind::Null,
+        ] {
+            assert_eq!(BackstoreKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(BackstoreKind::parse("FILE"), None);
+        assert_eq!(BackstoreKind::parse("tape"), None);
+    }
+}
