@@ -179,7 +179,9 @@ impl Server {
             self.send_to(*id, ConnMsg::RequestLogout);
         }
         let deadline = tokio::time::Instant::now() + grace;
-        while tokio::time::Instant::now() < deadline && self.conns.lock().map(|c| !c.is_empty()).unwrap_or(false) {
+        while tokio::time::Instant::now() < deadline
+            && self.conns.lock().map(|c| !c.is_empty()).unwrap_or(false)
+        {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let ids: Vec<u64> = self
@@ -230,7 +232,12 @@ impl Server {
         .await
     }
 
-    async fn drive(self: Arc<Self>, sock: TcpStream, peer: SocketAddr, conn_id: u64) -> std::io::Result<()> {
+    async fn drive(
+        self: Arc<Self>,
+        sock: TcpStream,
+        peer: SocketAddr,
+        conn_id: u64,
+    ) -> std::io::Result<()> {
         let _ = sock.set_nodelay(true);
         let local = sock.local_addr()?;
         let mut random = [0u8; 32];
@@ -253,7 +260,12 @@ impl Server {
                 },
             );
         }
-        let mut conn = Connection::new(self.config(), self.sessions.clone(), setup, std::time::Instant::now());
+        let mut conn = Connection::new(
+            self.config(),
+            self.sessions.clone(),
+            setup,
+            std::time::Instant::now(),
+        );
         let (mut rd, wr) = sock.into_split();
         let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let writer = tokio::spawn(write_loop(wr, out_rx));
@@ -356,11 +368,10 @@ impl Server {
                     let _ = tx.send(ConnMsg::Tmf(itt, TmfResponse::FunctionRejected));
                     return;
                 };
-                let nexus = self
-                    .conns
-                    .lock()
-                    .ok()
-                    .and_then(|c| c.get(&conn_id).and_then(|e| e.session.as_ref().map(|s| s.nexus.clone())));
+                let nexus = self.conns.lock().ok().and_then(|c| {
+                    c.get(&conn_id)
+                        .and_then(|e| e.session.as_ref().map(|s| s.nexus.clone()))
+                });
                 let Some(nexus) = nexus else {
                     let _ = tx.send(ConnMsg::Tmf(itt, TmfResponse::FunctionRejected));
                     return;
@@ -374,7 +385,10 @@ impl Server {
     }
 }
 
-async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_loop(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
     while let Some(mut bytes) = rx.recv().await {
         // Coalesce whatever else is queued into one write.
         while let Ok(more) = rx.try_recv() {

@@ -53,7 +53,9 @@ pub struct PortalConfig {
 
 impl PortalConfig {
     pub fn target(&self, name: &str) -> Option<&TargetInfo> {
-        self.targets.iter().find(|t| t.name.eq_ignore_ascii_case(name))
+        self.targets
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(name))
     }
 }
 

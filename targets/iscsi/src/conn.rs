@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use rustgt_scsi::sense::{Asc, Sense, SenseKey};
 use rustgt_scsi::{Command, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
 
 use crate::config::PortalConfig;
@@ -19,7 +20,7 @@ use crate::login::LoginState;
 use crate::negotiate::{SessionParams, SessionType, Transport};
 use crate::pdu::bhs::Bhs;
 use crate::pdu::{
-    verify_digest, decode_lun, encode_lun, padded_len, AsyncMessage, DataOut, LogoutRequest,
+    decode_lun, encode_lun, padded_len, verify_digest, AsyncMessage, DataOut, LogoutRequest,
     LogoutResponse, NopIn, NopOut, Opcode, R2t, Reject, RejectReason, Reply, RequestHeader,
     ScsiCommand, ScsiResponse, TaskAttribute, TaskMgmtRequest, TaskMgmtResponse, TextRequest,
     TextResponse, TmfCode, TmfResult, BHS_LEN, RESERVED_TAG,
@@ -39,7 +40,11 @@ pub enum Event {
     /// Run this SCSI command; answer with [`Connection::complete`].
     Command(Command),
     /// Run this task-management function; answer with [`Connection::tmf_done`].
-    TaskMgmt { itt: u32, lun: u64, function: TmfFunction },
+    TaskMgmt {
+        itt: u32,
+        lun: u64,
+        function: TmfFunction,
+    },
 }
 
 /// Who is on the other end, once logged in.
@@ -115,8 +120,8 @@ pub struct Connection {
     pub(crate) session: Option<SessionInfo>,
     writes: HashMap<u32, WriteTask>,
     inflight: HashMap<u32, InFlight>,
-    /// Task-management requests handed to the driver: ITT -> (function, RefCmdSN, CmdSN).
-    tmfs: HashMap<u32, (TmfCode, u32, u32)>,
+    /// Task-management requests handed to the driver, by ITT.
+    tmfs: std::collections::HashSet<u32>,
     next_ttt: u32,
     text_in: TextAssembler,
     text_out: Option<TextOut>,
@@ -163,7 +168,7 @@ impl Connection {
             session: None,
             writes: HashMap::new(),
             inflight: HashMap::new(),
-            tmfs: HashMap::new(),
+            tmfs: std::collections::HashSet::new(),
             next_ttt: 1,
             text_in,
             text_out: None,
@@ -408,7 +413,9 @@ impl Connection {
         let data_area = whole.get(header_len..).unwrap_or_default();
         let data = data_area.get(..dsl as usize).unwrap_or_default();
         if dd_len > 0 {
-            let padded = data_area.get(..padded_len(dsl as usize)).unwrap_or_default();
+            let padded = data_area
+                .get(..padded_len(dsl as usize))
+                .unwrap_or_default();
             let dig = data_area.get(padded.len()..).unwrap_or_default();
             if !digest_ok(padded, dig) {
                 tracing::warn!("data digest error");
@@ -629,6 +636,14 @@ impl Connection {
     // ----------------------------------------------------------------------
 
     fn handle_scsi_command(&mut self, c: ScsiCommand, data: &[u8]) {
+        tracing::trace!(
+            itt = c.itt,
+            cmd_sn = c.cmd_sn,
+            edtl = c.expected_data_len,
+            opcode = c.cdb.first().copied().unwrap_or(0),
+            immediate_data = data.len(),
+            "SCSI command"
+        );
         if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
             return;
         }
@@ -642,7 +657,7 @@ impl Connection {
         if c.write && c.expected_data_len > 0 {
             if c.expected_data_len > self.cfg.max_write_len {
                 // Refuse without collecting data; unsolicited data is ignored.
-                let sense = fixed_sense(0x05, 0x24, 0x00);
+                let sense = fixed_sense(SenseKey::ILLEGAL_REQUEST, 0x24, 0x00);
                 self.send_status(c.itt, c.immediate, Status::CHECK_CONDITION, sense, 0, 0);
                 return;
             }
@@ -673,7 +688,10 @@ impl Connection {
     /// for more with R2Ts once the unsolicited phase is over.
     fn advance_write(&mut self, itt: u32) {
         let (max_burst, max_r2t) = match &self.session {
-            Some(s) => (s.params.max_burst_length.max(512), s.params.max_outstanding_r2t.max(1)),
+            Some(s) => (
+                s.params.max_burst_length.max(512),
+                s.params.max_outstanding_r2t.max(1),
+            ),
             None => return,
         };
         let Some(task) = self.writes.get(&itt) else {
@@ -698,7 +716,13 @@ impl Connection {
             }
             while (task.r2ts.len() as u32) < max_r2t && task.next_r2t_offset < task.edtl() {
                 let len = max_burst.min(task.edtl() - task.next_r2t_offset);
-                to_send.push((task.next_r2t_offset, len, task.r2t_sn, task.lun, task.cmd.lun));
+                to_send.push((
+                    task.next_r2t_offset,
+                    len,
+                    task.r2t_sn,
+                    task.lun,
+                    task.cmd.lun,
+                ));
                 task.r2ts.push_back(OpenR2t {
                     ttt: 0,
                     offset: task.next_r2t_offset,
@@ -734,6 +758,15 @@ impl Connection {
     }
 
     fn handle_data_out(&mut self, d: DataOut, data: &[u8], bhs: &[u8; BHS_LEN]) {
+        tracing::trace!(
+            itt = d.itt,
+            ttt = d.ttt,
+            data_sn = d.data_sn,
+            offset = d.buffer_offset,
+            len = data.len(),
+            final_bit = d.final_bit,
+            "Data-Out"
+        );
         let (first_burst, initial_r2t) = match &self.session {
             Some(s) => (s.params.first_burst_length, s.params.initial_r2t),
             None => return,
@@ -745,55 +778,71 @@ impl Connection {
         };
         let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let in_order = d.buffer_offset == task.received();
-        let fits = task.received().checked_add(len).is_some_and(|e| e <= task.edtl());
-        let ok = if d.ttt == RESERVED_TAG {
+        let fits = task
+            .received()
+            .checked_add(len)
+            .is_some_and(|e| e <= task.edtl());
+        let check = if d.ttt == RESERVED_TAG {
             // Unsolicited data (§4.2.4.2): only with InitialR2T=No, within
             // FirstBurstLength, before the F bit.
             let within = task
                 .received()
                 .checked_add(len)
                 .is_some_and(|e| e <= first_burst);
-            let ok = !initial_r2t
-                && task.unsolicited_open
-                && within
-                && in_order
-                && fits
-                && d.data_sn == task.unsolicited_data_sn;
-            if ok {
+            if initial_r2t || !task.unsolicited_open || !within {
+                Err(SeqError::UnexpectedUnsolicited)
+            } else if d.data_sn != task.unsolicited_data_sn {
+                Err(SeqError::DataSn)
+            } else if !in_order {
+                Err(SeqError::Offset)
+            } else if !fits {
+                Err(SeqError::TooMuch)
+            } else {
                 task.unsolicited_data_sn = task.unsolicited_data_sn.wrapping_add(1);
                 if d.final_bit {
                     task.unsolicited_open = false;
                 }
+                Ok(())
             }
-            ok
         } else {
             match task.r2ts.iter_mut().find(|r| r.ttt == d.ttt) {
-                Some(r) => {
-                    let ok = in_order
-                        && fits
-                        && d.buffer_offset == r.offset + r.received
-                        && r.received + len <= r.len
-                        && d.data_sn == r.next_data_sn;
-                    if ok {
-                        r.received += len;
-                        r.next_data_sn = r.next_data_sn.wrapping_add(1);
-                    }
-                    ok
+                None => Err(SeqError::UnknownTtt),
+                Some(r) if d.data_sn != r.next_data_sn => Err(SeqError::DataSn),
+                Some(r) if !in_order || d.buffer_offset != r.offset + r.received => {
+                    Err(SeqError::Offset)
                 }
-                None => false,
+                Some(r) if !fits || r.received + len > r.len => Err(SeqError::TooMuch),
+                Some(r) => {
+                    r.received += len;
+                    r.next_data_sn = r.next_data_sn.wrapping_add(1);
+                    Ok(())
+                }
             }
         };
-        if !ok {
-            // A sequence error at ERL 0 ends the connection (RFC 7143 §7.1.4).
+        if let Err(e) = check {
+            // ERL 0 cannot recover within the command: the task ends with
+            // CHECK CONDITION and later Data-Out for it is ignored. The
+            // connection stays up, so other tasks are unaffected.
             tracing::warn!(
                 itt = d.itt,
                 ttt = d.ttt,
                 data_sn = d.data_sn,
                 offset = d.buffer_offset,
-                "Data-Out out of sequence; dropping connection"
+                error = ?e,
+                "bad Data-Out; failing the task"
             );
-            self.reject(RejectReason::PROTOCOL_ERROR, bhs);
-            self.fail();
+            let _ = bhs;
+            if let Some(task) = self.writes.remove(&d.itt) {
+                let r2ts = task.r2t_sn;
+                self.send_status(
+                    d.itt,
+                    task.cmd.immediate,
+                    Status::CHECK_CONDITION,
+                    e.sense(),
+                    0,
+                    r2ts,
+                );
+            }
             return;
         }
         task.buf.extend_from_slice(data);
@@ -809,7 +858,7 @@ impl Connection {
                 if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
                     return;
                 }
-                let sense = fixed_sense(0x0b, 0x47, 0x05);
+                let sense = fixed_sense(SenseKey::ABORTED_COMMAND, 0x47, 0x05);
                 self.send_status(c.itt, c.immediate, Status::CHECK_CONDITION, sense, 0, 0);
                 return;
             }
@@ -817,9 +866,16 @@ impl Connection {
             _ => return,
         };
         if let Some(task) = self.writes.remove(&itt) {
-            let sense = fixed_sense(0x0b, 0x47, 0x05);
+            let sense = fixed_sense(SenseKey::ABORTED_COMMAND, 0x47, 0x05);
             let r2ts = task.r2t_sn;
-            self.send_status(itt, task.cmd.immediate, Status::CHECK_CONDITION, sense, 0, r2ts);
+            self.send_status(
+                itt,
+                task.cmd.immediate,
+                Status::CHECK_CONDITION,
+                sense,
+                0,
+                r2ts,
+            );
         }
     }
 
@@ -844,7 +900,11 @@ impl Connection {
             tag: u64::from(c.itt),
             cdb: c.cdb,
             attr,
-            data_in_len: if c.write { c.bidi_read_len.unwrap_or(0) } else { data_in_len },
+            data_in_len: if c.write {
+                c.bidi_read_len.unwrap_or(0)
+            } else {
+                data_in_len
+            },
             data_out,
         };
         self.inflight.insert(
@@ -876,10 +936,7 @@ impl Connection {
             return;
         }
         let (max_pdu, max_burst) = match &self.session {
-            Some(s) => (
-                s.params.initiator_max_recv_dsl,
-                s.params.max_burst_length,
-            ),
+            Some(s) => (s.params.initiator_max_recv_dsl, s.params.max_burst_length),
             None => return,
         };
         let (over, under, residual) = residual_bits(resp.residual);
@@ -1022,8 +1079,7 @@ impl Connection {
                 self.retire(imm);
             }
         }
-        self.tmfs
-            .insert(t.itt, (t.function, t.ref_cmd_sn, t.cmd_sn));
+        self.tmfs.insert(t.itt);
         self.events.push_back(Event::TaskMgmt {
             itt: t.itt,
             lun,
@@ -1033,23 +1089,15 @@ impl Connection {
 
     /// The SCSI core's answer to a task-management request.
     pub fn tmf_done(&mut self, itt: u32, resp: TmfResponse) {
-        let Some((code, ref_cmd_sn, cmd_sn)) = self.tmfs.remove(&itt) else {
+        if !self.tmfs.remove(&itt) {
             return;
         };
         let result = match resp {
             TmfResponse::FunctionComplete | TmfResponse::FunctionSucceeded => TmfResult::COMPLETE,
-            TmfResponse::TaskNotFound => {
-                // §11.5.1: a referenced command that was never received but
-                // whose CmdSN is in the window counts as received.
-                if code == TmfCode::ABORT_TASK
-                    && sn_lt(ref_cmd_sn, cmd_sn)
-                    && sn_le(self.exp_cmd_sn.wrapping_sub(self.cfg.queue_depth), ref_cmd_sn)
-                {
-                    TmfResult::COMPLETE
-                } else {
-                    TmfResult::TASK_DOES_NOT_EXIST
-                }
-            }
+            // With one connection per session every command below ExpCmdSN
+            // was received, so the §11.5.1 "consider it received" case for
+            // in-window RefCmdSN cannot arise: not found means done.
+            TmfResponse::TaskNotFound => TmfResult::TASK_DOES_NOT_EXIST,
             TmfResponse::IncorrectLun => TmfResult::LUN_DOES_NOT_EXIST,
             TmfResponse::NotSupported => TmfResult::NOT_SUPPORTED,
             TmfResponse::FunctionRejected => TmfResult::REJECTED,
@@ -1266,16 +1314,35 @@ fn digest_ok(covered: &[u8], digest: &[u8]) -> bool {
     verify_digest(covered, digest).is_ok()
 }
 
-/// Fixed-format sense data (SPC-4 §4.5.3) for the few errors the transport
-/// itself raises.
-fn fixed_sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
-    let mut s = vec![0u8; 18];
-    s[0] = 0x70;
-    s[2] = key;
-    s[7] = 10;
-    s[12] = asc;
-    s[13] = ascq;
-    s
+/// Fixed-format sense data for the few errors the transport itself raises.
+fn fixed_sense(key: SenseKey, asc: u8, ascq: u8) -> Vec<u8> {
+    Sense::new(key, Asc::new(asc, ascq)).fixed()
+}
+
+/// How a write's Data-Out sequence went wrong. Each maps to one sense code
+/// (RFC 7143 §11.4.7.2, SPC-4 Annex D), so the initiator can tell why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SeqError {
+    /// Unsolicited data not allowed here (InitialR2T, FirstBurstLength, after F).
+    UnexpectedUnsolicited,
+    /// Target Transfer Tag of no open R2T.
+    UnknownTtt,
+    DataSn,
+    Offset,
+    TooMuch,
+}
+
+impl SeqError {
+    fn sense(self) -> Vec<u8> {
+        let (asc, ascq) = match self {
+            SeqError::UnexpectedUnsolicited => (0x0c, 0x0c),
+            SeqError::UnknownTtt => (0x4b, 0x01),
+            SeqError::DataSn => (0x4b, 0x00),
+            SeqError::Offset => (0x4b, 0x05),
+            SeqError::TooMuch => (0x0c, 0x0d),
+        };
+        fixed_sense(SenseKey::ABORTED_COMMAND, asc, ascq)
+    }
 }
 
 /// Encode a flat LUN for a PDU header.

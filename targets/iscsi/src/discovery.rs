@@ -94,9 +94,21 @@ mod tests {
     #[test]
     fn by_name_and_session_restriction() {
         let c = cfg();
-        let r = send_targets(&c, "iqn.2026-11.org.rustgt:b", "iqn.x:allowed", "1.2.3.4:3260", None);
+        let r = send_targets(
+            &c,
+            "iqn.2026-11.org.rustgt:b",
+            "iqn.x:allowed",
+            "1.2.3.4:3260",
+            None,
+        );
         assert_eq!(r[0].1, "iqn.2026-11.org.rustgt:b");
-        let r = send_targets(&c, "All", "iqn.x:allowed", "1.2.3.4:3260", Some("iqn.2026-11.org.rustgt:a"));
+        let r = send_targets(
+            &c,
+            "All",
+            "iqn.x:allowed",
+            "1.2.3.4:3260",
+            Some("iqn.2026-11.org.rustgt:a"),
+        );
         assert_eq!(r.iter().filter(|(k, _)| k == "TargetName").count(), 1);
         assert!(send_targets(&c, "iqn.nope", "i", "1.2.3.4:1", None).is_empty());
     }

@@ -99,7 +99,10 @@ impl Connection {
             || req.csg == Stage::FULL_FEATURE
             || (req.transit && (req.nsg <= req.csg || req.nsg == Stage(2)))
         {
-            return Err(LoginFail(LoginStatus::INITIATOR_ERROR, "bad stage transition"));
+            return Err(LoginFail(
+                LoginStatus::INITIATOR_ERROR,
+                "bad stage transition",
+            ));
         }
 
         // Text may span several PDUs (C bit, §6.1): acknowledge and wait.
@@ -110,7 +113,12 @@ impl Connection {
                 self.send_login_response(req, LoginStatus::SUCCESS, false, csg, csg, 0, Vec::new());
                 return Ok(());
             }
-            Err(_) => return Err(LoginFail(LoginStatus::INITIATOR_ERROR, "login text too long")),
+            Err(_) => {
+                return Err(LoginFail(
+                    LoginStatus::INITIATOR_ERROR,
+                    "login text too long",
+                ))
+            }
         };
         let pairs = parse_text(&full)
             .map_err(|_| LoginFail(LoginStatus::INITIATOR_ERROR, "malformed login text"))?;
@@ -224,10 +232,16 @@ impl Connection {
     }
 
     /// Leading-login keys: who is logging in, to what, for which session type.
-    fn identify(st: &mut LoginState, cfg: &PortalConfig, pairs: &KeyValues) -> Result<(), LoginFail> {
+    fn identify(
+        st: &mut LoginState,
+        cfg: &PortalConfig,
+        pairs: &KeyValues,
+    ) -> Result<(), LoginFail> {
         let get = |k: &str| pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
-        let initiator = get("InitiatorName")
-            .ok_or(LoginFail(LoginStatus::MISSING_PARAMETER, "InitiatorName missing"))?;
+        let initiator = get("InitiatorName").ok_or(LoginFail(
+            LoginStatus::MISSING_PARAMETER,
+            "InitiatorName missing",
+        ))?;
         st.session_type = match get("SessionType").as_deref() {
             None | Some("Normal") => SessionType::Normal,
             Some("Discovery") => SessionType::Discovery,
@@ -239,8 +253,10 @@ impl Connection {
             }
         };
         if st.session_type == SessionType::Normal {
-            let name = get("TargetName")
-                .ok_or(LoginFail(LoginStatus::MISSING_PARAMETER, "TargetName missing"))?;
+            let name = get("TargetName").ok_or(LoginFail(
+                LoginStatus::MISSING_PARAMETER,
+                "TargetName missing",
+            ))?;
             let t = cfg
                 .target(&name)
                 .ok_or(LoginFail(LoginStatus::NOT_FOUND, "no such target"))?;
@@ -280,9 +296,14 @@ impl Connection {
         if req.tsih != 0 {
             // Adding a connection to a session needs MaxConnections > 1,
             // which this target never agrees to.
-            let table = sessions.lock().map_err(|_| LoginFail(LoginStatus::TARGET_ERROR, "lock"))?;
+            let table = sessions
+                .lock()
+                .map_err(|_| LoginFail(LoginStatus::TARGET_ERROR, "lock"))?;
             return Err(match table.find_tsih(req.tsih) {
-                Some(_) => LoginFail(LoginStatus::TOO_MANY_CONNECTIONS, "session has its connection"),
+                Some(_) => LoginFail(
+                    LoginStatus::TOO_MANY_CONNECTIONS,
+                    "session has its connection",
+                ),
                 None => LoginFail(LoginStatus::SESSION_DOES_NOT_EXIST, "unknown TSIH"),
             });
         }

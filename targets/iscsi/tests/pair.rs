@@ -32,7 +32,14 @@ fn kv<'a>(kv: &'a [(String, String)], k: &str) -> Option<&'a str> {
 fn write_with_r2ts(p: &mut Pair, lba: u32, data: &[u8], immediate: usize, max_pdu: usize) -> u8 {
     let blocks = (data.len() / 512) as u16;
     let imm = data[..immediate].to_vec();
-    let itt = p.scsi_cmd(&write10_cdb(lba, blocks), false, true, data.len() as u32, imm, true);
+    let itt = p.scsi_cmd(
+        &write10_cdb(lba, blocks),
+        false,
+        true,
+        data.len() as u32,
+        imm,
+        true,
+    );
     let mut status = None;
     for _round in 0..10_000 {
         let replies = p.replies();
@@ -48,7 +55,14 @@ fn write_with_r2ts(p: &mut Pair, lba: u32, data: &[u8], immediate: usize, max_pd
                     let mut sn = 0;
                     while off < end {
                         let n = max_pdu.min(end - off);
-                        p.data_out(itt, r2t.ttt, sn, off as u32, &data[off..off + n], off + n == end);
+                        p.data_out(
+                            itt,
+                            r2t.ttt,
+                            sn,
+                            off as u32,
+                            &data[off..off + n],
+                            off + n == end,
+                        );
                         sn += 1;
                         off += n;
                     }
@@ -109,13 +123,21 @@ fn unknown_target_and_missing_initiator_name_are_refused() {
         Stage::SECURITY,
         Stage::OPERATIONAL,
         true,
-        &[("InitiatorName", INITIATOR), ("TargetName", "iqn.2026-11.org.nope:x")],
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", "iqn.2026-11.org.nope:x"),
+        ],
     );
     assert_eq!(lr.status, LoginStatus::NOT_FOUND);
     assert!(p.conn.is_closing());
 
     let mut p = default_pair();
-    let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &[("TargetName", TARGET)]);
+    let (lr, _) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("TargetName", TARGET)],
+    );
     assert_eq!(lr.status, LoginStatus::MISSING_PARAMETER);
 }
 
@@ -135,20 +157,35 @@ fn acl_refuses_other_initiators() {
 
 fn chap_login(secret: &[u8], mutual: bool) -> LoginStatus {
     let policy = ChapPolicy {
-        initiator: Some(ChapCredentials { user: "alice".into(), secret: b"alice-secret-123".to_vec() }),
-        target: mutual.then(|| ChapCredentials { user: "tgt".into(), secret: b"target-secret-45".to_vec() }),
+        initiator: Some(ChapCredentials {
+            user: "alice".into(),
+            secret: b"alice-secret-123".to_vec(),
+        }),
+        target: mutual.then(|| ChapCredentials {
+            user: "tgt".into(),
+            secret: b"target-secret-45".to_vec(),
+        }),
     };
     let mut p = Pair::new(portal_config(limits(), policy));
     let (lr, k) = p.login_step(
         Stage::SECURITY,
         Stage::OPERATIONAL,
         true,
-        &[("InitiatorName", INITIATOR), ("TargetName", TARGET), ("AuthMethod", "CHAP,None")],
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP,None"),
+        ],
     );
     assert_eq!(lr.status, LoginStatus::SUCCESS);
     assert!(!lr.transit, "must not leave security before CHAP");
     assert_eq!(kv(&k, "AuthMethod"), Some("CHAP"));
-    let (_, k) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &[("CHAP_A", "7,5")]);
+    let (_, k) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("CHAP_A", "7,5")],
+    );
     assert_eq!(kv(&k, "CHAP_A"), Some("7"));
     let id: u8 = kv(&k, "CHAP_I").unwrap().parse().unwrap();
     let challenge = decode_binary(kv(&k, "CHAP_C").unwrap()).unwrap();
@@ -174,13 +211,19 @@ fn chap_login(secret: &[u8], mutual: bool) -> LoginStatus {
 fn chap_and_mutual_chap() {
     assert_eq!(chap_login(b"alice-secret-123", false), LoginStatus::SUCCESS);
     assert_eq!(chap_login(b"alice-secret-123", true), LoginStatus::SUCCESS);
-    assert_eq!(chap_login(b"wrong-secret-xyz", false), LoginStatus::AUTHENTICATION_FAILURE);
+    assert_eq!(
+        chap_login(b"wrong-secret-xyz", false),
+        LoginStatus::AUTHENTICATION_FAILURE
+    );
 }
 
 #[test]
 fn chap_required_refuses_skipping_security() {
     let policy = ChapPolicy {
-        initiator: Some(ChapCredentials { user: "alice".into(), secret: b"alice-secret-123".to_vec() }),
+        initiator: Some(ChapCredentials {
+            user: "alice".into(),
+            secret: b"alice-secret-123".to_vec(),
+        }),
         target: None,
     };
     let mut p = Pair::new(portal_config(limits(), policy));
@@ -228,14 +271,29 @@ fn read_write_round_trip_with_small_pdus_and_digests() {
 #[test]
 fn unsolicited_data_out_with_initial_r2t_no() {
     let mut p = Pair::new(portal_config(
-        Limits { initial_r2t: false, first_burst_length: 8192, ..limits() },
+        Limits {
+            initial_r2t: false,
+            first_burst_length: 8192,
+            ..limits()
+        },
         ChapPolicy::default(),
     ));
-    let k = p.login(&[("InitialR2T", "No"), ("ImmediateData", "Yes"), ("FirstBurstLength", "8192")]);
+    let k = p.login(&[
+        ("InitialR2T", "No"),
+        ("ImmediateData", "Yes"),
+        ("FirstBurstLength", "8192"),
+    ]);
     assert_eq!(kv(&k, "InitialR2T"), Some("No"));
     let data = pattern(16384, 9);
     // 1 KiB immediate + 7 KiB unsolicited Data-Out, then R2Ts for the rest.
-    let itt = p.scsi_cmd(&write10_cdb(100, 32), false, true, 16384, data[..1024].to_vec(), false);
+    let itt = p.scsi_cmd(
+        &write10_cdb(100, 32),
+        false,
+        true,
+        16384,
+        data[..1024].to_vec(),
+        false,
+    );
     p.data_out(itt, RESERVED_TAG, 0, 1024, &data[1024..4096], false);
     p.data_out(itt, RESERVED_TAG, 1, 4096, &data[4096..8192], true);
     let replies = p.replies();
@@ -339,16 +397,53 @@ fn malformed_pdus_get_rejects_and_the_session_survives() {
 }
 
 #[test]
-fn data_sn_error_closes_the_connection() {
-    let mut p = Pair::new(portal_config(Limits { immediate_data: false, ..limits() }, ChapPolicy::default()));
+fn data_out_sequence_errors_fail_the_task_not_the_connection() {
+    let mut p = Pair::new(portal_config(
+        Limits {
+            immediate_data: false,
+            ..limits()
+        },
+        ChapPolicy::default(),
+    ));
     p.login(&[("ImmediateData", "No")]);
-    let itt = p.scsi_cmd(&write10_cdb(0, 2), false, true, 1024, vec![], true);
-    let r2t = match &p.replies()[..] {
+    let check = |p: &mut Pair, itt: u32, asc: u8, ascq: u8| match &p.replies()[..] {
+        [Reply::ScsiResponse(s)] => {
+            assert_eq!((s.itt, s.status), (itt, 2));
+            assert_eq!(s.sense[2] & 0x0f, 0x0b, "ABORTED COMMAND");
+            assert_eq!((s.sense[12], s.sense[13]), (asc, ascq));
+        }
+        other => panic!("{other:?}"),
+    };
+    let r2t_of = |p: &mut Pair| match &p.replies()[..] {
         [Reply::R2t(r)] => r.clone(),
         other => panic!("{other:?}"),
     };
+    // Wrong DataSN.
+    let itt = p.scsi_cmd(&write10_cdb(0, 2), false, true, 1024, vec![], true);
+    let r2t = r2t_of(&mut p);
     p.data_out(itt, r2t.ttt, 27, 0, &[0u8; 512], false);
-    assert!(p.conn.is_closing());
+    check(&mut p, itt, 0x4b, 0x00);
+    // The rest of that task's data is ignored.
+    p.data_out(itt, r2t.ttt, 1, 512, &[0u8; 512], true);
+    assert!(p.replies().is_empty());
+    // Wrong offset.
+    let itt = p.scsi_cmd(&write10_cdb(0, 2), false, true, 1024, vec![], true);
+    let r2t = r2t_of(&mut p);
+    p.data_out(itt, r2t.ttt, 0, 512, &[0u8; 512], false);
+    check(&mut p, itt, 0x4b, 0x05);
+    // Unknown TTT.
+    let itt = p.scsi_cmd(&write10_cdb(0, 2), false, true, 1024, vec![], true);
+    let _ = r2t_of(&mut p);
+    p.data_out(itt, 0x7777, 0, 0, &[0u8; 512], false);
+    check(&mut p, itt, 0x4b, 0x01);
+    // Unsolicited data while InitialR2T=Yes.
+    let itt = p.scsi_cmd(&write10_cdb(0, 2), false, true, 1024, vec![], false);
+    let _ = r2t_of(&mut p);
+    p.data_out(itt, RESERVED_TAG, 0, 0, &[0u8; 512], false);
+    check(&mut p, itt, 0x0c, 0x0c);
+    assert!(!p.conn.is_closing());
+    let (status, data, _) = p.read10(0, 2);
+    assert_eq!((status, data.len()), (0, 1024));
 }
 
 #[test]
@@ -396,7 +491,11 @@ fn discovery_send_targets() {
         Stage::SECURITY,
         Stage::FULL_FEATURE,
         true,
-        &[("InitiatorName", INITIATOR), ("SessionType", "Discovery"), ("AuthMethod", "None")],
+        &[
+            ("InitiatorName", INITIATOR),
+            ("SessionType", "Discovery"),
+            ("AuthMethod", "None"),
+        ],
     );
     assert_eq!(lr.status, LoginStatus::SUCCESS);
     let req = Request {
@@ -416,10 +515,13 @@ fn discovery_send_targets() {
     match &p.replies()[..] {
         [Reply::TextResponse(t)] => {
             let kv = parse_text(&t.data).unwrap();
-            assert_eq!(kv, vec![
-                ("TargetName".to_string(), TARGET.to_string()),
-                ("TargetAddress".to_string(), "127.0.0.1:3260,1".to_string()),
-            ]);
+            assert_eq!(
+                kv,
+                vec![
+                    ("TargetName".to_string(), TARGET.to_string()),
+                    ("TargetAddress".to_string(), "127.0.0.1:3260,1".to_string()),
+                ]
+            );
             assert!(t.final_bit);
         }
         other => panic!("{other:?}"),
@@ -454,7 +556,13 @@ fn logout_closes_after_response() {
 
 #[test]
 fn abort_task_of_a_write_still_collecting_data() {
-    let mut p = Pair::new(portal_config(Limits { immediate_data: false, ..limits() }, ChapPolicy::default()));
+    let mut p = Pair::new(portal_config(
+        Limits {
+            immediate_data: false,
+            ..limits()
+        },
+        ChapPolicy::default(),
+    ));
     p.login(&[("ImmediateData", "No")]);
     let itt = p.scsi_cmd(&write10_cdb(0, 8), false, true, 4096, vec![], true);
     assert!(matches!(&p.replies()[..], [Reply::R2t(_)]));
@@ -474,7 +582,9 @@ fn abort_task_of_a_write_still_collecting_data() {
     };
     p.send(&req);
     match &p.replies()[..] {
-        [Reply::TaskMgmtResponse(t)] => assert_eq!((t.itt, t.response), (0x500, TmfResult::COMPLETE)),
+        [Reply::TaskMgmtResponse(t)] => {
+            assert_eq!((t.itt, t.response), (0x500, TmfResult::COMPLETE))
+        }
         other => panic!("{other:?}"),
     }
     // Late data for the aborted task is ignored, not an error.
@@ -493,11 +603,16 @@ fn reinstatement_reports_the_old_connection() {
     b.isid = a.isid;
     b.conn.handle_input(&[], b.now);
     // Drive b's login by hand to observe its events.
-    let req = b.login_request(Stage::SECURITY, Stage::FULL_FEATURE, true, &[
-        ("InitiatorName", INITIATOR),
-        ("TargetName", TARGET),
-        ("AuthMethod", "None"),
-    ]);
+    let req = b.login_request(
+        Stage::SECURITY,
+        Stage::FULL_FEATURE,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "None"),
+        ],
+    );
     b.conn.handle_input(&req.encode(false, false), b.now);
     let mut saw = false;
     while let Some(ev) = b.conn.poll_event() {

@@ -184,8 +184,17 @@ impl Pair {
         out
     }
 
-    pub fn login_request(&mut self, csg: Stage, nsg: Stage, transit: bool, keys: &[(&str, &str)]) -> Request {
-        let pairs: Vec<(String, String)> = keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    pub fn login_request(
+        &mut self,
+        csg: Stage,
+        nsg: Stage,
+        transit: bool,
+        keys: &[(&str, &str)],
+    ) -> Request {
+        let pairs: Vec<(String, String)> = keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Request {
             header: RequestHeader::Login(LoginRequest {
                 transit,
@@ -206,7 +215,13 @@ impl Pair {
     }
 
     /// Send one login request and return the (single) login response and its keys.
-    pub fn login_step(&mut self, csg: Stage, nsg: Stage, transit: bool, keys: &[(&str, &str)]) -> (LoginResponse, Vec<(String, String)>) {
+    pub fn login_step(
+        &mut self,
+        csg: Stage,
+        nsg: Stage,
+        transit: bool,
+        keys: &[(&str, &str)],
+    ) -> (LoginResponse, Vec<(String, String)>) {
         let req = self.login_request(csg, nsg, transit, keys);
         self.send(&req);
         let mut r = self.replies();
@@ -246,7 +261,15 @@ impl Pair {
         kv
     }
 
-    pub fn scsi_cmd(&mut self, cdb: &[u8], read: bool, write: bool, edtl: u32, imm: Vec<u8>, final_bit: bool) -> u32 {
+    pub fn scsi_cmd(
+        &mut self,
+        cdb: &[u8],
+        read: bool,
+        write: bool,
+        edtl: u32,
+        imm: Vec<u8>,
+        final_bit: bool,
+    ) -> u32 {
         let itt = self.next_itt();
         let req = Request {
             header: RequestHeader::ScsiCommand(ScsiCommand {
@@ -270,7 +293,15 @@ impl Pair {
         itt
     }
 
-    pub fn data_out(&mut self, itt: u32, ttt: u32, data_sn: u32, offset: u32, data: &[u8], final_bit: bool) {
+    pub fn data_out(
+        &mut self,
+        itt: u32,
+        ttt: u32,
+        data_sn: u32,
+        offset: u32,
+        data: &[u8],
+        final_bit: bool,
+    ) {
         let req = Request {
             header: RequestHeader::DataOut(DataOut {
                 final_bit,
@@ -347,5 +378,7 @@ pub fn write10_cdb(lba: u32, blocks: u16) -> [u8; 10] {
 }
 
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
