@@ -26,7 +26,7 @@ use crate::pdu::{
     TextResponse, TmfCode, TmfResult, BHS_LEN, RESERVED_TAG,
 };
 use crate::session::SessionTable;
-use crate::task::{data_in_pdus, residual_bits, InFlight, OpenR2t, WriteTask};
+use crate::task::{data_in_pdus, residual_bits, DataInSlice, InFlight, OpenR2t, WriteTask};
 use crate::text::{encode_text, parse_text, TextAssembler, TextSplitter};
 
 /// Work for the driver.
@@ -340,12 +340,12 @@ impl Connection {
         let in_login = matches!(self.phase, Phase::Login(_));
         let ahs_len = bhs.total_ahs_len_bytes();
         let dsl = bhs.data_segment_len();
-        let hd_len = if self.hd { 4 } else { 0 };
-        let header_len = BHS_LEN + ahs_len + hd_len;
-        let dd_len = if self.dd && dsl > 0 { 4 } else { 0 };
-        let data_len = padded_len(dsl as usize) + dd_len;
-        let mut bhs_arr = [0u8; BHS_LEN];
-        bhs_arr.copy_from_slice(bhs_bytes);
+        let header_len = bhs.header_wire_len(self.hd);
+        let data_len = bhs.data_wire_len(self.dd);
+        let dd_len = data_len - padded_len(dsl as usize);
+        let Ok(bhs_arr) = <[u8; BHS_LEN]>::try_from(bhs_bytes) else {
+            return Step::NeedMore;
+        };
 
         // Validate what the BHS alone tells before waiting for the rest
         // (SPDK's rule: never buffer a payload we would refuse).
@@ -940,25 +940,26 @@ impl Connection {
             None => return,
         };
         let (over, under, residual) = residual_bits(resp.residual);
-        let mut pdus = data_in_pdus(itt, task.lun, &resp.data_in, max_pdu, max_burst);
+        let pdus = data_in_pdus(itt, task.lun, resp.data_in.len(), max_pdu, max_burst);
         let n_pdus = u32::try_from(pdus.len()).unwrap_or(u32::MAX);
         // Status rides in the last Data-In when there is no sense (§11.7.4).
         let status_in_data = !pdus.is_empty() && resp.sense.is_empty();
         self.retire(task.immediate);
         let last = pdus.len().saturating_sub(1);
-        for (i, mut p) in pdus.drain(..).enumerate() {
-            p.exp_cmd_sn = self.exp_cmd_sn;
-            p.max_cmd_sn = self.max_cmd_sn;
+        for (i, DataInSlice { mut pdu, range }) in pdus.into_iter().enumerate() {
+            pdu.exp_cmd_sn = self.exp_cmd_sn;
+            pdu.max_cmd_sn = self.max_cmd_sn;
             if i == last && status_in_data {
-                p.final_bit = true;
-                p.has_status = true;
-                p.status = resp.status.0;
-                p.overflow = over;
-                p.underflow = under;
-                p.residual = residual;
-                p.stat_sn = self.next_stat_sn();
+                pdu.final_bit = true;
+                pdu.has_status = true;
+                pdu.status = resp.status.0;
+                pdu.overflow = over;
+                pdu.underflow = under;
+                pdu.residual = residual;
+                pdu.stat_sn = self.next_stat_sn();
             }
-            self.send(Reply::DataIn(p));
+            let payload = resp.data_in.get(range).unwrap_or_default();
+            pdu.encode_with_payload(payload, &mut self.out, self.hd, self.dd);
         }
         if !status_in_data {
             let r = ScsiResponse {

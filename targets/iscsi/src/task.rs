@@ -67,44 +67,53 @@ pub(crate) fn residual_bits(r: Residual) -> (bool, bool, u32) {
     }
 }
 
-/// Split Data-In into PDUs of at most `max_pdu` bytes, with the F bit at
-/// each `max_burst` boundary and on the last PDU. Status fields are left for
-/// the caller to set on the last PDU.
+/// One Data-In PDU of a read: header fields plus the byte range of the
+/// response buffer it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DataInSlice {
+    pub pdu: DataIn,
+    pub range: std::ops::Range<usize>,
+}
+
+/// Split `len` bytes of Data-In into PDUs of at most `max_pdu` bytes, with
+/// the F bit at each `max_burst` boundary and on the last PDU (RFC 7143
+/// §11.7.1). Status fields are left for the caller to set on the last PDU.
 pub(crate) fn data_in_pdus(
     itt: u32,
     lun_raw: u64,
-    data: &[u8],
+    len: usize,
     max_pdu: u32,
     max_burst: u32,
-) -> Vec<DataIn> {
+) -> Vec<DataInSlice> {
     let max_pdu = max_pdu.max(512) as usize;
-    let max_burst = (max_burst.max(512) as usize).max(1);
-    let mut out = Vec::with_capacity(data.len() / max_pdu + 1);
+    let max_burst = max_burst.max(512) as usize;
+    let mut out = Vec::with_capacity(len / max_pdu + 1);
     let mut offset = 0usize;
     let mut data_sn = 0u32;
-    while offset < data.len() {
+    while offset < len {
         // Never let a PDU cross a burst boundary.
         let burst_left = max_burst - (offset % max_burst);
-        let len = max_pdu.min(burst_left).min(data.len() - offset);
-        let end = offset + len;
-        let chunk = data.get(offset..end).unwrap_or_default();
-        out.push(DataIn {
-            final_bit: end == data.len() || end % max_burst == 0,
-            ack: false,
-            overflow: false,
-            underflow: false,
-            has_status: false,
-            status: 0,
-            lun: lun_raw,
-            itt,
-            ttt: crate::pdu::RESERVED_TAG,
-            stat_sn: 0,
-            exp_cmd_sn: 0,
-            max_cmd_sn: 0,
-            data_sn,
-            buffer_offset: u32::try_from(offset).unwrap_or(u32::MAX),
-            residual: 0,
-            data: chunk.to_vec(),
+        let end = offset + max_pdu.min(burst_left).min(len - offset);
+        out.push(DataInSlice {
+            pdu: DataIn {
+                final_bit: end == len || end % max_burst == 0,
+                ack: false,
+                overflow: false,
+                underflow: false,
+                has_status: false,
+                status: 0,
+                lun: lun_raw,
+                itt,
+                ttt: crate::pdu::RESERVED_TAG,
+                stat_sn: 0,
+                exp_cmd_sn: 0,
+                max_cmd_sn: 0,
+                data_sn,
+                buffer_offset: u32::try_from(offset).unwrap_or(u32::MAX),
+                residual: 0,
+                data: Vec::new(),
+            },
+            range: offset..end,
         });
         data_sn = data_sn.wrapping_add(1);
         offset = end;
@@ -118,19 +127,19 @@ mod tests {
 
     #[test]
     fn data_in_respects_pdu_and_burst_limits() {
-        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        let pdus = data_in_pdus(7, 0, &data, 1024, 4096);
+        let len = 10_000;
+        let pdus = data_in_pdus(7, 0, len, 1024, 4096);
         let mut off = 0;
         for (i, p) in pdus.iter().enumerate() {
-            assert_eq!(p.data_sn, i as u32);
-            assert_eq!(p.buffer_offset as usize, off);
-            assert!(p.data.len() <= 1024);
-            let end = off + p.data.len();
-            assert_eq!(p.final_bit, end % 4096 == 0 || end == data.len());
-            assert_eq!(&data[off..end], &p.data[..]);
+            assert_eq!(p.pdu.data_sn, i as u32);
+            assert_eq!(p.pdu.buffer_offset as usize, off);
+            assert_eq!(p.range.start, off);
+            assert!(p.range.len() <= 1024);
+            let end = p.range.end;
+            assert_eq!(p.pdu.final_bit, end % 4096 == 0 || end == len);
             off = end;
         }
-        assert_eq!(off, data.len());
-        assert!(data_in_pdus(1, 0, &[], 1024, 4096).is_empty());
+        assert_eq!(off, len);
+        assert!(data_in_pdus(1, 0, 0, 1024, 4096).is_empty());
     }
 }

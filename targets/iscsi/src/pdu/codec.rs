@@ -933,6 +933,19 @@ impl TextResponse {
 }
 
 impl DataIn {
+    /// Append a Data-In whose data segment is `payload` rather than
+    /// `self.data` (which is ignored), so a read's buffer is copied once,
+    /// straight onto the wire buffer.
+    pub fn encode_with_payload(
+        &self,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        header_digest: bool,
+        data_digest: bool,
+    ) {
+        write_pdu(out, self.write(), &[], payload, header_digest, data_digest);
+    }
+
     /// O, U, Status, StatSN and Residual Count are written only with the S
     /// bit; without it they are reserved and go out as zero (§11.7.3).
     fn write(&self) -> Bhs<[u8; BHS_LEN]> {
