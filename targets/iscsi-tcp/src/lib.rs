@@ -9,12 +9,14 @@
 //! connection's failure never affects another; on shutdown every session is
 //! asked to log out, in-flight commands finish, then sockets close.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rustgt_iscsi::negotiate::Transport;
 use rustgt_iscsi::{Connection, ConnectionSetup, Event, PortalConfig, SessionInfo, SessionTable};
 use rustgt_scsi::{Nexus, Response, ScsiTarget, TmfResponse};
@@ -267,7 +269,7 @@ impl Server {
             std::time::Instant::now(),
         );
         let (mut rd, wr) = sock.into_split();
-        let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<Bytes>>();
         let writer = tokio::spawn(write_loop(wr, out_rx));
         let mut target: Option<Arc<ScsiTarget>> = None;
         let mut buf = vec![0u8; 256 * 1024];
@@ -385,23 +387,81 @@ impl Server {
     }
 }
 
+/// Write queued segments with vectored writes, so read payloads go from
+/// the SCSI core's buffer to the socket without another copy.
 async fn write_loop(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: mpsc::UnboundedReceiver<Vec<Bytes>>,
 ) {
-    while let Some(mut bytes) = rx.recv().await {
-        // Coalesce whatever else is queued into one write.
+    let mut queue: VecDeque<Bytes> = VecDeque::new();
+    while let Some(segs) = rx.recv().await {
+        queue.extend(segs);
         while let Ok(more) = rx.try_recv() {
-            bytes.extend_from_slice(&more);
+            queue.extend(more);
         }
-        if wr.write_all(&bytes).await.is_err() {
-            return;
+        while !queue.is_empty() {
+            let slices: Vec<IoSlice<'_>> = queue
+                .iter()
+                .take(MAX_IOVECS)
+                .map(|b| IoSlice::new(b))
+                .collect();
+            let n = match wr.write_vectored(&slices).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            advance(&mut queue, n);
         }
     }
     let _ = wr.shutdown().await;
 }
 
+/// Most segments handed to one writev (Linux's UIO_MAXIOV is 1024).
+const MAX_IOVECS: usize = 64;
+
+/// Drop `n` written bytes from the front of `queue`.
+fn advance(queue: &mut VecDeque<Bytes>, mut n: usize) {
+    while n > 0 {
+        let Some(front) = queue.front_mut() else {
+            return;
+        };
+        if n >= front.len() {
+            n -= front.len();
+            queue.pop_front();
+        } else {
+            let _ = front.split_to(n);
+            n = 0;
+        }
+    }
+}
+
 /// Bind a listener for `addr`.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_drops_whole_and_partial_segments() {
+        let mut q: VecDeque<Bytes> = ["abc", "de", "fghij"]
+            .iter()
+            .map(|s| Bytes::from_static(s.as_bytes()))
+            .collect();
+        advance(&mut q, 4);
+        assert_eq!(
+            q.iter().map(|b| b.as_ref()).collect::<Vec<_>>(),
+            vec![&b"e"[..], &b"fghij"[..]]
+        );
+        advance(&mut q, 3);
+        assert_eq!(
+            q.iter().map(|b| b.as_ref()).collect::<Vec<_>>(),
+            vec![&b"hij"[..]]
+        );
+        advance(&mut q, 3);
+        assert!(q.is_empty());
+        advance(&mut q, 5);
+        assert!(q.is_empty());
+    }
 }

@@ -12,6 +12,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use rustgt_scsi::sense::{Asc, Sense, SenseKey};
 use rustgt_scsi::{Command, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
 
@@ -95,6 +97,10 @@ struct PendingLogout {
     response: u8,
 }
 
+/// Payloads up to this size are copied next to their header; larger ones
+/// go out as their own segment, uncopied.
+const SMALL_PAYLOAD: usize = 4096;
+
 /// Limit on login PDU data segments before MaxRecvDataSegmentLength is
 /// negotiated (RFC 7143 §13.12 default).
 const LOGIN_MAX_DSL: u32 = 8192;
@@ -110,7 +116,11 @@ pub struct Connection {
     inpos: usize,
     /// Bytes of a rejected PDU still to skip without buffering.
     discard: usize,
-    out: Vec<u8>,
+    /// Encoded PDUs not yet queued as a segment.
+    out_buf: Vec<u8>,
+    /// Segments to send, in order; read payloads are slices of the
+    /// response buffer, never copied here.
+    out: Vec<Bytes>,
     events: VecDeque<Event>,
     pub(crate) hd: bool,
     pub(crate) dd: bool,
@@ -158,6 +168,7 @@ impl Connection {
             inbuf: Vec::new(),
             inpos: 0,
             discard: 0,
+            out_buf: Vec::new(),
             out: Vec::new(),
             events: VecDeque::new(),
             hd: false,
@@ -198,12 +209,21 @@ impl Connection {
         self.inflight.len()
     }
 
-    /// Bytes to send, if any.
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+    /// Segments to send, in order, if any. A driver writes them with one
+    /// vectored write (or, for iSER, maps payload segments to RDMA).
+    pub fn poll_transmit(&mut self) -> Option<Vec<Bytes>> {
+        self.flush_out_buf();
         if self.out.is_empty() {
             None
         } else {
             Some(std::mem::take(&mut self.out))
+        }
+    }
+
+    fn flush_out_buf(&mut self) {
+        if !self.out_buf.is_empty() {
+            self.out
+                .push(Bytes::from(std::mem::take(&mut self.out_buf)));
         }
     }
 
@@ -554,7 +574,7 @@ impl Connection {
     // ----------------------------------------------------------------------
 
     pub(crate) fn send(&mut self, reply: Reply) {
-        reply.encode_into(&mut self.out, self.hd, self.dd);
+        reply.encode_into(&mut self.out_buf, self.hd, self.dd);
     }
 
     pub(crate) fn reject(&mut self, reason: RejectReason, bhs: &[u8; BHS_LEN]) {
@@ -920,7 +940,7 @@ impl Connection {
 
     /// A SCSI command finished. Sends Data-In and status (RFC 7143 §11.4,
     /// §11.7); an aborted task gets no response at all.
-    pub fn complete(&mut self, resp: Response) {
+    pub fn complete(&mut self, mut resp: Response) {
         let Ok(itt) = u32::try_from(resp.tag) else {
             return;
         };
@@ -940,7 +960,8 @@ impl Connection {
             None => return,
         };
         let (over, under, residual) = residual_bits(resp.residual);
-        let pdus = data_in_pdus(itt, task.lun, resp.data_in.len(), max_pdu, max_burst);
+        let data = Bytes::from(std::mem::take(&mut resp.data_in));
+        let pdus = data_in_pdus(itt, task.lun, data.len(), max_pdu, max_burst);
         let n_pdus = u32::try_from(pdus.len()).unwrap_or(u32::MAX);
         // Status rides in the last Data-In when there is no sense (§11.7.4).
         let status_in_data = !pdus.is_empty() && resp.sense.is_empty();
@@ -958,8 +979,16 @@ impl Connection {
                 pdu.residual = residual;
                 pdu.stat_sn = self.next_stat_sn();
             }
-            let payload = resp.data_in.get(range).unwrap_or_default();
-            pdu.encode_with_payload(payload, &mut self.out, self.hd, self.dd);
+            let payload = data.get(range.clone()).unwrap_or_default();
+            let (head, tail) = pdu.encode_parts(payload, self.hd, self.dd);
+            self.out_buf.extend_from_slice(&head);
+            if payload.len() <= SMALL_PAYLOAD {
+                self.out_buf.extend_from_slice(payload);
+            } else {
+                self.flush_out_buf();
+                self.out.push(data.slice(range));
+            }
+            self.out_buf.extend_from_slice(&tail);
         }
         if !status_in_data {
             let r = ScsiResponse {

@@ -1,6 +1,8 @@
 //! The protocol core against an in-memory initiator, over the real SCSI
 //! core with a RAM backstore, with simulated time.
 
+#![allow(clippy::unwrap_used)] // tests may panic on a broken invariant
+
 mod common;
 
 use std::time::Duration;

@@ -933,17 +933,35 @@ impl TextResponse {
 }
 
 impl DataIn {
-    /// Append a Data-In whose data segment is `payload` rather than
-    /// `self.data` (which is ignored), so a read's buffer is copied once,
-    /// straight onto the wire buffer.
-    pub fn encode_with_payload(
+    /// The wire bytes around a Data-In payload that stays in the caller's
+    /// buffer: (BHS + header digest, padding + data digest). `self.data` is
+    /// ignored. Lets a driver send a read's buffer without copying it.
+    pub fn encode_parts(
         &self,
         payload: &[u8],
-        out: &mut Vec<u8>,
         header_digest: bool,
         data_digest: bool,
-    ) {
-        write_pdu(out, self.write(), &[], payload, header_digest, data_digest);
+    ) -> (Vec<u8>, Vec<u8>) {
+        let len = payload.len().min(MAX_DATA_SEGMENT_LEN);
+        let mut bhs = self.write();
+        bhs.set_total_ahs_len_bytes(0);
+        bhs.set_data_segment_len(len as u32);
+        let mut head = Vec::with_capacity(BHS_LEN + DIGEST_LEN);
+        head.extend_from_slice(&bhs.into_array());
+        if header_digest {
+            let digest = digest_wire_bytes(&head);
+            head.extend_from_slice(&digest);
+        }
+        let pad = [0u8; 3];
+        let pad = pad.get(..padded_len(len) - len).unwrap_or_default();
+        let mut tail = Vec::with_capacity(pad.len() + DIGEST_LEN);
+        tail.extend_from_slice(pad);
+        if data_digest && len > 0 {
+            let payload = payload.get(..len).unwrap_or_default();
+            let crc = crc32c::crc32c_append(crc32c::crc32c(payload), pad);
+            tail.extend_from_slice(&crc.to_le_bytes());
+        }
+        (head, tail)
     }
 
     /// O, U, Status, StatSN and Residual Count are written only with the S

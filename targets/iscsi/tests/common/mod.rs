@@ -2,6 +2,7 @@
 //! core with a RAM backstore, with simulated time. No sockets: bytes go
 //! straight from the initiator's encoder into `handle_input`.
 
+
 #![allow(dead_code)]
 
 use std::sync::mpsc;
@@ -154,7 +155,9 @@ impl Pair {
                 }
             }
             if let Some(out) = self.conn.poll_transmit() {
-                self.rx.extend_from_slice(&out);
+                for seg in out {
+                    self.rx.extend_from_slice(&seg);
+                }
                 progressed = true;
             }
             if !progressed {
