@@ -51,11 +51,13 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-/// Subcommands. None exist yet: running without one starts the daemon. The
-/// enum is here so admin commands (e.g. `config save`) can be added without
-/// changing the shape of [`Cli`].
+/// Subcommands; running without one starts the daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Benchmarks (e.g. `rustgt bench readahead`); no daemon is started.
+    #[command(subcommand)]
+    Bench(crate::bench::BenchCommand),
+}
 
 impl Cli {
     /// The command-line values that override the configuration.
