@@ -263,13 +263,11 @@ impl LunSettings {
     }
 
     /// The size in bytes, `None` when unset (or unparsable, never after [`load`]).
-    #[allow(dead_code)] // API for the daemon's wiring; exercised by the tests
     pub fn size_bytes(&self) -> Option<u64> {
         self.size.as_deref().and_then(parse_size)
     }
 
     /// Worker threads for this LUN.
-    #[allow(dead_code)] // API for the daemon's wiring; exercised by the tests
     pub fn effective_workers(&self, iscsi: &IscsiSettings) -> usize {
         self.workers.unwrap_or(iscsi.workers_per_lun)
     }

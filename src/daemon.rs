@@ -27,7 +27,11 @@ pub async fn run(cfg: Config) -> Result<()> {
 
     // Bind every distinct portal first, so port 0 resolves to a real port
     // before SendTargets answers are built.
-    let wanted: BTreeSet<SocketAddr> = cfg.targets.iter().flat_map(|t| t.portals.iter().copied()).collect();
+    let wanted: BTreeSet<SocketAddr> = cfg
+        .targets
+        .iter()
+        .flat_map(|t| t.portals.iter().copied())
+        .collect();
     let mut listeners = Vec::new();
     let mut bound = std::collections::HashMap::new();
     for addr in wanted {
@@ -93,7 +97,7 @@ fn build_target(cfg: &Config, t: &TargetSettings) -> Result<Arc<ScsiTarget>> {
         let store = rustgt_backstore::open(&spec)
             .with_context(|| format!("target {} LUN {}: opening backstore", t.iqn, l.id))?;
         let mut lc = LunConfig::new(store);
-        lc.workers = l.workers.unwrap_or(cfg.iscsi.workers_per_lun).max(1);
+        lc.workers = l.effective_workers(&cfg.iscsi).max(1);
         lc.write_cache = l.write_cache;
         let id = stable_id(&t.iqn, l.id);
         lc.serial = l.serial.clone().unwrap_or_else(|| format!("{id:016x}"));
@@ -106,22 +110,15 @@ fn build_target(cfg: &Config, t: &TargetSettings) -> Result<Arc<ScsiTarget>> {
 }
 
 fn backstore_spec(cfg: &Config, l: &LunSettings) -> Result<BackstoreSpec> {
+    // The config was validated at load: kind and size parse.
     let kind: EngineKind = l
         .backstore
         .parse()
         .map_err(|_| anyhow::anyhow!("unknown backstore {:?}", l.backstore))?;
-    let path = l.path.as_ref().map(|p| if p.is_absolute() { p.clone() } else { cfg.data_dir.join(p) });
-    let size = match &l.size {
-        Some(s) => Some(
-            rustgt_backstore::parse_size(s)
-                .ok_or_else(|| anyhow::anyhow!("LUN {}: bad size {s:?}", l.id))?,
-        ),
-        None => None,
-    };
     Ok(BackstoreSpec {
         kind,
-        path,
-        size,
+        path: l.resolved_path(&cfg.data_dir),
+        size: l.size_bytes(),
         block_size: l.block_size,
         read_only: l.read_only,
         thin: l.thin,
@@ -159,14 +156,7 @@ fn chap_policy(c: Option<&ChapSettings>) -> ChapPolicy {
 }
 
 fn digests(names: &[String]) -> Vec<Digest> {
-    names
-        .iter()
-        .filter_map(|n| match n.to_ascii_lowercase().as_str() {
-            "none" => Some(Digest::None),
-            "crc32c" => Some(Digest::CRC32C),
-            _ => None,
-        })
-        .collect()
+    names.iter().filter_map(|n| Digest::from_name(n)).collect()
 }
 
 fn limits(s: &IscsiSettings) -> Limits {
@@ -185,7 +175,10 @@ fn limits(s: &IscsiSettings) -> Limits {
     }
 }
 
-fn portal_config(cfg: &Config, bound: &std::collections::HashMap<SocketAddr, SocketAddr>) -> PortalConfig {
+fn portal_config(
+    cfg: &Config,
+    bound: &std::collections::HashMap<SocketAddr, SocketAddr>,
+) -> PortalConfig {
     let targets = cfg
         .targets
         .iter()
