@@ -4,7 +4,7 @@
 
 use std::io;
 
-use crate::{BackstoreError, Geometry, Result};
+use crate::{BackstoreError, Extent, Geometry, Result};
 
 /// Batch size for pattern writes, bounce buffers and the RAM engine's chunks.
 pub(crate) const BATCH: usize = 1 << 20;
@@ -77,6 +77,18 @@ pub(crate) fn geometry_for(
         num_blocks: size / bs,
         read_only,
     })
+}
+
+/// Appends a run to an allocation map, merging it into the previous run
+/// when both have the same state; empty runs are dropped.
+pub(crate) fn push_extent(runs: &mut Vec<Extent>, len: u64, mapped: bool) {
+    if len == 0 {
+        return;
+    }
+    match runs.last_mut() {
+        Some(last) if last.mapped == mapped => last.len += len,
+        _ => runs.push(Extent { len, mapped }),
+    }
 }
 
 /// True when every byte is zero.
@@ -203,6 +215,19 @@ mod tests {
         assert_eq!(tile(&[9], 3), vec![9, 9, 9]);
         assert_eq!(tile(&[1, 2, 3], 2), vec![1, 2]);
         assert_eq!(tile(&[], 2), vec![0, 0]);
+    }
+
+    #[test]
+    fn extent_runs_merge_and_skip_empty() {
+        let mut runs = Vec::new();
+        push_extent(&mut runs, 512, true);
+        push_extent(&mut runs, 0, false);
+        push_extent(&mut runs, 512, true);
+        push_extent(&mut runs, 4096, false);
+        push_extent(&mut runs, 1024, false);
+        push_extent(&mut runs, 512, true);
+        let flat: Vec<_> = runs.iter().map(|e| (e.len, e.mapped)).collect();
+        assert_eq!(flat, vec![(1024, true), (5120, false), (512, true)]);
     }
 
     #[test]

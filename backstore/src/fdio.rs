@@ -139,6 +139,25 @@ impl FdIo {
         }
     }
 
+    /// lseek(2) with SEEK_DATA or SEEK_HOLE from `pos`: the offset found,
+    /// or `None` when there is no such region at or after `pos` (ENXIO).
+    pub(crate) fn seek(&self, whence: libc::c_int, pos: u64) -> io::Result<Option<u64>> {
+        let off = to_off_t(pos)?;
+        // SAFETY: lseek only reads its scalar arguments; the fd is owned by
+        // `self.file` and open for the duration of the call. The file
+        // position it moves is never used: all I/O here is positioned.
+        let rc = unsafe { libc::lseek(self.file.as_raw_fd(), off, whence) };
+        if rc >= 0 {
+            return Ok(u64::try_from(rc).ok());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ENXIO) {
+            Ok(None)
+        } else {
+            Err(err)
+        }
+    }
+
     fn write_raw(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
         if !fua {
             return self

@@ -8,17 +8,20 @@
 //!   grows it (sparse);
 //! - unmap punches holes (`FALLOC_FL_PUNCH_HOLE`), so blocks really return
 //!   to the filesystem; filesystems without hole punching get zeros written;
-//! - one `File` is shared by all worker threads (positioned I/O only).
+//! - one `File` is shared by all worker threads (positioned I/O only);
+//! - the allocation map comes from the file's holes (`SEEK_DATA` /
+//!   `SEEK_HOLE`); filesystems that cannot tell report everything mapped.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::common::push_extent;
 use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
 use crate::common::{validate_block_size, AlignedBuf};
 use crate::fdio::{is_unsupported, FdIo};
-use crate::{Backstore, BackstoreError, Geometry, Result};
+use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
 
 /// How to open or create a file store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +119,11 @@ impl FileBackstore {
         })
     }
 
+    /// The open file, for advice calls (posix_fadvise) by the builder.
+    pub(crate) fn raw_file(&self) -> &File {
+        self.io.file()
+    }
+
     /// The file's path as given.
     pub fn path(&self) -> &Path {
         &self.path
@@ -150,6 +158,30 @@ impl FileBackstore {
             Err(e) if is_unsupported(&e) => self.write_zeros(offset, len),
             Err(e) => Err(BackstoreError::Write(e)),
         }
+    }
+
+    /// Walks the file's data and holes over `[offset, offset + len)`.
+    fn map_holes(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        let end = offset.saturating_add(len);
+        let mut runs = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            // No data at or after `pos`: the rest is one hole.
+            let data = self.io.seek(libc::SEEK_DATA, pos)?.unwrap_or(end).min(end);
+            if data > pos {
+                push_extent(&mut runs, data - pos, false);
+                pos = data;
+                continue;
+            }
+            // `pos` is in data; it runs to the next hole (EOF at worst).
+            let hole = self.io.seek(libc::SEEK_HOLE, pos)?.unwrap_or(end).min(end);
+            // A hole at or before `pos` would contradict SEEK_DATA (a racing
+            // writer): call the rest mapped rather than loop.
+            let stop = if hole > pos { hole } else { end };
+            push_extent(&mut runs, stop - pos, true);
+            pos = stop;
+        }
+        Ok(runs)
     }
 
     fn write_zeros(&self, offset: u64, len: u64) -> Result<()> {
@@ -203,6 +235,20 @@ impl Backstore for FileBackstore {
             return Ok(());
         }
         self.punch_hole(offset, len)
+    }
+
+    fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        check_range(&self.geometry, offset, len)?;
+        match self.map_holes(offset, len) {
+            Ok(runs) => Ok(runs),
+            // Filesystems without hole reporting: everything is data.
+            Err(e) if is_unsupported(&e) || e.raw_os_error() == Some(libc::EINVAL) => {
+                let mut runs = Vec::new();
+                push_extent(&mut runs, len, true);
+                Ok(runs)
+            }
+            Err(e) => Err(BackstoreError::Read(e)),
+        }
     }
 
     fn supports_write_same(&self) -> bool {

@@ -14,24 +14,38 @@
 //!   is out of range too;
 //! - read-only stores refuse writes, WRITE SAME and unmap with
 //!   [`BackstoreError::ReadOnly`];
-//! - unmapped ranges read back as zeros.
+//! - unmapped ranges read back as zeros;
+//! - [`Backstore::extents`] describes every byte of the range it is asked
+//!   about, in order, as runs of mapped or deallocated bytes.
 //!
 //! Engines: [`FileBackstore`] (regular file), [`BlockDevBackstore`] (block
-//! device), [`RamBackstore`] (memory), [`NullBackstore`] (discards writes).
-//! [`open`] builds one from a [`BackstoreSpec`].
+//! device), [`RamBackstore`] (memory), [`NullBackstore`] (discards writes),
+//! [`HddSimBackstore`] (a simulated 7200 rpm disk, see [`hddsim`]).
+//! [`open`] builds one from a [`BackstoreSpec`]; [`build`] also wraps it in
+//! the LUN's I/O context ([`ioctx`]: readahead policies, cache, coalescing,
+//! stats). [`bench`] is the readahead benchmark in simulated time.
 
 use std::fmt::Debug;
 
+pub mod bench;
 mod blockdev;
+mod builder;
 mod common;
 mod fdio;
 mod file;
+pub mod hddsim;
+pub mod ioctx;
 mod null;
 mod ram;
 mod spec;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
+pub use builder::{build, LunStoreSpec};
 pub use file::{FileBackstore, FileOptions};
+pub use hddsim::{HddSimBackstore, HddSimOptions};
+pub use ioctx::{
+    set_worker_index, ContextMode, IoContext, IoContextOptions, IoStats, ReadaheadPolicy,
+};
 pub use null::NullBackstore;
 pub use ram::RamBackstore;
 pub use spec::{open, parse_size, BackstoreSpec, EngineKind};
@@ -77,6 +91,15 @@ pub enum BackstoreError {
 
 pub type Result<T> = std::result::Result<T, BackstoreError>;
 
+/// One run of a store's allocation map (see [`Backstore::extents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes in the run.
+    pub len: u64,
+    /// Backed by storage (`true`), or deallocated and reading as zeros.
+    pub mapped: bool,
+}
+
 /// A backing store shared by all the workers of one LUN.
 ///
 /// Offsets and lengths are in bytes and are multiples of the block size.
@@ -104,6 +127,17 @@ pub trait Backstore: Send + Sync + Debug {
     /// Deallocate `len` bytes from `offset`; later reads return zeros.
     fn unmap(&self, _offset: u64, _len: u64) -> Result<()> {
         Err(BackstoreError::Unsupported)
+    }
+
+    /// Allocation map of `len` bytes from `offset`: runs in address order
+    /// that together cover exactly `len` bytes, adjacent runs differing in
+    /// `mapped` (empty when `len` is zero). The default reports the whole
+    /// range mapped, which is always true of a fully provisioned store.
+    fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        common::check_range(&self.geometry(), offset, len)?;
+        let mut runs = Vec::new();
+        common::push_extent(&mut runs, len, true);
+        Ok(runs)
     }
 
     /// Whether [`Backstore::write_same`] is implemented (to advertise WRITE SAME).

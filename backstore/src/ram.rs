@@ -6,13 +6,15 @@
 //! - each chunk has its own `RwLock`: I/O to different chunks never contends
 //!   and concurrent readers of one chunk share it;
 //! - unmap (and an all-zero WRITE SAME) frees whole chunks and zeroes the
-//!   partial ones at the edges.
+//!   partial ones at the edges;
+//! - the allocation map is the chunk table: a chunk holding memory is
+//!   mapped, an empty one deallocated.
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
-use crate::common::{tile, BATCH};
-use crate::{Backstore, BackstoreError, Geometry, Result};
+use crate::common::{push_extent, tile, BATCH};
+use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
 
 type Chunk = RwLock<Option<Box<[u8]>>>;
 
@@ -223,6 +225,16 @@ impl Backstore for RamBackstore {
     fn unmap(&self, offset: u64, len: u64) -> Result<()> {
         check_write(&self.geometry, offset, len)?;
         self.deallocate(offset, len)
+    }
+
+    fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        check_range(&self.geometry, offset, len)?;
+        let mut runs = Vec::new();
+        for span in self.spans(offset, len) {
+            let mapped = read_lock(self.chunk(span.index)?).is_some();
+            push_extent(&mut runs, len_u64(span.len), mapped);
+        }
+        Ok(runs)
     }
 
     fn supports_write_same(&self) -> bool {

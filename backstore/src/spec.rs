@@ -26,6 +26,9 @@ pub enum EngineKind {
     Ram,
     /// Zeros in, nothing kept ([`NullBackstore`]).
     Null,
+    /// A simulated 7200 rpm disk ([`crate::HddSimBackstore`]); data in RAM,
+    /// or in a sparse file when a path is given.
+    HddSim,
 }
 
 impl EngineKind {
@@ -36,6 +39,7 @@ impl EngineKind {
             EngineKind::BlockDev => "blockdev",
             EngineKind::Ram => "ram",
             EngineKind::Null => "null",
+            EngineKind::HddSim => "hddsim",
         }
     }
 }
@@ -56,8 +60,9 @@ impl FromStr for EngineKind {
             "blockdev" => Ok(EngineKind::BlockDev),
             "ram" => Ok(EngineKind::Ram),
             "null" => Ok(EngineKind::Null),
+            "hddsim" => Ok(EngineKind::HddSim),
             _ => Err(BackstoreError::Config(format!(
-                "unknown backstore engine {s:?} (expected file, blockdev, ram or null)"
+                "unknown backstore engine {s:?} (expected file, blockdev, ram, null or hddsim)"
             ))),
         }
     }
@@ -159,6 +164,10 @@ pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
             need_size(spec)?,
             spec.block_size,
             spec.read_only,
+        )?),
+        EngineKind::HddSim => Arc::new(crate::HddSimBackstore::from_spec(
+            spec,
+            &crate::HddSimOptions::default(),
         )?),
     };
     Ok(store)
@@ -275,6 +284,7 @@ mod tests {
             EngineKind::BlockDev,
             EngineKind::Ram,
             EngineKind::Null,
+            EngineKind::HddSim,
         ] {
             assert_eq!(
                 kind.to_string().parse::<EngineKind>().ok(),

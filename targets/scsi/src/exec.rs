@@ -8,8 +8,10 @@
 //!    unknown opcode), oldest first;
 //! 3. unknown opcode / service action;
 //! 4. CDB length and reserved bits against the table's usage data;
-//! 5. write protection for commands that modify the medium;
-//! 6. the handler.
+//! 5. reservation conflicts (`pr`), answered with RESERVATION CONFLICT;
+//! 6. readiness: a sanitize in progress or failed, an ejected medium;
+//! 7. write protection for commands that modify the medium;
+//! 8. the handler.
 //!
 //! Residuals are reported for GOOD status only; a CHECK CONDITION carries
 //! no data and no residual.
@@ -17,6 +19,7 @@
 use crate::cdb::{check_usage, Cdb};
 use crate::cmd::{Command, Residual, Response, Status};
 use crate::lun::LogicalUnit;
+use crate::pr_cmd;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
 use crate::table::{self, DataDir, Lookup};
 use crate::target::TargetShared;
@@ -50,6 +53,9 @@ pub(crate) struct Outcome {
     pub data_in: Vec<u8>,
     /// Bytes the command wanted to transfer in its data direction.
     pub xfer_len: u64,
+    /// A status other than GOOD that carries no sense data (RESERVATION
+    /// CONFLICT); such a response transfers nothing.
+    pub status: Status,
 }
 
 impl Outcome {
@@ -68,6 +74,7 @@ impl Outcome {
         Outcome {
             data_in: data,
             xfer_len,
+            status: Status::GOOD,
         }
     }
 
@@ -77,6 +84,7 @@ impl Outcome {
         Outcome {
             data_in: data,
             xfer_len,
+            status: Status::GOOD,
         }
     }
 
@@ -85,6 +93,15 @@ impl Outcome {
         Outcome {
             data_in: Vec::new(),
             xfer_len,
+            status: Status::GOOD,
+        }
+    }
+
+    /// A status without sense data and without data (RESERVATION CONFLICT).
+    pub(crate) fn status(status: Status) -> Outcome {
+        Outcome {
+            status,
+            ..Outcome::default()
         }
     }
 }
@@ -126,6 +143,15 @@ fn run(
     };
     check_usage(&cmd.cdb, desc.usage, desc.sa_mask())?;
     if let Some(lu) = lu {
+        // Reservations (SPC-4 §5.13.1): after unit attentions and CDB
+        // checks, before the medium is looked at.
+        if lu.pr.conflicts(&cmd.nexus, pr_cmd::access(&cmd.cdb)) {
+            return Ok((desc.dir, Outcome::status(Status::RESERVATION_CONFLICT)));
+        }
+        // A running or failed sanitize, or a missing medium (SBC-3 §4.11,
+        // §4.17), before anything touches the medium.
+        lu.sanitizer.check(desc.opcode)?;
+        lu.medium.check(desc.opcode)?;
         if desc.has(table::MEDIUM_WRITE) && lu.geometry().read_only {
             return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
         }
@@ -162,6 +188,9 @@ pub(crate) fn residual(buffer: u64, wanted: u64) -> Residual {
 /// GOOD status: cut Data-In to the initiator's buffer and account residuals
 /// in the command's data direction (SAM-5 §5.4.3).
 fn good(cmd: &Command, dir: DataDir, outcome: Outcome) -> Response {
+    if outcome.status != Status::GOOD {
+        return status_only(cmd.tag, outcome.status);
+    }
     let mut data_in = outcome.data_in;
     let residual = match dir {
         DataDir::In => {

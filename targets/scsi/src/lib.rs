@@ -31,19 +31,32 @@
 pub mod cmd;
 pub mod sense;
 
+mod alua;
 mod cdb;
 mod exec;
+mod lba_lock;
+mod limits;
 mod lun;
+mod medium;
 mod mode;
+mod pr;
+mod pr_cmd;
+mod pr_store;
+mod provisioning;
+mod registry;
+mod sanitize;
 mod sbc;
+mod sbc_ext;
 mod spc;
 mod table;
 mod target;
 mod ua;
 mod vpd;
+mod xcopy;
 
 pub use cmd::*;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS, MAX_TASKS_PER_LUN};
+pub use registry::LunRegistry;
 pub use sense::{Asc, FieldPointer, Sense, SenseFormat, SenseKey};
 pub use spc::{lun_from_sam, lun_to_sam, MAX_LUN};
 pub use target::{ScsiError, ScsiTarget};

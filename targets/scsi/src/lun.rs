@@ -16,6 +16,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -24,10 +25,15 @@ use rustgt_backstore::{Backstore, Geometry};
 
 use crate::cmd::{Command, Completion, Response, Status, TaskAttr};
 use crate::exec;
+use crate::lba_lock::LbaLocks;
+use crate::medium::Medium;
 use crate::mode::ModeState;
+use crate::pr::Reservations;
+use crate::sanitize::Sanitizer;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
 use crate::target::{ScsiError, TargetShared};
 use crate::ua::UnitAttentions;
+use crate::xcopy::CopyResults;
 
 /// Default number of worker threads per LUN.
 pub const DEFAULT_WORKERS: usize = 8;
@@ -51,11 +57,33 @@ pub struct LunConfig {
     pub naa_id: u64,
     /// WCE in the caching mode page; when false every write is FUA.
     pub write_cache: bool,
+    /// Thin provisioning (SBC-3 §4.7.3.3): LBPME in READ CAPACITY(16),
+    /// UNMAP, WRITE SAME with UNMAP and GET LBA STATUS from the
+    /// backstore's holes. False: fully provisioned, no LBP reported.
+    pub thin: bool,
+    /// Physical block size in bytes reported by READ CAPACITY(16) (and the
+    /// unmap and atomic granularities derived from it); `None` means equal
+    /// to the logical block size. Must be a power-of-two multiple of it.
+    pub physical_block_size: Option<u32>,
+    /// On a thin LUN, whether the UNMAP command is supported (LBPU). When
+    /// false, deallocation is by WRITE SAME with UNMAP only (LBPWS and
+    /// LBPWS10 stay set).
+    pub unmap_command: bool,
+    /// File keeping persistent reservations across restarts when an
+    /// initiator asks for APTPL (SPC-4 §5.13.5); restored when the LUN is
+    /// added. `None`: APTPL=1 is refused and PTPL_C reported as 0.
+    pub pr_state_path: Option<PathBuf>,
+    /// Removable medium (RMB in INQUIRY): START STOP UNIT with LOEJ ejects
+    /// and loads it, PREVENT ALLOW MEDIUM REMOVAL locks it in.
+    pub removable: bool,
+    /// Pace of SANITIZE in bytes per second; `None` runs it at full speed.
+    pub sanitize_rate: Option<u64>,
 }
 
 impl LunConfig {
-    /// Defaults: 8 workers, "RUSTGT" / "VIRTUAL-DISK", write cache on, and
-    /// an empty serial and NAA id the caller should set to stable values.
+    /// Defaults: 8 workers, "RUSTGT" / "VIRTUAL-DISK", write cache on,
+    /// fully provisioned, and an empty serial and NAA id the caller should
+    /// set to stable values.
     pub fn new(backstore: Arc<dyn Backstore>) -> Self {
         LunConfig {
             backstore,
@@ -65,7 +93,30 @@ impl LunConfig {
             serial: String::new(),
             naa_id: 0,
             write_cache: true,
+            thin: false,
+            physical_block_size: None,
+            unmap_command: true,
+            pr_state_path: None,
+            removable: false,
+            sanitize_rate: None,
         }
+    }
+}
+
+impl LunConfig {
+    /// log2 of logical blocks per physical block, or `None` when
+    /// `physical_block_size` is not a power-of-two multiple (1 to 2^15
+    /// times) of the backstore's block size.
+    pub fn physical_block_exponent(&self) -> Option<u8> {
+        let logical = self.backstore.geometry().block_size;
+        let Some(physical) = self.physical_block_size else {
+            return Some(0);
+        };
+        if logical == 0 || physical % logical != 0 {
+            return None;
+        }
+        let ratio = physical / logical;
+        (ratio.is_power_of_two() && ratio <= 1 << 15).then(|| ratio.trailing_zeros() as u8)
     }
 }
 
@@ -115,6 +166,7 @@ pub(crate) struct Identity {
     pub product: String,
     pub serial: String,
     pub naa_id: u64,
+    pub removable: bool,
 }
 
 /// A task is named by its nexus and the front end's tag (SAM-5 §4.8).
@@ -206,6 +258,22 @@ pub(crate) struct LogicalUnit {
     pub backstore: Arc<dyn Backstore>,
     pub ident: Identity,
     pub stats: Stats,
+    /// Logical block provisioning management enabled (thin LUN).
+    pub thin: bool,
+    /// log2(logical blocks per physical block), READ CAPACITY(16) byte 13.
+    pub phys_exp: u8,
+    /// UNMAP supported on a thin LUN (LBPU).
+    pub unmap_command: bool,
+    /// LBA range locks taken by medium reads (shared) and writes (exclusive).
+    pub lba_locks: LbaLocks,
+    /// Persistent and SPC-2 reservations.
+    pub pr: Reservations,
+    /// The medium: present or ejected, removal prevention.
+    pub medium: Medium,
+    /// SANITIZE operation state.
+    pub sanitizer: Sanitizer,
+    /// EXTENDED COPY statuses for RECEIVE COPY RESULTS.
+    pub copies: CopyResults,
     mode: Mutex<ModeState>,
     mode_defaults: ModeState,
     ua: Mutex<UnitAttentions>,
@@ -236,8 +304,17 @@ impl LogicalUnit {
                 product: cfg.product.clone(),
                 serial: cfg.serial.clone(),
                 naa_id: cfg.naa_id,
+                removable: cfg.removable,
             },
             stats: Stats::default(),
+            thin: cfg.thin,
+            phys_exp: cfg.physical_block_exponent().unwrap_or(0),
+            unmap_command: cfg.unmap_command,
+            lba_locks: LbaLocks::default(),
+            pr: Reservations::new(cfg.pr_state_path.clone()),
+            medium: Medium::new(cfg.removable),
+            sanitizer: Sanitizer::new(cfg.sanitize_rate),
+            copies: CopyResults::default(),
             mode: Mutex::new(defaults),
             mode_defaults: defaults,
             ua: Mutex::new(UnitAttentions::default()),
@@ -260,7 +337,11 @@ impl LogicalUnit {
             let target = Arc::clone(target);
             let handle = std::thread::Builder::new()
                 .name(format!("rustgt-lun{}-w{i}", self.lun))
-                .spawn(move || lu.worker_loop(&target))
+                .spawn(move || {
+                    // Lets the LUN's I/O context tell its workers apart.
+                    rustgt_backstore::set_worker_index(i);
+                    lu.worker_loop(&target)
+                })
                 .map_err(|source| ScsiError::Spawn {
                     lun: self.lun,
                     source,
@@ -322,6 +403,9 @@ impl LogicalUnit {
 
     pub(crate) fn drop_nexus(&self, nexus: u64) {
         lock(&self.ua).drop_nexus(nexus);
+        self.pr.nexus_lost(nexus);
+        self.medium.drop_nexus(nexus);
+        self.copies.drop_nexus(nexus);
     }
 
     /// Puts a command on the task set, or says why not.
@@ -482,6 +566,15 @@ impl LogicalUnit {
         }
     }
 
+    /// Whether task management has aborted this running task (a long
+    /// handler polls it to stop waiting early).
+    pub(crate) fn task_aborted(&self, key: TaskKey) -> bool {
+        let set = lock(&self.tasks);
+        set.position(key)
+            .and_then(|i| set.entries.get(i))
+            .is_none_or(|e| matches!(e.state, TaskState::Running { aborted: true }))
+    }
+
     /// QUERY TASK: whether the task is in the task set.
     pub(crate) fn has_task(&self, key: TaskKey) -> bool {
         lock(&self.tasks).position(key).is_some()
@@ -492,6 +585,8 @@ impl LogicalUnit {
     /// immediately.
     pub(crate) fn stop_and_join(&self) {
         lock(&self.tasks).stopping = true;
+        // A SANITIZE waiting for its operation must not hold up the join.
+        self.sanitizer.cancel();
         self.work.notify_all();
         let handles: Vec<_> = lock(&self.workers).drain(..).collect();
         let me = std::thread::current().id();
@@ -501,6 +596,7 @@ impl LogicalUnit {
                 tracing::error!(lun = self.lun, "worker thread panicked");
             }
         }
+        self.sanitizer.join();
     }
 }
 

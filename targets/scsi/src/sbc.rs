@@ -1,6 +1,6 @@
 //! Block commands (SBC-3 §5): READ/WRITE 6/10/12/16, VERIFY and WRITE AND
-//! VERIFY 10/12/16, SYNCHRONIZE CACHE 10/16, READ CAPACITY 10/16 and
-//! START STOP UNIT.
+//! VERIFY 10/12/16, SYNCHRONIZE CACHE 10/16 and READ CAPACITY 10/16
+//! (START STOP UNIT is in `medium`).
 //!
 //! Checks run in SBC-3 order: transfer length against the block limits
 //! (INVALID FIELD IN CDB), then the LBA range (LOGICAL BLOCK ADDRESS OUT OF
@@ -11,6 +11,10 @@
 //! only that much is read from the medium; a write stores the whole logical
 //! blocks present in the Data-Out buffer, up to the CDB's transfer length,
 //! and completes with GOOD, the residual telling the initiator the rest.
+//!
+//! Medium access holds the LBA range lock of its extent (`lba_lock`):
+//! shared for reads and VERIFY, exclusive for writes, so COMPARE AND WRITE,
+//! ORWRITE and WRITE ATOMIC stay atomic against these commands.
 
 use crate::cdb::Cdb;
 use crate::exec::{Ctx, Outcome};
@@ -20,15 +24,15 @@ use crate::vpd::{max_transfer_blocks, MAX_TRANSFER_BYTES};
 
 /// LBA / transfer length fields of a medium-access CDB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Extent {
-    lba: u64,
-    blocks: u64,
+pub(crate) struct Extent {
+    pub lba: u64,
+    pub blocks: u64,
     /// Byte offset of the TRANSFER LENGTH field, for field pointers.
-    len_at: usize,
+    pub len_at: usize,
 }
 
 /// Decodes the LBA and length fields by CDB size (SBC-3 §5.*).
-fn extent(cdb: Cdb<'_>) -> Extent {
+pub(crate) fn extent(cdb: Cdb<'_>) -> Extent {
     match cdb.opcode() >> 5 {
         // Group 0, 6-byte: 21-bit LBA, 8-bit length where 0 means 256.
         0 => {
@@ -64,17 +68,17 @@ fn extent(cdb: Cdb<'_>) -> Extent {
     }
 }
 
-fn lba_out_of_range() -> Sense {
+pub(crate) fn lba_out_of_range() -> Sense {
     Sense::illegal(Asc::LBA_OUT_OF_RANGE)
 }
 
 /// Block size of the unit, never zero.
-fn block_size(lu: &LogicalUnit) -> u64 {
+pub(crate) fn block_size(lu: &LogicalUnit) -> u64 {
     u64::from(lu.geometry().block_size.max(1))
 }
 
 /// Refuses transfers above the block limits VPD MAXIMUM TRANSFER LENGTH.
-fn check_max_transfer(lu: &LogicalUnit, ext: Extent) -> Result<(), Sense> {
+pub(crate) fn check_max_transfer(lu: &LogicalUnit, ext: Extent) -> Result<(), Sense> {
     if ext.blocks > u64::from(max_transfer_blocks(lu.geometry().block_size)) {
         return Err(Sense::invalid_cdb_field(ext.len_at, None));
     }
@@ -82,7 +86,7 @@ fn check_max_transfer(lu: &LogicalUnit, ext: Extent) -> Result<(), Sense> {
 }
 
 /// Checks the extent against the capacity; returns (byte offset, bytes).
-fn check_range(lu: &LogicalUnit, ext: Extent) -> Result<(u64, u64), Sense> {
+pub(crate) fn check_range(lu: &LogicalUnit, ext: Extent) -> Result<(u64, u64), Sense> {
     let num_blocks = lu.geometry().num_blocks;
     let end = ext
         .lba
@@ -98,13 +102,13 @@ fn check_range(lu: &LogicalUnit, ext: Extent) -> Result<(u64, u64), Sense> {
 }
 
 /// Whole blocks of `data`, at most `bytes` (the CDB's transfer length).
-fn whole_blocks(data: &[u8], bytes: u64, bs: u64) -> &[u8] {
+pub(crate) fn whole_blocks(data: &[u8], bytes: u64, bs: u64) -> &[u8] {
     let usable = (data.len() as u64).min(bytes) / bs * bs;
     data.get(..usable as usize).unwrap_or(&[])
 }
 
 /// Reads `len` bytes at `offset` from the medium.
-fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<Vec<u8>, Sense> {
+pub(crate) fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<Vec<u8>, Sense> {
     let len = usize::try_from(len).map_err(|_| lba_out_of_range())?;
     let mut buf = vec![0u8; len];
     if len > 0 {
@@ -114,7 +118,7 @@ fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<Vec<u8>, Sense
 }
 
 /// MISCOMPARE DURING VERIFY OPERATION, INFORMATION = offset into Data-Out.
-fn miscompare(at: usize) -> Sense {
+pub(crate) fn miscompare(at: usize) -> Sense {
     Sense::new(SenseKey::MISCOMPARE, Asc::MISCOMPARE_DURING_VERIFY).with_information(at as u64)
 }
 
@@ -158,6 +162,7 @@ pub(crate) fn read(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let bs = block_size(lu);
     // Only what fits the Data-In buffer is transferred, so only that is read.
     let buffer = u64::from(ctx.cmd.data_in_len).div_ceil(bs) * bs;
+    let _range = lu.lba_locks.shared(ext.lba, ext.blocks);
     let data = read_medium(lu, offset, bytes.min(buffer))?;
     lu.stats.count_read(data.len() as u64);
     Ok(Outcome::read(data, bytes))
@@ -171,6 +176,7 @@ pub(crate) fn write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let (offset, bytes) = check_range(lu, ext)?;
     let data = whole_blocks(&ctx.cmd.data_out, bytes, block_size(lu));
     if !data.is_empty() {
+        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks);
         let fua = ctx.cdb.bit(1, 0x08) || !lu.mode().write_cache;
         lu.backstore.write_at(data, offset, fua)?;
     }
@@ -193,6 +199,7 @@ pub(crate) fn verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         0b01 => {
             check_max_transfer(lu, ext)?;
             let (offset, bytes) = check_range(lu, ext)?;
+            let _range = lu.lba_locks.shared(ext.lba, ext.blocks);
             compare_medium(lu, offset, whole_blocks(&ctx.cmd.data_out, bytes, bs))?;
             Ok(Outcome::data_out(bytes))
         }
@@ -201,6 +208,7 @@ pub(crate) fn verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
             let (offset, bytes) = check_range(lu, ext)?;
             let want = if ext.blocks == 0 { 0 } else { bs };
             if let Some(pattern) = ctx.cmd.data_out.get(..bs as usize).filter(|_| want > 0) {
+                let _range = lu.lba_locks.shared(ext.lba, ext.blocks);
                 compare_pattern(lu, offset, bytes, pattern)?;
             }
             Ok(Outcome::data_out(want))
@@ -218,6 +226,7 @@ pub(crate) fn write_and_verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let (offset, bytes) = check_range(lu, ext)?;
     let data = whole_blocks(&ctx.cmd.data_out, bytes, block_size(lu));
     if !data.is_empty() {
+        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks);
         lu.backstore.write_at(data, offset, true)?;
         if ctx.cdb.bit(1, 0x02) {
             compare_medium(lu, offset, data)?;
@@ -258,8 +267,9 @@ pub(crate) fn read_capacity10(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     Ok(Outcome::alloc(data, 8))
 }
 
-/// READ CAPACITY(16) (SBC-3 §5.16): no protection, logical = physical
-/// block (exponent 0), no thin provisioning (LBPME=0).
+/// READ CAPACITY(16) (SBC-3 §5.16): no protection; LOGICAL BLOCKS PER
+/// PHYSICAL BLOCK EXPONENT from the configured physical block size; a thin
+/// LUN sets LBPME and LBPRZ (deallocated blocks read as zeros).
 pub(crate) fn read_capacity16(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let lu = ctx.lu()?;
     check_pmi(ctx.cdb.be64(2), ctx.cdb.bit(14, 0x01))?;
@@ -267,26 +277,11 @@ pub(crate) fn read_capacity16(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let mut data = vec![0u8; 32];
     data[..8].copy_from_slice(&g.num_blocks.saturating_sub(1).to_be_bytes());
     data[8..12].copy_from_slice(&g.block_size.to_be_bytes());
+    data[13] = lu.phys_exp & 0x0F;
+    if crate::limits::lbp_enabled(lu) {
+        data[14] = 0x80 | 0x40; // LBPME, LBPRZ; lowest aligned LBA 0
+    }
     Ok(Outcome::alloc(data, u64::from(ctx.cdb.be32(10))))
-}
-
-/// START STOP UNIT (SBC-3 §5.25): the medium is not removable (LOEJ is
-/// refused by the usage data) and always spinning; a stop flushes the
-/// cache unless NO_FLUSH.
-pub(crate) fn start_stop_unit(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
-    let lu = ctx.lu()?;
-    let power_condition = ctx.cdb.byte(4) >> 4;
-    // START_VALID, ACTIVE, IDLE, STANDBY, LU_CONTROL, FORCE_IDLE_0,
-    // FORCE_STANDBY_0 (SBC-3 table 75); the rest are reserved.
-    if !matches!(power_condition, 0x0 | 0x1 | 0x2 | 0x3 | 0x7 | 0xA | 0xB) {
-        return Err(Sense::invalid_cdb_field(4, Some(7)));
-    }
-    let start = ctx.cdb.bit(4, 0x01);
-    let no_flush = ctx.cdb.bit(4, 0x04);
-    if power_condition == 0 && !start && !no_flush {
-        lu.backstore.flush()?;
-    }
-    Ok(Outcome::none())
 }
 
 #[cfg(test)]

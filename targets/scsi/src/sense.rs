@@ -48,6 +48,7 @@ impl Asc {
     pub const INVALID_FIELD_IN_CDB: Asc = Asc::new(0x24, 0x00);
     pub const LOGICAL_UNIT_NOT_SUPPORTED: Asc = Asc::new(0x25, 0x00);
     pub const INVALID_FIELD_IN_PARAMETER_LIST: Asc = Asc::new(0x26, 0x00);
+    pub const INVALID_RELEASE_OF_PERSISTENT_RESERVATION: Asc = Asc::new(0x26, 0x04);
     pub const WRITE_PROTECTED: Asc = Asc::new(0x27, 0x00);
     pub const POWER_ON_RESET: Asc = Asc::new(0x29, 0x00);
     pub const POWER_ON_OCCURRED: Asc = Asc::new(0x29, 0x01);
@@ -55,11 +56,16 @@ impl Asc {
     pub const BUS_DEVICE_RESET_FUNCTION_OCCURRED: Asc = Asc::new(0x29, 0x03);
     pub const I_T_NEXUS_LOSS_OCCURRED: Asc = Asc::new(0x29, 0x07);
     pub const MODE_PARAMETERS_CHANGED: Asc = Asc::new(0x2A, 0x01);
+    pub const CAPACITY_DATA_HAS_CHANGED: Asc = Asc::new(0x2A, 0x09);
+    pub const RESERVATIONS_PREEMPTED: Asc = Asc::new(0x2A, 0x03);
+    pub const RESERVATIONS_RELEASED: Asc = Asc::new(0x2A, 0x04);
+    pub const REGISTRATIONS_PREEMPTED: Asc = Asc::new(0x2A, 0x05);
     pub const COMMANDS_CLEARED_BY_ANOTHER_INITIATOR: Asc = Asc::new(0x2F, 0x00);
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: Asc = Asc::new(0x39, 0x00);
     pub const REPORTED_LUNS_DATA_HAS_CHANGED: Asc = Asc::new(0x3F, 0x0E);
     pub const INTERNAL_TARGET_FAILURE: Asc = Asc::new(0x44, 0x00);
     pub const OVERLAPPED_COMMANDS_ATTEMPTED: Asc = Asc::new(0x4E, 0x00);
+    pub const INSUFFICIENT_REGISTRATION_RESOURCES: Asc = Asc::new(0x55, 0x04);
 
     /// Unit attentions of the "power on, reset" family (ASC 29h), which
     /// supersede any older unit attention (SAM-5 §5.14).
@@ -114,6 +120,9 @@ pub struct Sense {
     pub information: Option<u64>,
     /// Sense-key-specific field pointer, SKSV set when present.
     pub field: Option<FieldPointer>,
+    /// Sense-key-specific progress indication (SPC-4 §4.5.2.4.4), in
+    /// 65536ths of the operation; used when `field` is not set.
+    pub progress: Option<u16>,
 }
 
 /// Length of fixed-format sense data as this core builds it.
@@ -126,6 +135,7 @@ impl Sense {
             asc,
             information: None,
             field: None,
+            progress: None,
         }
     }
 
@@ -169,6 +179,24 @@ impl Sense {
         self
     }
 
+    /// Sets a progress indication (NOT READY conditions of long operations).
+    pub fn with_progress(mut self, progress: u16) -> Sense {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The three sense-key-specific bytes, SKSV set, if any are present.
+    fn key_specific(&self) -> Option<[u8; 3]> {
+        match (self.field, self.progress) {
+            (Some(field), _) => Some(field.bytes()),
+            (None, Some(p)) => {
+                let [hi, lo] = p.to_be_bytes();
+                Some([0x80, hi, lo])
+            }
+            (None, None) => None,
+        }
+    }
+
     /// Encodes in the requested format.
     pub fn encode(&self, format: SenseFormat) -> Vec<u8> {
         match format {
@@ -193,8 +221,8 @@ impl Sense {
         b[7] = (FIXED_SENSE_LEN - 8) as u8;
         b[12] = self.asc.asc;
         b[13] = self.asc.ascq;
-        if let Some(field) = self.field {
-            b[15..18].copy_from_slice(&field.bytes());
+        if let Some(sks) = self.key_specific() {
+            b[15..18].copy_from_slice(&sks);
         }
         b
     }
@@ -217,9 +245,9 @@ impl Sense {
             b.extend_from_slice(&[0x00, 0x0A, 0x80, 0x00]);
             b.extend_from_slice(&info.to_be_bytes());
         }
-        if let Some(field) = self.field {
+        if let Some(sks) = self.key_specific() {
             b.extend_from_slice(&[0x02, 0x06, 0x00, 0x00]);
-            b.extend_from_slice(&field.bytes());
+            b.extend_from_slice(&sks);
             b.push(0);
         }
         // ADDITIONAL SENSE LENGTH: at most 12 + 8 bytes of descriptors here.
@@ -300,6 +328,18 @@ mod tests {
         let big = s.with_information(1 << 40).fixed();
         assert_eq!(big[0], 0x70);
         assert_eq!(&big[3..7], &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn progress_indication_in_both_formats() {
+        let s = Sense::new(SenseKey::NOT_READY, Asc::new(0x04, 0x1B)).with_progress(0x8000);
+        let f = s.fixed();
+        assert_eq!(&f[12..18], &[0x04, 0x1B, 0, 0x80, 0x80, 0x00]);
+        let d = s.descriptor();
+        assert_eq!(&d[8..16], &[0x02, 0x06, 0, 0, 0x80, 0x80, 0x00, 0]);
+        // A field pointer takes precedence.
+        let both = Sense::invalid_cdb_field(1, None).with_progress(7);
+        assert_eq!(&both.fixed()[15..18], &[0xC0, 0, 1]);
     }
 
     #[test]

@@ -77,7 +77,12 @@ pub(crate) fn request_sense(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         None => Sense::illegal(Asc::LOGICAL_UNIT_NOT_SUPPORTED),
         Some(lu) => match lu.take_unit_attention(ctx.nexus_id()) {
             Some(asc) => Sense::unit_attention(asc),
-            None => Sense::new(SenseKey::NO_SENSE, Asc::NO_ADDITIONAL_SENSE),
+            // A not-ready unit says why, with progress (SPC-4 §5.11).
+            None => lu
+                .sanitizer
+                .pending_sense()
+                .or_else(|| lu.medium.check(0x00).err())
+                .unwrap_or(Sense::new(SenseKey::NO_SENSE, Asc::NO_ADDITIONAL_SENSE)),
         },
     };
     Ok(Outcome::alloc(sense.encode(format), alloc_len))
@@ -168,7 +173,7 @@ fn one_command(desc: Option<&CmdDesc>, rctd: bool) -> Vec<u8> {
 
 /// REPORT SUPPORTED OPERATION CODES (SPC-4 §6.35), from the command table.
 pub(crate) fn report_supported_opcodes(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
-    ctx.lu()?;
+    let lu = ctx.lu()?;
     let cdb = ctx.cdb;
     let rctd = cdb.bit(2, 0x80);
     let options = cdb.byte(2) & 0x07;
@@ -180,7 +185,7 @@ pub(crate) fn report_supported_opcodes(ctx: &Ctx<'_>) -> Result<Outcome, Sense> 
     let data = match options {
         0b000 => {
             let mut list = Vec::new();
-            for desc in COMMANDS {
+            for desc in COMMANDS.iter().filter(|d| table::available(d, lu)) {
                 list.extend(command_descriptor(desc, rctd));
             }
             let mut data = u32::try_from(list.len())
@@ -198,6 +203,7 @@ pub(crate) fn report_supported_opcodes(ctx: &Ctx<'_>) -> Result<Outcome, Sense> 
         // 011b: by opcode, and by service action if it has them.
         0b010 | 0b011 => {
             let desc = table::entries_for(opcode)
+                .filter(|d| table::available(d, lu))
                 .find(|d| d.service_action.is_none_or(|s| u16::from(s) == sa));
             one_command(desc, rctd)
         }

@@ -9,8 +9,9 @@
 //! where the usage data has a zero is rejected with INVALID FIELD IN CDB.
 
 use crate::exec::{Ctx, Outcome};
+use crate::lun::LogicalUnit;
 use crate::sense::Sense;
-use crate::{mode, sbc, spc};
+use crate::{alua, medium, mode, pr_cmd, provisioning, sanitize, sbc, sbc_ext, spc, xcopy};
 
 /// Direction of the data phase, for residual accounting (SAM-5 §5.4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +70,8 @@ impl CmdDesc {
 const IO_TIMEOUT: u32 = 30;
 const CTL_TIMEOUT: u32 = 10;
 const FLUSH_TIMEOUT: u32 = 60;
+/// A sanitize runs over the whole medium (and may be paced).
+const SANITIZE_TIMEOUT: u32 = 3600;
 
 macro_rules! cmd {
     ($op:expr, $sa:expr, $name:expr, $dir:ident, $flags:expr, $timeout:expr, $handler:path,
@@ -107,12 +110,22 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
     // SPC-4 §6.9
     cmd!(0x15, None, "MODE SELECT(6)", Out, 0, CTL_TIMEOUT, mode::mode_select,
          [0x15, 0x11, 0, 0, 0xFF, 0]),
+    // SPC-2 §7.21
+    cmd!(0x16, None, "RESERVE(6)", None, 0, CTL_TIMEOUT, pr_cmd::reserve,
+         [0x16, 0, 0, 0, 0, 0]),
+    // SPC-2 §7.23
+    cmd!(0x17, None, "RELEASE(6)", None, 0, CTL_TIMEOUT, pr_cmd::release,
+         [0x17, 0, 0, 0, 0, 0]),
     // SPC-4 §6.11
     cmd!(0x1A, None, "MODE SENSE(6)", In, 0, CTL_TIMEOUT, mode::mode_sense,
          [0x1A, 0x08, 0xFF, 0xFF, 0xFF, 0]),
     // SBC-3 §5.25
-    cmd!(0x1B, None, "START STOP UNIT", None, 0, FLUSH_TIMEOUT, sbc::start_stop_unit,
-         [0x1B, 0x01, 0, 0x0F, 0xF5, 0]),
+    cmd!(0x1B, None, "START STOP UNIT", None, 0, FLUSH_TIMEOUT, medium::start_stop_unit,
+         [0x1B, 0x01, 0, 0x0F, 0xF7, 0]),
+    // SBC-3 §5.14
+    cmd!(0x1E, None, "PREVENT ALLOW MEDIUM REMOVAL", None, 0, CTL_TIMEOUT,
+         medium::prevent_allow_medium_removal,
+         [0x1E, 0, 0, 0, 0x03, 0]),
     // SBC-3 §5.15
     cmd!(0x25, None, "READ CAPACITY(10)", In, 0, CTL_TIMEOUT, sbc::read_capacity10,
          [0x25, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, 0]),
@@ -128,22 +141,94 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
     // SBC-3 §5.30
     cmd!(0x2F, None, "VERIFY(10)", Out, 0, IO_TIMEOUT, sbc::verify,
          [0x2F, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
-    // SBC-3 §5.26
+    // SBC-3 §5.10
+    cmd!(0x34, None, "PRE-FETCH(10)", None, 0, IO_TIMEOUT, sbc_ext::prefetch,
+         [0x34, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.26 (byte 1: IMMED, and the obsolete SYNC_NV, ignored)
     cmd!(0x35, None, "SYNCHRONIZE CACHE(10)", None, 0, FLUSH_TIMEOUT, sbc::synchronize_cache,
-         [0x35, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+         [0x35, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.18
+    cmd!(0x37, None, "READ DEFECT DATA(10)", In, 0, CTL_TIMEOUT, sbc_ext::read_defect_data,
+         [0x37, 0, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.42
+    cmd!(0x41, None, "WRITE SAME(10)", Out, MEDIUM_WRITE, FLUSH_TIMEOUT, provisioning::write_same,
+         [0x41, 0x08, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.28
+    cmd!(0x42, None, "UNMAP", Out, MEDIUM_WRITE, FLUSH_TIMEOUT, provisioning::unmap,
+         [0x42, 0, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, 0]),
+    // SBC-3 §5.19: SANITIZE (IMMED, AUSE and the service action in byte 1)
+    cmd!(0x48, Some(0x01), "SANITIZE OVERWRITE", Out, MEDIUM_WRITE, SANITIZE_TIMEOUT,
+         sanitize::sanitize, [0x48, 0xA1, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    cmd!(0x48, Some(0x02), "SANITIZE BLOCK ERASE", None, MEDIUM_WRITE, SANITIZE_TIMEOUT,
+         sanitize::sanitize, [0x48, 0xA2, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    cmd!(0x48, Some(0x03), "SANITIZE CRYPTOGRAPHIC ERASE", None, MEDIUM_WRITE, SANITIZE_TIMEOUT,
+         sanitize::sanitize, [0x48, 0xA3, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    cmd!(0x48, Some(0x1F), "SANITIZE EXIT FAILURE MODE", None, MEDIUM_WRITE, CTL_TIMEOUT,
+         sanitize::sanitize, [0x48, 0xBF, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
     // SPC-4 §6.10
     cmd!(0x55, None, "MODE SELECT(10)", Out, 0, CTL_TIMEOUT, mode::mode_select,
          [0x55, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    // SPC-2 §7.22: no third-party reservations (3RDPTY, LONGID)
+    cmd!(0x56, None, "RESERVE(10)", None, 0, CTL_TIMEOUT, pr_cmd::reserve,
+         [0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+    // SPC-2 §7.24
+    cmd!(0x57, None, "RELEASE(10)", None, 0, CTL_TIMEOUT, pr_cmd::release,
+         [0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
     // SPC-4 §6.12
     cmd!(0x5A, None, "MODE SENSE(10)", In, 0, CTL_TIMEOUT, mode::mode_sense,
          [0x5A, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.15: PERSISTENT RESERVE IN
+    cmd!(0x5E, Some(0x00), "PERSISTENT RESERVE IN / READ KEYS", In, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_in, [0x5E, 0x00, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    cmd!(0x5E, Some(0x01), "PERSISTENT RESERVE IN / READ RESERVATION", In, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_in, [0x5E, 0x01, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    cmd!(0x5E, Some(0x02), "PERSISTENT RESERVE IN / REPORT CAPABILITIES", In, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_in, [0x5E, 0x02, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    cmd!(0x5E, Some(0x03), "PERSISTENT RESERVE IN / READ FULL STATUS", In, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_in, [0x5E, 0x03, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.16: PERSISTENT RESERVE OUT (SCOPE/TYPE in byte 2)
+    cmd!(0x5F, Some(0x00), "PERSISTENT RESERVE OUT / REGISTER", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x00, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x01), "PERSISTENT RESERVE OUT / RESERVE", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x01, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x02), "PERSISTENT RESERVE OUT / RELEASE", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x02, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x03), "PERSISTENT RESERVE OUT / CLEAR", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x03, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x04), "PERSISTENT RESERVE OUT / PREEMPT", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x04, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x05), "PERSISTENT RESERVE OUT / PREEMPT AND ABORT", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x05, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x06), "PERSISTENT RESERVE OUT / REGISTER AND IGNORE EXISTING KEY", Out, 0,
+         CTL_TIMEOUT, pr_cmd::persistent_reserve_out,
+         [0x5F, 0x06, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    cmd!(0x5F, Some(0x07), "PERSISTENT RESERVE OUT / REGISTER AND MOVE", Out, 0, CTL_TIMEOUT,
+         pr_cmd::persistent_reserve_out, [0x5F, 0x07, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0]),
+    // SPC-4 §6.4: THIRD-PARTY COPY OUT / EXTENDED COPY(LID1)
+    cmd!(0x83, Some(0x00), "EXTENDED COPY(LID1)", Out, 0, FLUSH_TIMEOUT, xcopy::extended_copy,
+         [0x83, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
+    // SPC-4 §6.18: THIRD-PARTY COPY IN / RECEIVE COPY RESULTS
+    cmd!(0x84, Some(0x00), "RECEIVE COPY STATUS(LID1)", In, 0, CTL_TIMEOUT,
+         xcopy::receive_copy_results,
+         [0x84, 0x00, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
+    cmd!(0x84, Some(0x03), "RECEIVE COPY OPERATING PARAMETERS", In, 0, CTL_TIMEOUT,
+         xcopy::receive_copy_results,
+         [0x84, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
     // SBC-3 §5.13
     cmd!(0x88, None, "READ(16)", In, 0, IO_TIMEOUT, sbc::read,
          [0x88, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
           0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.2
+    cmd!(0x89, None, "COMPARE AND WRITE", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc_ext::compare_and_write,
+         [0x89, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0, 0, 0, 0xFF, 0x1F, 0]),
     // SBC-3 §5.36
     cmd!(0x8A, None, "WRITE(16)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write,
          [0x8A, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.9
+    cmd!(0x8B, None, "ORWRITE(16)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc_ext::orwrite,
+         [0x8B, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
           0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
     // SBC-3 §5.39
     cmd!(0x8E, None, "WRITE AND VERIFY(16)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc::write_and_verify,
@@ -153,17 +238,38 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
     cmd!(0x8F, None, "VERIFY(16)", Out, 0, IO_TIMEOUT, sbc::verify,
          [0x8F, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
           0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
-    // SBC-3 §5.27
-    cmd!(0x91, None, "SYNCHRONIZE CACHE(16)", None, 0, FLUSH_TIMEOUT, sbc::synchronize_cache,
-         [0x91, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+    // SBC-3 §5.11
+    cmd!(0x90, None, "PRE-FETCH(16)", None, 0, IO_TIMEOUT, sbc_ext::prefetch,
+         [0x90, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
           0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.27 (byte 1: IMMED, and the obsolete SYNC_NV, ignored)
+    cmd!(0x91, None, "SYNCHRONIZE CACHE(16)", None, 0, FLUSH_TIMEOUT, sbc::synchronize_cache,
+         [0x91, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.44 (NDOB: SBC-4 §5.50)
+    cmd!(0x93, None, "WRITE SAME(16)", Out, MEDIUM_WRITE, FLUSH_TIMEOUT, provisioning::write_same,
+         [0x93, 0x09, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-4 §5.48
+    cmd!(0x9C, None, "WRITE ATOMIC(16)", Out, MEDIUM_WRITE, IO_TIMEOUT, sbc_ext::write_atomic,
+         [0x9C, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0, 0, 0xFF, 0xFF, 0x1F, 0]),
     // SBC-3 §5.16: SERVICE ACTION IN(16) / READ CAPACITY(16)
     cmd!(0x9E, Some(0x10), "READ CAPACITY(16)", In, 0, CTL_TIMEOUT, sbc::read_capacity16,
          [0x9E, 0x10, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
           0xFF, 0xFF, 0xFF, 0xFF, 0x01, 0]),
+    // SBC-3 §5.7: SERVICE ACTION IN(16) / GET LBA STATUS
+    cmd!(0x9E, Some(0x12), "GET LBA STATUS", In, 0, CTL_TIMEOUT, provisioning::get_lba_status,
+         [0x9E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+          0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
     // SPC-4 §6.33
     cmd!(0xA0, None, "REPORT LUNS", In, UA_EXEMPT | NO_LU, CTL_TIMEOUT, spc::report_luns,
          [0xA0, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
+    // SPC-4 §6.36: MAINTENANCE IN / REPORT TARGET PORT GROUPS (PARAMETER
+    // DATA FORMAT in byte 1 bits 7..5)
+    cmd!(0xA3, Some(0x0A), "REPORT TARGET PORT GROUPS", In, 0, CTL_TIMEOUT,
+         alua::report_target_port_groups,
+         [0xA3, 0xEA, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
     // SPC-4 §6.35: MAINTENANCE IN / REPORT SUPPORTED OPERATION CODES
     cmd!(0xA3, Some(0x0C), "REPORT SUPPORTED OPERATION CODES", In, 0, CTL_TIMEOUT,
          spc::report_supported_opcodes,
@@ -180,6 +286,9 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
     // SBC-3 §5.31
     cmd!(0xAF, None, "VERIFY(12)", Out, 0, IO_TIMEOUT, sbc::verify,
          [0xAF, 0x16, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
+    // SBC-3 §5.19
+    cmd!(0xB7, None, "READ DEFECT DATA(12)", In, 0, CTL_TIMEOUT, sbc_ext::read_defect_data,
+         [0xB7, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
 ];
 
 /// Result of routing a CDB through the table.
@@ -211,6 +320,18 @@ pub(crate) fn lookup(cdb: &[u8]) -> Lookup {
         Lookup::UnknownServiceAction
     } else {
         Lookup::UnknownOpcode
+    }
+}
+
+/// Whether `lu` offers `desc`: BLOCK ERASE and CRYPTOGRAPHIC ERASE exist
+/// only where a sanitize can deallocate. REPORT SUPPORTED OPERATION CODES
+/// lists only what is offered.
+pub(crate) fn available(desc: &CmdDesc, lu: &LogicalUnit) -> bool {
+    match (desc.opcode, desc.service_action) {
+        (0x48, Some(sanitize::SA_BLOCK_ERASE | sanitize::SA_CRYPTO_ERASE)) => {
+            sanitize::erase_supported(lu)
+        }
+        _ => true,
     }
 }
 

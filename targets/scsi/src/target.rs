@@ -14,7 +14,7 @@
 //!   [`ScsiTarget::nexus_lost`]; only known nexuses receive unit
 //!   attentions, so a new nexus starts without any.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use crate::cmd::{Command, Completion, Nexus, TmfFunction, TmfResponse};
 use crate::exec;
 use crate::lun::{LogicalUnit, LunConfig, LunStats, TaskKey};
+use crate::registry::LunRegistry;
 use crate::sense::Asc;
 use crate::spc::MAX_LUN;
 
@@ -55,10 +56,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug)]
 pub(crate) struct TargetShared {
     luns: RwLock<BTreeMap<u64, Arc<LogicalUnit>>>,
-    nexuses: Mutex<HashSet<u64>>,
+    nexuses: Mutex<HashMap<u64, Arc<Nexus>>>,
+    /// Logical units the copy manager can reach (shared process-wide).
+    registry: Arc<LunRegistry>,
 }
 
 impl TargetShared {
+    pub(crate) fn registry(&self) -> &LunRegistry {
+        &self.registry
+    }
+
     fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
         self.luns
             .read()
@@ -88,11 +95,19 @@ impl TargetShared {
 
     /// Ids of every nexus currently known.
     pub(crate) fn known_nexuses(&self) -> Vec<u64> {
-        lock(&self.nexuses).iter().copied().collect()
+        lock(&self.nexuses).keys().copied().collect()
     }
 
-    fn register(&self, nexus: u64) {
-        lock(&self.nexuses).insert(nexus);
+    /// Every nexus currently known (reservations map I_T nexus names to
+    /// connections with it; ALUA learns target ports from it).
+    pub(crate) fn nexus_list(&self) -> Vec<Arc<Nexus>> {
+        lock(&self.nexuses).values().cloned().collect()
+    }
+
+    fn register(&self, nexus: &Nexus) {
+        lock(&self.nexuses)
+            .entry(nexus.id)
+            .or_insert_with(|| Arc::new(nexus.clone()));
     }
 
     /// REPORTED LUNS DATA HAS CHANGED for every known nexus on every LUN.
@@ -176,12 +191,22 @@ pub struct ScsiTarget {
 
 impl ScsiTarget {
     /// A target with no LUNs. `name` is used for thread names and logs.
+    /// EXTENDED COPY reaches this target's LUNs only; use
+    /// [`Self::with_registry`] to copy between targets.
     pub fn new(name: &str) -> Arc<ScsiTarget> {
+        Self::with_registry(name, LunRegistry::new())
+    }
+
+    /// A target with no LUNs whose LUNs join `registry`, so EXTENDED COPY
+    /// on any target sharing it can reach them (create one registry per
+    /// process and hand it to every target).
+    pub fn with_registry(name: &str, registry: Arc<LunRegistry>) -> Arc<ScsiTarget> {
         Arc::new(ScsiTarget {
             name: name.to_string(),
             shared: Arc::new(TargetShared {
                 luns: RwLock::new(BTreeMap::new()),
-                nexuses: Mutex::new(HashSet::new()),
+                nexuses: Mutex::new(HashMap::new()),
+                registry,
             }),
             control: Control::start(name),
             shut_down: AtomicBool::new(false),
@@ -208,10 +233,23 @@ impl ScsiTarget {
                 reason: format!("block size {block_size} is not a multiple of 512"),
             });
         }
+        if cfg.physical_block_exponent().is_none() {
+            return Err(ScsiError::InvalidConfig {
+                lun,
+                reason: format!(
+                    "physical block size {:?} is not a power-of-two multiple of {block_size}",
+                    cfg.physical_block_size
+                ),
+            });
+        }
         if self.shared.lu(lun).is_some() {
             return Err(ScsiError::LunExists(lun));
         }
         let lu = Arc::new(LogicalUnit::new(lun, &cfg));
+        lu.pr.restore().map_err(|e| ScsiError::InvalidConfig {
+            lun,
+            reason: e.to_string(),
+        })?;
         lu.start(&self.shared, cfg.workers)?;
         {
             let mut luns = self
@@ -224,6 +262,7 @@ impl ScsiTarget {
                 lu.stop_and_join();
                 return Err(ScsiError::LunExists(lun));
             }
+            self.shared.registry.register(&lu);
             luns.insert(lun, lu);
         }
         tracing::info!(target = %self.name, lun, "LUN added");
@@ -242,6 +281,7 @@ impl ScsiTarget {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&lun)
             .ok_or(ScsiError::NoSuchLun(lun))?;
+        self.shared.registry.unregister(&lu);
         lu.stop_and_join();
         if let Err(e) = lu.backstore.flush() {
             tracing::warn!(target = %self.name, lun, error = %e, "flush on LUN removal failed");
@@ -256,6 +296,22 @@ impl ScsiTarget {
         self.shared.lun_list()
     }
 
+    /// The LUN's backstore now reports a different capacity (grown or
+    /// swapped by the front end's owner): every known nexus gets CAPACITY
+    /// DATA HAS CHANGED (ASC 2Ah/09h) on that LUN, so initiators re-read
+    /// the capacity. Geometry is read from the backstore on every command,
+    /// so nothing else needs updating.
+    pub fn capacity_changed(&self, lun: u64) -> Result<(), ScsiError> {
+        let lu = self.shared.lu(lun).ok_or(ScsiError::NoSuchLun(lun))?;
+        lu.establish_ua(
+            self.shared.known_nexuses(),
+            Asc::CAPACITY_DATA_HAS_CHANGED,
+            None,
+        );
+        tracing::info!(target = %self.name, lun, "capacity changed");
+        Ok(())
+    }
+
     /// I/O counters of a LUN.
     pub fn lun_stats(&self, lun: u64) -> Option<LunStats> {
         self.shared.lu(lun).map(|lu| lu.stats())
@@ -264,7 +320,7 @@ impl ScsiTarget {
     /// Queues a command; `done` is called exactly once, from a worker or
     /// the control thread (inline only after [`Self::shutdown`]).
     pub fn submit(&self, cmd: Command, done: Completion) {
-        self.shared.register(cmd.nexus.id);
+        self.shared.register(&cmd.nexus);
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 if let Err(refused) = lu.enqueue(cmd, done) {
@@ -284,7 +340,7 @@ impl ScsiTarget {
 
     /// Executes a task management function (SAM-5 §7) for `nexus` on `lun`.
     pub fn task_management(&self, nexus: &Nexus, lun: u64, f: TmfFunction) -> TmfResponse {
-        self.shared.register(nexus.id);
+        self.shared.register(nexus);
         match f {
             TmfFunction::TargetWarmReset => {
                 self.reset_all(Asc::SCSI_BUS_RESET_OCCURRED);
@@ -357,6 +413,10 @@ impl ScsiTarget {
                 tracing::warn!(lun = lu.lun, error = %e, "flush on reset failed");
             }
         }
+        // SPC-2 reservations end with a reset; persistent ones do not.
+        lu.pr.reset();
+        // Medium removal prevention ends too (SBC-3 §5.14).
+        lu.medium.reset();
         lu.establish_ua(self.shared.known_nexuses(), asc, None);
     }
 
@@ -386,6 +446,7 @@ impl ScsiTarget {
             return;
         }
         for lu in self.shared.all_lus() {
+            self.shared.registry.unregister(&lu);
             lu.stop_and_join();
             if let Err(e) = lu.backstore.flush() {
                 tracing::warn!(target = %self.name, lun = lu.lun, error = %e, "flush on shutdown failed");

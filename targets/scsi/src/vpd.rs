@@ -2,11 +2,12 @@
 //! data pages this core supports (SPC-4 §7.8, SBC-3 §6.6).
 //!
 //! Supported VPD pages: 00h supported pages, 80h unit serial number, 83h
-//! device identification, B0h block limits, B1h block device
+//! device identification, 8Fh third-party copy, B0h block limits, B1h block device
 //! characteristics, B2h logical block provisioning. Every page's length
 //! field counts exactly the bytes that follow it.
 
 use crate::cmd::Nexus;
+use crate::limits;
 use crate::lun::{Identity, LogicalUnit};
 
 pub(crate) const DEFAULT_VENDOR: &str = "RUSTGT";
@@ -32,11 +33,14 @@ const PROTOCOL_ISCSI: u8 = 0x5;
 /// Version descriptors (SPC-4 table 141): SAM-5, SPC-4, SBC-3.
 const VERSION_DESCRIPTORS: [u16; 3] = [0x00A0, 0x0460, 0x04C0];
 
+/// Standard INQUIRY byte 5 TPGS=01b: implicit ALUA only, see `alua`.
+const TPGS_IMPLICIT: u8 = 0b01 << 4;
+
 /// Length of the standard INQUIRY data we return.
 pub(crate) const STANDARD_LEN: usize = 96;
 
 /// Supported VPD page codes, ascending.
-pub(crate) const VPD_PAGES: [u8; 6] = [0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2];
+pub(crate) const VPD_PAGES: [u8; 7] = [0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2];
 
 /// Largest transfer in logical blocks for this block size.
 pub(crate) fn max_transfer_blocks(block_size: u32) -> u32 {
@@ -70,11 +74,19 @@ fn revision() -> Vec<u8> {
 pub(crate) fn standard_inquiry(ident: Option<&Identity>) -> Vec<u8> {
     let mut d = vec![0u8; STANDARD_LEN];
     d[0] = if ident.is_some() { TYPE_DISK } else { NO_LUN };
-    d[1] = 0x00; // RMB=0: not removable
+    // RMB: removable medium.
+    d[1] = if ident.is_some_and(|i| i.removable) {
+        0x80
+    } else {
+        0x00
+    };
     d[2] = 0x06; // VERSION: SPC-4
     d[3] = 0x12; // HISUP=1, RESPONSE DATA FORMAT=2
     d[4] = (STANDARD_LEN - 5) as u8; // ADDITIONAL LENGTH
-    d[5] = 0x00; // TPGS=00b, 3PC=0, PROTECT=0
+    d[5] = TPGS_IMPLICIT; // PROTECT=0
+    if ident.is_some() {
+        d[5] |= 0x08; // 3PC: EXTENDED COPY is supported
+    }
     d[6] = 0x00;
     d[7] = 0x02; // CMDQUE
     let (vendor, product) = ident.map_or((DEFAULT_VENDOR, DEFAULT_PRODUCT), |i| {
@@ -124,7 +136,7 @@ fn designator(protocol: u8, code_set: u8, piv_assoc_type: u8, data: &[u8]) -> Ve
 
 /// NAA IEEE Registered Extended designator value (SPC-4 §7.8.6.6.5):
 /// NAA=6h, company ID, vendor specific identifier 0, extension `naa_id`.
-fn naa_registered_extended(naa_id: u64) -> [u8; 16] {
+pub(crate) fn naa_registered_extended(naa_id: u64) -> [u8; 16] {
     let mut v = [0u8; 16];
     let cid = NAA_COMPANY_ID & 0x00FF_FFFF;
     v[0] = 0x60 | ((cid >> 20) & 0x0F) as u8;
@@ -186,34 +198,35 @@ fn device_identification(ident: &Identity, nexus: &Nexus) -> Vec<u8> {
     vpd(0x83, &body)
 }
 
-/// Block limits page (SBC-3 §6.6.3), page length 3Ch. No UNMAP or WRITE
-/// SAME support is advertised.
+/// Block limits page (SBC-3 §6.6.3, SBC-4 §6.6.4), page length 3Ch.
+/// MAXIMUM TRANSFER LENGTH is set here; compare-and-write, granularity,
+/// unmap, write same and atomic limits come from [`limits`].
 fn block_limits(lu: &LogicalUnit) -> Vec<u8> {
     let mut body = vec![0u8; 0x3C];
     let max = max_transfer_blocks(lu.geometry().block_size);
-    // bytes 4..: WSNZ, MAX COMPARE AND WRITE LENGTH = 0.
-    // OPTIMAL TRANSFER LENGTH GRANULARITY: one (physical = logical) block.
-    body[2..4].copy_from_slice(&1u16.to_be_bytes());
+    limits::fill_block_limits(lu, &mut body);
     // MAXIMUM TRANSFER LENGTH.
     body[4..8].copy_from_slice(&max.to_be_bytes());
-    // OPTIMAL TRANSFER LENGTH, MAXIMUM PREFETCH, MAXIMUM UNMAP LBA COUNT,
-    // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT, unmap granularity and
-    // alignment, MAXIMUM WRITE SAME LENGTH: all zero (not reported).
+    // OPTIMAL TRANSFER LENGTH and MAXIMUM PREFETCH LENGTH: zero (not
+    // reported).
     vpd(0xB0, &body)
 }
 
 /// Block device characteristics page (SBC-3 §6.6.2): non-rotating medium,
-/// form factor not reported.
-fn block_characteristics() -> Vec<u8> {
+/// form factor not reported; WABEREQ and WACEREQ 01b (reads after a block
+/// or cryptographic erase succeed) when those sanitize operations exist.
+fn block_characteristics(erase: bool) -> Vec<u8> {
     let mut body = vec![0u8; 0x3C];
     body[0..2].copy_from_slice(&1u16.to_be_bytes());
+    if erase {
+        body[3] = 0x50;
+    }
     vpd(0xB1, &body)
 }
 
-/// Logical block provisioning page (SBC-3 §6.6.4): fully provisioned, no
-/// unmap commands.
-fn logical_block_provisioning() -> Vec<u8> {
-    vpd(0xB2, &[0u8; 4])
+/// Logical block provisioning page (SBC-3 §6.6.4), from [`limits`].
+fn logical_block_provisioning(lu: &LogicalUnit) -> Vec<u8> {
+    vpd(0xB2, &limits::provisioning_body(lu))
 }
 
 /// A VPD page, or `None` if `code` is not supported.
@@ -223,8 +236,9 @@ pub(crate) fn page(code: u8, lu: &LogicalUnit, nexus: &Nexus) -> Option<Vec<u8>>
         0x80 => Some(vpd(0x80, &serial(&lu.ident, 252))),
         0x83 => Some(device_identification(&lu.ident, nexus)),
         0xB0 => Some(block_limits(lu)),
-        0xB1 => Some(block_characteristics()),
-        0xB2 => Some(logical_block_provisioning()),
+        0x8F => Some(vpd(0x8F, &crate::xcopy::third_party_copy_page())),
+        0xB1 => Some(block_characteristics(crate::sanitize::erase_supported(lu))),
+        0xB2 => Some(logical_block_provisioning(lu)),
         _ => None,
     }
 }
@@ -239,6 +253,7 @@ mod tests {
             product: "VIRTUAL-DISK".into(),
             serial: "abc123".into(),
             naa_id: 0x0102_0304_0506_0708,
+            removable: false,
         }
     }
 
@@ -246,7 +261,7 @@ mod tests {
     fn standard_inquiry_layout() {
         let d = standard_inquiry(Some(&ident()));
         assert_eq!(d.len(), 96);
-        assert_eq!(&d[..8], &[0x00, 0x00, 0x06, 0x12, 91, 0x00, 0x00, 0x02]);
+        assert_eq!(&d[..8], &[0x00, 0x00, 0x06, 0x12, 91, 0x18, 0x00, 0x02]);
         assert_eq!(&d[8..16], b"RUSTGT  ");
         assert_eq!(&d[16..32], b"VIRTUAL-DISK    ");
         assert_eq!(&d[32..36], b"0.1 ");
@@ -255,6 +270,12 @@ mod tests {
         let none = standard_inquiry(None);
         assert_eq!(none[0], 0x7F);
         assert_eq!(none[4], 91);
+        assert_eq!(none[5] & 0x08, 0, "no copy manager without a unit");
+        let removable = Identity {
+            removable: true,
+            ..ident()
+        };
+        assert_eq!(standard_inquiry(Some(&removable))[1], 0x80);
     }
 
     #[test]
@@ -303,13 +324,10 @@ mod tests {
 
     #[test]
     fn fixed_pages() {
-        let b1 = block_characteristics();
+        let b1 = block_characteristics(false);
         assert_eq!(b1.len(), 64);
-        assert_eq!(&b1[..6], &[0, 0xB1, 0, 0x3C, 0, 1]);
-        assert_eq!(
-            logical_block_provisioning(),
-            vec![0, 0xB2, 0, 4, 0, 0, 0, 0]
-        );
+        assert_eq!(&b1[..8], &[0, 0xB1, 0, 0x3C, 0, 1, 0, 0]);
+        assert_eq!(block_characteristics(true)[7], 0x50);
         assert_eq!(max_transfer_blocks(512), 16384);
         assert_eq!(max_transfer_blocks(4096), 2048);
         assert_eq!(max_transfer_blocks(0), MAX_TRANSFER_BYTES);

@@ -24,7 +24,10 @@ fn inquiry_standard_data_and_residuals() {
     assert_eq!(r.status, Status::GOOD);
     let d = &r.data_in;
     assert_eq!(d.len(), 96);
-    assert_eq!(&d[..8], &[0x00, 0x00, 0x06, 0x12, 91, 0x00, 0x00, 0x02]);
+    assert_eq!(&d[..5], &[0x00, 0x00, 0x06, 0x12, 91]);
+    // Byte 5: TPGS=01b (implicit ALUA); 3PC and PROTECT are other features'.
+    assert_eq!(d[5] & 0x30, 0x10);
+    assert_eq!(&d[6..8], &[0x00, 0x02]);
     assert_eq!(&d[8..16], b"RUSTGT  ");
     assert_eq!(&d[16..32], b"VIRTUAL-DISK    ");
     assert_eq!(r.residual, Residual::Underflow(255 - 96));
@@ -59,7 +62,7 @@ fn vpd_pages_are_listed_and_consistent() {
     let r = h.run(&inquiry(true, 0x00, 255), 255, vec![]);
     assert_eq!(
         r.data_in,
-        vec![0, 0x00, 0, 6, 0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2]
+        vec![0, 0x00, 0, 7, 0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2]
     );
     for &page in &r.data_in[4..] {
         let r = h.run(&inquiry(true, page, 255), 255, vec![]);
@@ -453,8 +456,8 @@ fn report_supported_opcodes_all_and_one() {
     assert_eq!(r.data_in[1], 0x83);
     assert_eq!(r.data_in.len(), 4 + 10 + 12);
 
-    // Unsupported opcode: SUPPORT=001b.
-    let r = h.run(&rsoc(false, 1, 0x42, 0, 65535), 65535, vec![]);
+    // Unsupported opcode (READ LONG(10)): SUPPORT=001b.
+    let r = h.run(&rsoc(false, 1, 0x3E, 0, 65535), 65535, vec![]);
     assert_eq!(r.data_in, vec![0, 0x01, 0, 0]);
     let r = h.run(&rsoc(false, 5, 0x28, 0, 65535), 65535, vec![]);
     assert_eq!(sense_of(&r), (ILLEGAL, 0x24, 0x00));

@@ -1,0 +1,336 @@
+//! The threaded I/O context: a [`Core`] behind one mutex, a pool of I/O
+//! threads that take coalesced backing reads from its queue, and the
+//! [`Backstore`] face the SCSI core calls.
+//!
+//! Guarantees:
+//! - demand reads wait only for their own pages; readahead completes on the
+//!   I/O threads, never on the caller's;
+//! - the lock is never held across backing I/O;
+//! - a read that cannot get its pages cached after a few tries (failing
+//!   backing reads, concurrent writes, a thrashing cache) reads directly
+//!   from the engine, so it always ends, with the engine's own error;
+//! - dropping the context stops and joins its I/O threads.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::cache::PAGE;
+use super::{worker_index, Batch, Core, IoContextOptions, IoStats, ReadaheadPolicy, Ticket};
+use crate::common::{check_range, check_write, len_u64};
+use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
+
+/// Attempts to get a read's pages cached before reading directly.
+const MAX_RETRIES: u32 = 3;
+
+#[derive(Debug)]
+struct State {
+    core: Core<Box<[u8]>>,
+    stopping: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    inner: Arc<dyn Backstore>,
+    geometry: Geometry,
+    /// Kernel readahead on a buffered fd: no cache of ours, just counting.
+    passthrough: bool,
+    epoch: Instant,
+    state: Mutex<State>,
+    /// Backing reads queued, or stopping.
+    work: Condvar,
+    /// Pages filled or dropped, or a write ended.
+    done: Condvar,
+}
+
+/// One LUN's I/O context (see the [module docs](super)).
+#[derive(Debug)]
+pub struct IoContext {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl IoContext {
+    /// Wraps `inner` with a context running `opts`.
+    pub fn new(inner: Arc<dyn Backstore>, opts: &IoContextOptions) -> Result<Self> {
+        Self::build(inner, opts, false)
+    }
+
+    /// A context that counts but leaves readahead and caching to the
+    /// kernel's page cache (the `kernel` policy on a buffered fd).
+    pub fn passthrough(inner: Arc<dyn Backstore>, opts: &IoContextOptions) -> Result<Self> {
+        Self::build(inner, opts, true)
+    }
+
+    fn build(
+        inner: Arc<dyn Backstore>,
+        opts: &IoContextOptions,
+        passthrough: bool,
+    ) -> Result<Self> {
+        opts.validate()?;
+        let geometry = inner.geometry();
+        let shared = Arc::new(Shared {
+            geometry,
+            passthrough,
+            epoch: Instant::now(),
+            state: Mutex::new(State {
+                core: Core::new(opts.core_config(geometry.size_bytes())),
+                stopping: false,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            inner,
+        });
+        let ctx = IoContext {
+            shared,
+            threads: Mutex::new(Vec::new()),
+        };
+        let threads = if passthrough { 0 } else { opts.io_threads };
+        for i in 0..threads {
+            let shared = Arc::clone(&ctx.shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("rustgt-ioctx-{i}"))
+                .spawn(move || io_loop(&shared))
+                .map_err(BackstoreError::Io)?;
+            lock(&ctx.threads).push(handle);
+        }
+        Ok(ctx)
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> IoStats {
+        lock(&self.shared.state).core.stats()
+    }
+
+    /// Bytes held by the readahead cache, and its bound.
+    pub fn cache_usage(&self) -> (u64, u64) {
+        let st = lock(&self.shared.state);
+        (
+            st.core.cached_pages() * PAGE,
+            st.core.cache_capacity_pages() * PAGE,
+        )
+    }
+
+    /// The running policy.
+    pub fn policy(&self) -> ReadaheadPolicy {
+        lock(&self.shared.state).core.config().policy
+    }
+
+    /// Changes the policy at run time; readahead state restarts, cached
+    /// pages stay. Has no effect on a passthrough context.
+    pub fn set_policy(&self, policy: ReadaheadPolicy) {
+        lock(&self.shared.state).core.set_policy(policy);
+    }
+
+    /// Whether reads go straight to the engine (kernel readahead).
+    pub fn is_passthrough(&self) -> bool {
+        self.shared.passthrough
+    }
+
+    /// The wrapped engine.
+    pub fn inner(&self) -> &Arc<dyn Backstore> {
+        &self.shared.inner
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.shared.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn cached_read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let sh = &*self.shared;
+        let len = len_u64(buf.len());
+        let mut st = lock(&sh.state);
+        while st.core.write_blocked(offset, len) {
+            st = sh.done.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        let ticket = st
+            .core
+            .start_read(self.now_ns(), worker_index(), offset, len);
+        if st.core.has_queued() {
+            sh.work.notify_all();
+        }
+        let mut retries = 0;
+        loop {
+            if st.core.all_ready(&ticket) {
+                if copy_out(&st.core, &ticket, buf, offset) {
+                    return Ok(());
+                }
+                break;
+            }
+            if st.core.any_absent(&ticket) && !st.core.write_blocked(offset, len) {
+                if retries == MAX_RETRIES {
+                    break;
+                }
+                retries += 1;
+                st.core.ensure(&ticket);
+                sh.work.notify_all();
+            }
+            st = sh.done.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(st);
+        sh.inner.read_at(buf, offset)
+    }
+
+    /// Runs a write-like operation on the engine with the cache kept coherent.
+    fn write_through(&self, offset: u64, len: u64, op: impl FnOnce() -> Result<()>) -> Result<()> {
+        let sh = &*self.shared;
+        if sh.passthrough {
+            return op();
+        }
+        check_write(&sh.geometry, offset, len)?;
+        let range = lock(&sh.state).core.begin_write(offset, len);
+        let res = op();
+        lock(&sh.state).core.end_write(range);
+        sh.done.notify_all();
+        res
+    }
+}
+
+/// Copies the ticket's ready pages into `buf`; false if a page is short.
+fn copy_out(core: &Core<Box<[u8]>>, t: &Ticket, buf: &mut [u8], offset: u64) -> bool {
+    let end = offset + len_u64(buf.len());
+    for page in t.first..t.end {
+        let Some(data) = core.page(page) else {
+            return false;
+        };
+        let base = page * PAGE;
+        let from = offset.max(base);
+        let to = end.min(base + PAGE);
+        let (Ok(src_a), Ok(src_b), Ok(dst_a)) = (
+            usize::try_from(from - base),
+            usize::try_from(to - base),
+            usize::try_from(from - offset),
+        ) else {
+            return false;
+        };
+        let (Some(src), Some(dst)) = (
+            data.get(src_a..src_b),
+            buf.get_mut(dst_a..dst_a + (src_b - src_a)),
+        ) else {
+            return false;
+        };
+        dst.copy_from_slice(src);
+    }
+    true
+}
+
+/// An I/O thread: takes a coalesced backing read, does it without the
+/// lock, and fills (or drops) its pages.
+fn io_loop(sh: &Shared) {
+    loop {
+        let (batch, start, len) = {
+            let mut st = lock(&sh.state);
+            loop {
+                if st.stopping {
+                    return;
+                }
+                if let Some(b) = st.core.pop_batch() {
+                    let (start, len) = st.core.batch_range(&b);
+                    break (b, start, len);
+                }
+                st = sh.work.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let result = read_batch(sh, &batch, start, len);
+        let mut st = lock(&sh.state);
+        match result {
+            Ok(data) => st.core.complete(&batch, |page| {
+                let a = usize::try_from(page * PAGE - start).unwrap_or(usize::MAX);
+                let b = a.saturating_add(PAGE as usize).min(data.len());
+                data.get(a..b).map(Box::from).unwrap_or_default()
+            }),
+            Err(e) => {
+                tracing::warn!(offset = start, len, error = %e, "backing read failed");
+                st.core.fail(&batch);
+            }
+        }
+        drop(st);
+        sh.done.notify_all();
+    }
+}
+
+fn read_batch(sh: &Shared, _batch: &Batch, start: u64, len: u64) -> Result<Vec<u8>> {
+    let n = usize::try_from(len).map_err(|_| BackstoreError::OutOfRange { offset: start, len })?;
+    let mut data = vec![0u8; n];
+    sh.inner.read_at(&mut data, start)?;
+    Ok(data)
+}
+
+impl Drop for IoContext {
+    fn drop(&mut self) {
+        lock(&self.shared.state).stopping = true;
+        self.shared.work.notify_all();
+        for handle in lock(&self.threads).drain(..) {
+            if handle.join().is_err() {
+                tracing::error!("I/O context thread panicked");
+            }
+        }
+    }
+}
+
+impl Backstore for IoContext {
+    fn kind(&self) -> &'static str {
+        self.shared.inner.kind()
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.shared.geometry
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let sh = &*self.shared;
+        let len = len_u64(buf.len());
+        check_range(&sh.geometry, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let result = if sh.passthrough {
+            let r = sh.inner.read_at(buf, offset);
+            lock(&sh.state).core.count_direct(len);
+            r
+        } else {
+            self.cached_read(buf, offset)
+        };
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        lock(&sh.state).core.record_latency(ns);
+        result
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+        let inner = &self.shared.inner;
+        self.write_through(offset, len_u64(buf.len()), || {
+            inner.write_at(buf, offset, fua)
+        })
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.shared.inner.flush()
+    }
+
+    fn write_same(&self, pattern: &[u8], offset: u64, len: u64) -> Result<()> {
+        let inner = &self.shared.inner;
+        self.write_through(offset, len, || inner.write_same(pattern, offset, len))
+    }
+
+    fn unmap(&self, offset: u64, len: u64) -> Result<()> {
+        let inner = &self.shared.inner;
+        self.write_through(offset, len, || inner.unmap(offset, len))
+    }
+
+    fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.shared.inner.extents(offset, len)
+    }
+
+    fn supports_write_same(&self) -> bool {
+        self.shared.inner.supports_write_same()
+    }
+
+    fn supports_unmap(&self) -> bool {
+        self.shared.inner.supports_unmap()
+    }
+}

@@ -1,0 +1,444 @@
+//! The heart of an I/O context, with no threads, clocks or bytes of its
+//! own: readahead state (one per LUN, or one per worker), the page cache
+//! index, the coalescing backing-read queue, write coherence and counters.
+//!
+//! The threaded [`IoContext`](super::IoContext) wraps a `Core<Box<[u8]>>`
+//! in a mutex and feeds it wall-clock time; the benchmark's discrete-event
+//! simulation drives a `Core<()>` in virtual time. Both run exactly this
+//! code, so the simulated policies are the served ones.
+//!
+//! Coherence: a write registers its page range before it reaches the
+//! backing store and removes it after; while registered, completing reads
+//! never insert pages of that range, and both at the start and at the end
+//! cached pages of the range are dropped and in-flight ones turned stale.
+//! So once a write has returned, no page read before it can be served.
+
+use super::cache::{PageCache, Slot, PAGE};
+use super::policy::{new_policy, ContextMode, PolicyParams, RaView, Readahead, ReadaheadPolicy};
+use super::queue::{Batch, Run, SubmitQueue};
+use super::stats::IoStats;
+
+/// Most per-worker states a context keeps (worker indexes wrap beyond).
+const MAX_OWNERS: usize = 1024;
+
+/// Fixed shape of a core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CoreConfig {
+    /// Bytes in the LUN.
+    pub(crate) size: u64,
+    pub(crate) policy: ReadaheadPolicy,
+    pub(crate) mode: ContextMode,
+    pub(crate) params: PolicyParams,
+    /// Largest backing read, pages.
+    pub(crate) max_io_pages: u64,
+}
+
+/// A demand read in progress: its pages and whose state served it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub(crate) first: u64,
+    pub(crate) end: u64,
+    pub(crate) owner: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Core<D> {
+    cfg: CoreConfig,
+    num_pages: u64,
+    planners: Vec<Box<dyn Readahead>>,
+    cache: PageCache<D>,
+    queue: SubmitQueue,
+    next_id: u64,
+    /// Page ranges of writes in progress.
+    writes: Vec<(u64, u64)>,
+    stats: IoStats,
+}
+
+/// Pages covering `len` bytes from `offset`.
+pub(crate) fn pages_of(offset: u64, len: u64) -> (u64, u64) {
+    let first = offset / PAGE;
+    let end = offset.saturating_add(len).div_ceil(PAGE);
+    (first, end.max(first))
+}
+
+impl<D> Core<D> {
+    pub(crate) fn new(cfg: CoreConfig) -> Self {
+        Self {
+            cfg,
+            num_pages: cfg.size.div_ceil(PAGE),
+            planners: Vec::new(),
+            cache: PageCache::new(cfg.params.cache_pages),
+            queue: SubmitQueue::new(cfg.max_io_pages),
+            next_id: 0,
+            writes: Vec::new(),
+            stats: IoStats::default(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+
+    /// Switches policy at run time: readahead state restarts, the cache stays.
+    pub(crate) fn set_policy(&mut self, policy: ReadaheadPolicy) {
+        self.cfg.policy = policy;
+        self.planners.clear();
+    }
+
+    fn owner(&self, worker: Option<usize>) -> usize {
+        match self.cfg.mode {
+            ContextMode::Shared => 0,
+            ContextMode::PerWorker => worker.unwrap_or(0) % MAX_OWNERS,
+        }
+    }
+
+    /// A demand read of `len` bytes at `offset` arrives from `worker`: the
+    /// policy plans readahead, the missing requested pages are queued as
+    /// synchronous reads, and the pages count as used.
+    pub(crate) fn start_read(
+        &mut self,
+        now: u64,
+        worker: Option<usize>,
+        offset: u64,
+        len: u64,
+    ) -> Ticket {
+        let (first, end) = pages_of(offset, len);
+        let owner = self.owner(worker);
+        let present = (first..end).filter(|&p| self.cache.present(p)).count() as u64;
+        let count = (end - first).max(1);
+        self.stats.requests += 1;
+        self.stats.bytes += len;
+        let hit = len * present / count;
+        self.stats.hit_bytes += hit;
+        self.stats.miss_bytes += len - hit;
+        while self.planners.len() <= owner {
+            self.planners
+                .push(new_policy(self.cfg.policy, &self.cfg.params));
+        }
+        if let Some(planner) = self.planners.get_mut(owner) {
+            let mut view = View {
+                cache: &mut self.cache,
+                queue: &mut self.queue,
+                next_id: &mut self.next_id,
+                owner,
+                demand: (first, end),
+                now,
+                num_pages: self.num_pages,
+            };
+            planner.on_read(first, end - first, &mut view);
+        }
+        let ticket = Ticket { first, end, owner };
+        self.ensure(&ticket);
+        for page in first..end {
+            self.cache.reference(page);
+        }
+        ticket
+    }
+
+    /// Queues synchronous reads for the ticket's absent pages (evicted or
+    /// dropped by a write since); true when it queued any.
+    pub(crate) fn ensure(&mut self, t: &Ticket) -> bool {
+        let mut view = View {
+            cache: &mut self.cache,
+            queue: &mut self.queue,
+            next_id: &mut self.next_id,
+            owner: t.owner,
+            demand: (t.first, t.end),
+            now: 0,
+            num_pages: self.num_pages,
+        };
+        let before = view.queue.len();
+        view.read(t.first, t.end - t.first, None, true);
+        view.queue.len() != before
+    }
+
+    /// All of the ticket's pages are ready.
+    pub(crate) fn all_ready(&self, t: &Ticket) -> bool {
+        (t.first..t.end).all(|p| self.cache.ready(p).is_some())
+    }
+
+    /// Some of the ticket's pages are neither cached nor being read.
+    pub(crate) fn any_absent(&self, t: &Ticket) -> bool {
+        (t.first..t.end).any(|p| !self.cache.present(p))
+    }
+
+    /// The ready payload of a page.
+    pub(crate) fn page(&self, page: u64) -> Option<&D> {
+        self.cache.ready(page)
+    }
+
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Takes the next coalesced backing read.
+    pub(crate) fn pop_batch(&mut self) -> Option<Batch> {
+        let batch = self.queue.pop()?;
+        let bytes = self.batch_bytes(&batch);
+        self.stats.backing_requests += 1;
+        self.stats.backing_bytes += bytes;
+        self.stats.backing_sizes.record(bytes);
+        Some(batch)
+    }
+
+    /// Byte range of a backing read, clipped to the LUN.
+    pub(crate) fn batch_range(&self, batch: &Batch) -> (u64, u64) {
+        let start = batch.first.saturating_mul(PAGE);
+        let end = batch.end().saturating_mul(PAGE).min(self.cfg.size);
+        (start, end.saturating_sub(start))
+    }
+
+    fn batch_bytes(&self, batch: &Batch) -> u64 {
+        self.batch_range(batch).1
+    }
+
+    /// A backing read finished: its pages become ready with `data(page)`,
+    /// except those a write overlaps now or overlapped meanwhile.
+    pub(crate) fn complete(&mut self, batch: &Batch, mut data: impl FnMut(u64) -> D) {
+        for page in batch.first..batch.end() {
+            let Some(id) = self.inflight_id(page, batch) else {
+                continue;
+            };
+            if self.write_overlaps(page) {
+                self.cache.discard(page, id);
+            } else {
+                self.cache.fill(page, id, data(page));
+            }
+        }
+    }
+
+    /// A backing read failed: its pages are dropped; waiting readers retry
+    /// or read directly and see the error themselves.
+    pub(crate) fn fail(&mut self, batch: &Batch) {
+        for page in batch.first..batch.end() {
+            if let Some(id) = self.inflight_id(page, batch) {
+                self.cache.discard(page, id);
+            }
+        }
+    }
+
+    fn inflight_id(&self, page: u64, batch: &Batch) -> Option<u64> {
+        match self.cache.slot(page) {
+            Some(Slot::InFlight { id, .. }) if batch.ids.contains(id) => Some(*id),
+            _ => None,
+        }
+    }
+
+    fn write_overlaps(&self, page: u64) -> bool {
+        self.writes.iter().any(|&(s, e)| page >= s && page < e)
+    }
+
+    /// Whether a read of these pages must wait for a write in progress.
+    pub(crate) fn write_blocked(&self, offset: u64, len: u64) -> bool {
+        let (first, end) = pages_of(offset, len);
+        self.writes.iter().any(|&(s, e)| first < e && s < end)
+    }
+
+    /// A write of `len` bytes at `offset` is about to reach the backing store.
+    pub(crate) fn begin_write(&mut self, offset: u64, len: u64) -> (u64, u64) {
+        let range = pages_of(offset, len);
+        self.writes.push(range);
+        self.cache.invalidate(range.0, range.1);
+        self.stats.writes += 1;
+        range
+    }
+
+    /// The write registered as `range` has finished (or failed).
+    pub(crate) fn end_write(&mut self, range: (u64, u64)) {
+        self.cache.invalidate(range.0, range.1);
+        if let Some(i) = self.writes.iter().position(|r| *r == range) {
+            self.writes.swap_remove(i);
+        }
+    }
+
+    /// A read served by the engine directly (passthrough).
+    pub(crate) fn count_direct(&mut self, len: u64) {
+        self.stats.requests += 1;
+        self.stats.bytes += len;
+        self.stats.miss_bytes += len;
+        self.stats.backing_requests += 1;
+        self.stats.backing_bytes += len;
+        self.stats.backing_sizes.record(len);
+    }
+
+    pub(crate) fn record_latency(&mut self, ns: u64) {
+        self.stats.latency_ns.record(ns);
+    }
+
+    pub(crate) fn stats(&self) -> IoStats {
+        let mut s = self.stats.clone();
+        s.wasted_bytes = self.cache.wasted_pages() * PAGE;
+        s
+    }
+
+    /// Readahead bytes wasted so far plus those cached and still unused (the
+    /// benchmark's end-of-run count).
+    pub(crate) fn wasted_including_unused(&self) -> u64 {
+        (self.cache.wasted_pages() + self.cache.unused_readahead_pages()) * PAGE
+    }
+
+    /// Pages held in the cache (ready or in flight).
+    pub(crate) fn cached_pages(&self) -> u64 {
+        self.cache.len()
+    }
+
+    pub(crate) fn cache_capacity_pages(&self) -> u64 {
+        self.cache.capacity()
+    }
+}
+
+/// The policy's window on the core for one request.
+struct View<'a, D> {
+    cache: &'a mut PageCache<D>,
+    queue: &'a mut SubmitQueue,
+    next_id: &'a mut u64,
+    owner: usize,
+    demand: (u64, u64),
+    now: u64,
+    num_pages: u64,
+}
+
+impl<D> RaView for View<'_, D> {
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn num_pages(&self) -> u64 {
+        self.num_pages
+    }
+
+    fn present(&self, page: u64) -> bool {
+        self.cache.present(page)
+    }
+
+    fn take_marker(&mut self, page: u64) -> bool {
+        self.cache.take_marker(page)
+    }
+
+    fn next_miss(&self, from: u64, max: u64) -> u64 {
+        self.cache.next_miss(from, max)
+    }
+
+    fn history(&self, before: u64, max: u64) -> u64 {
+        self.cache.history(before, max)
+    }
+
+    fn unused_pages(&self) -> u64 {
+        self.cache.unused_pages()
+    }
+
+    fn read(&mut self, start: u64, count: u64, marker: Option<u64>, sync: bool) {
+        let end = start.saturating_add(count).min(self.num_pages);
+        if start >= end {
+            return;
+        }
+        *self.next_id += 1;
+        let id = *self.next_id;
+        let runs = self.cache.reserve(start, end, id, self.demand);
+        if let Some(m) = marker {
+            self.cache.set_marker(m, id);
+        }
+        for (first, count) in runs {
+            self.queue.push(Run {
+                id,
+                owner: self.owner,
+                first,
+                count,
+                sync,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core(policy: ReadaheadPolicy, mode: ContextMode) -> Core<u8> {
+        Core::new(CoreConfig {
+            size: 1 << 30,
+            policy,
+            mode,
+            params: PolicyParams {
+                max_pages: 256,
+                cache_pages: 4096,
+                competitive_pages: 256,
+            },
+            max_io_pages: 256,
+        })
+    }
+
+    fn drain(c: &mut Core<u8>, value: u8) -> Vec<(u64, u64)> {
+        let mut done = Vec::new();
+        while let Some(b) = c.pop_batch() {
+            c.complete(&b, |_| value);
+            done.push((b.first, b.count));
+        }
+        done
+    }
+
+    #[test]
+    fn none_reads_exactly_the_request_and_then_hits() {
+        let mut c = core(ReadaheadPolicy::None, ContextMode::Shared);
+        let t = c.start_read(0, None, 8192, 65536);
+        assert_eq!((t.first, t.end), (2, 18));
+        assert!(!c.all_ready(&t));
+        assert_eq!(drain(&mut c, 1), vec![(2, 16)]);
+        assert!(c.all_ready(&t));
+        let t2 = c.start_read(0, None, 8192, 4096);
+        assert!(c.all_ready(&t2));
+        let s = c.stats();
+        assert_eq!((s.requests, s.bytes, s.hit_bytes), (2, 69632, 4096));
+        assert_eq!((s.backing_requests, s.backing_bytes), (1, 65536));
+    }
+
+    #[test]
+    fn a_write_drops_cached_pages_and_stales_reads_in_flight() {
+        let mut c = core(ReadaheadPolicy::None, ContextMode::Shared);
+        let t = c.start_read(0, None, 0, 8 * PAGE);
+        let batch = c.pop_batch().expect("batch");
+        // A write to pages 2..4 starts while the read is in flight.
+        let w = c.begin_write(2 * PAGE, 2 * PAGE);
+        c.complete(&batch, |_| 1);
+        assert!(c.any_absent(&t));
+        assert!(c.page(0).is_some() && c.page(2).is_none());
+        // Reads queued during the write do not insert pages either.
+        assert!(c.write_blocked(3 * PAGE, PAGE));
+        assert!(c.ensure(&t));
+        drain(&mut c, 2);
+        assert!(c.page(2).is_none());
+        c.end_write(w);
+        assert!(!c.write_blocked(3 * PAGE, PAGE));
+        assert!(c.ensure(&t));
+        drain(&mut c, 3);
+        assert_eq!(c.page(2), Some(&3));
+        assert!(c.all_ready(&t));
+    }
+
+    #[test]
+    fn per_worker_mode_keeps_separate_states_and_queues() {
+        let mut c = core(ReadaheadPolicy::None, ContextMode::PerWorker);
+        c.start_read(0, Some(0), 0, 4 * PAGE);
+        c.start_read(0, Some(1), 4 * PAGE, 4 * PAGE);
+        // Adjacent but of different workers: two backing reads.
+        assert_eq!(drain(&mut c, 0), vec![(0, 4), (4, 4)]);
+        let mut s = core(ReadaheadPolicy::None, ContextMode::Shared);
+        s.start_read(0, Some(0), 0, 4 * PAGE);
+        s.start_read(0, Some(1), 4 * PAGE, 4 * PAGE);
+        assert_eq!(drain(&mut s, 0), vec![(0, 8)]);
+    }
+
+    #[test]
+    fn sequential_reads_with_context_readahead_become_hits() {
+        let mut c = core(ReadaheadPolicy::Context, ContextMode::Shared);
+        let mut hits = 0;
+        for i in 0..64u64 {
+            let t = c.start_read(0, None, i * 65536, 65536);
+            hits += u64::from(c.all_ready(&t));
+            drain(&mut c, 0);
+        }
+        assert!(hits >= 60, "{hits}");
+        let s = c.stats();
+        assert!(s.mean_backing_size() >= 256.0 * 1024.0, "{s:?}");
+    }
+}

@@ -1,0 +1,146 @@
+//! The backing-read queue of an I/O context: page runs waiting for a free
+//! I/O slot, with synchronous (someone waits) runs served first and
+//! adjacent runs of the same owner coalesced into one large backing read.
+//!
+//! In shared mode every run has owner 0, so neighbouring requests from
+//! different workers merge; in per-worker mode each worker owns its runs,
+//! as each pre-patch thread had its own fd and I/O context, and nothing
+//! merges across workers.
+
+use std::collections::VecDeque;
+
+/// A run of pages reserved in the cache for request `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Run {
+    pub(crate) id: u64,
+    pub(crate) owner: usize,
+    pub(crate) first: u64,
+    pub(crate) count: u64,
+    pub(crate) sync: bool,
+}
+
+/// One backing read: a contiguous page range made of one or more runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub(crate) first: u64,
+    pub(crate) count: u64,
+    /// The ids whose pages this read fills.
+    pub(crate) ids: Vec<u64>,
+    pub(crate) sync: bool,
+}
+
+impl Batch {
+    pub(crate) fn end(&self) -> u64 {
+        self.first + self.count
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct SubmitQueue {
+    runs: VecDeque<Run>,
+    /// Largest backing read, pages.
+    max_pages: u64,
+}
+
+impl SubmitQueue {
+    pub(crate) fn new(max_pages: u64) -> Self {
+        Self {
+            runs: VecDeque::new(),
+            max_pages: max_pages.max(1),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Queues a run, split into pieces no larger than a backing read.
+    pub(crate) fn push(&mut self, run: Run) {
+        let mut first = run.first;
+        let end = run.first + run.count;
+        while first < end {
+            let count = (end - first).min(self.max_pages);
+            self.runs.push_back(Run {
+                first,
+                count,
+                ..run
+            });
+            first += count;
+        }
+    }
+
+    /// The next backing read: the oldest synchronous run (else the oldest
+    /// run), grown by every queued run of the same owner that touches it,
+    /// up to the size limit.
+    pub(crate) fn pop(&mut self) -> Option<Batch> {
+        let idx = self.runs.iter().position(|r| r.sync).unwrap_or(0);
+        let head = self.runs.remove(idx)?;
+        let mut batch = Batch {
+            first: head.first,
+            count: head.count,
+            ids: vec![head.id],
+            sync: head.sync,
+        };
+        loop {
+            let next = self.runs.iter().position(|r| {
+                r.owner == head.owner
+                    && batch.count + r.count <= self.max_pages
+                    && (r.first == batch.end() || r.first + r.count == batch.first)
+            });
+            let Some(i) = next else { break };
+            let Some(r) = self.runs.remove(i) else { break };
+            batch.first = batch.first.min(r.first);
+            batch.count += r.count;
+            batch.sync |= r.sync;
+            if !batch.ids.contains(&r.id) {
+                batch.ids.push(r.id);
+            }
+        }
+        Some(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: u64, owner: usize, first: u64, count: u64, sync: bool) -> Run {
+        Run {
+            id,
+            owner,
+            first,
+            count,
+            sync,
+        }
+    }
+
+    #[test]
+    fn adjacent_runs_of_one_owner_coalesce_in_either_direction() {
+        let mut q = SubmitQueue::new(256);
+        q.push(run(1, 0, 32, 16, false));
+        q.push(run(2, 0, 48, 16, false));
+        q.push(run(3, 0, 16, 16, true));
+        q.push(run(4, 1, 64, 16, false));
+        q.push(run(5, 0, 100, 4, false));
+        let b = q.pop().expect("batch");
+        // The sync run goes first and absorbs its neighbours of owner 0.
+        assert_eq!((b.first, b.count, b.sync), (16, 48, true));
+        assert_eq!(b.ids, vec![3, 1, 2]);
+        assert_eq!(q.pop().map(|b| (b.first, b.count)), Some((64, 16)));
+        assert_eq!(q.pop().map(|b| (b.first, b.count)), Some((100, 4)));
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn large_runs_are_split_and_merges_respect_the_limit() {
+        let mut q = SubmitQueue::new(64);
+        q.push(run(1, 0, 0, 150, false));
+        assert_eq!(q.len(), 3);
+        let sizes: Vec<u64> = std::iter::from_fn(|| q.pop()).map(|b| b.count).collect();
+        assert_eq!(sizes, vec![64, 64, 22]);
+    }
+}

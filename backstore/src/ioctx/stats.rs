@@ -1,0 +1,142 @@
+//! Per-LUN I/O statistics of an I/O context: demand requests and bytes,
+//! cache hits and misses, wasted readahead, backing reads with a size
+//! histogram, and a latency histogram. Histograms are log2-bucketed so they
+//! are fixed-size and cheap to update under the context's lock.
+
+/// Counts of values in power-of-two buckets: bucket `i` holds values in
+/// `[2^i, 2^(i+1))` (bucket 0 also holds 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Log2Histogram {
+    counts: [u64; 64],
+    total: u64,
+    sum: u128,
+}
+
+impl Default for Log2Histogram {
+    fn default() -> Self {
+        Self {
+            counts: [0; 64],
+            total: 0,
+            sum: 0,
+        }
+    }
+}
+
+impl Log2Histogram {
+    pub fn record(&mut self, value: u64) {
+        let bucket = 63 - (value | 1).leading_zeros() as usize;
+        if let Some(c) = self.counts.get_mut(bucket) {
+            *c += 1;
+        }
+        self.total += 1;
+        self.sum += u128::from(value);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.total
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.total as f64
+        }
+    }
+
+    /// Upper bound of the bucket holding quantile `q` (0..=1); 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((self.total as f64) * q.clamp(0.0, 1.0)).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return if i >= 63 { u64::MAX } else { (2u64 << i) - 1 };
+            }
+        }
+        u64::MAX
+    }
+
+    /// Non-empty buckets as `(lower bound, count)`.
+    pub fn buckets(&self) -> Vec<(u64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (if i == 0 { 0 } else { 1u64 << i }, *c))
+            .collect()
+    }
+}
+
+/// A snapshot of one LUN's I/O context statistics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Demand read requests.
+    pub requests: u64,
+    /// Bytes those requests asked for.
+    pub bytes: u64,
+    /// Requested bytes found cached or already being read.
+    pub hit_bytes: u64,
+    /// Requested bytes that needed a backing read of their own.
+    pub miss_bytes: u64,
+    /// Readahead bytes evicted before any read used them.
+    pub wasted_bytes: u64,
+    /// Backing reads issued (after coalescing) and their total bytes.
+    pub backing_requests: u64,
+    pub backing_bytes: u64,
+    /// Backing read sizes in bytes.
+    pub backing_sizes: Log2Histogram,
+    /// Demand read latency in ns, from call to return.
+    pub latency_ns: Log2Histogram,
+    /// Writes (and WRITE SAME / unmap) passed through.
+    pub writes: u64,
+}
+
+impl IoStats {
+    /// Fraction of requested bytes that were hits.
+    pub fn hit_ratio(&self) -> f64 {
+        if self.bytes == 0 {
+            0.0
+        } else {
+            self.hit_bytes as f64 / self.bytes as f64
+        }
+    }
+
+    /// Mean backing read size in bytes.
+    pub fn mean_backing_size(&self) -> f64 {
+        if self.backing_requests == 0 {
+            0.0
+        } else {
+            self.backing_bytes as f64 / self.backing_requests as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_and_quantiles() {
+        let mut h = Log2Histogram::default();
+        for v in [0, 1, 2, 3, 4096, 4096, 65536] {
+            h.record(v);
+        }
+        assert_eq!(h.count(), 7);
+        assert_eq!(h.buckets(), vec![(0, 2), (2, 2), (4096, 2), (65536, 1)]);
+        assert_eq!(h.quantile(0.5), 3);
+        assert_eq!(h.quantile(1.0), 131_071);
+        assert!((h.mean() - 73734.0 / 7.0).abs() < 1e-6);
+        assert_eq!(Log2Histogram::default().quantile(0.99), 0);
+    }
+
+    #[test]
+    fn ratios_of_an_empty_snapshot_are_zero() {
+        let s = IoStats::default();
+        assert_eq!(s.hit_ratio(), 0.0);
+        assert_eq!(s.mean_backing_size(), 0.0);
+    }
+}

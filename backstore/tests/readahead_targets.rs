@@ -1,0 +1,97 @@
+//! The targets, asserted on the benchmark's simulation. The
+//! simulation runs in virtual time: these are deterministic computations,
+//! not timings, and give the same numbers on any machine.
+
+use rustgt_backstore::bench::{run_readahead, BenchOptions, BenchReport};
+use rustgt_backstore::{ContextMode, ReadaheadPolicy};
+
+fn report(only: &[&str], policies: &[ReadaheadPolicy], modes: &[ContextMode]) -> BenchReport {
+    run_readahead(&BenchOptions {
+        seconds: 4.0,
+        only: only.iter().map(|s| s.to_string()).collect(),
+        policies: policies.to_vec(),
+        modes: modes.to_vec(),
+        ..BenchOptions::default()
+    })
+}
+
+fn assert_all_pass(rep: &BenchReport) {
+    let checks = rep.targets();
+    assert!(!checks.is_empty());
+    let failed: Vec<_> = checks.iter().filter(|c| !c.pass).collect();
+    assert!(failed.is_empty(), "missed: {failed:#?}");
+}
+
+#[test]
+fn per_worker_contexts_reproduce_the_seed_collapse() {
+    use ReadaheadPolicy::*;
+    let rep = report(
+        &["W1-qd1", "W2-2"],
+        &[None, Classic],
+        &[ContextMode::PerWorker],
+    );
+    assert_eq!(rep.targets().len(), 2);
+    assert_all_pass(&rep);
+    // And the kernel's 128 KiB window collapses too, as in the seed thread.
+    let k = report(&["W1-qd1", "W2-2"], &[Kernel], &[ContextMode::Shared]);
+    let w1 = k
+        .get("W1-qd1", Kernel, ContextMode::Shared)
+        .expect("W1")
+        .aggregate_mb_s();
+    let w2 = k.get("W2-2", Kernel, ContextMode::Shared).expect("W2");
+    assert!(w2.stream_mb_s(0) < 0.15 * w1 && w2.stream_mb_s(1) < 0.15 * w1);
+}
+
+#[test]
+fn context_and_streams_meet_the_shared_targets() {
+    use ReadaheadPolicy::*;
+    let rep = report(
+        &["W1-qd1", "W2-2", "W3-8", "W3-8-inorder", "W4"],
+        &[None, Context, Streams],
+        &[ContextMode::Shared],
+    );
+    assert_all_pass(&rep);
+}
+
+#[test]
+fn streams_beats_context_with_many_streams() {
+    use ReadaheadPolicy::*;
+    let rep = report(&["W2-16"], &[Context, Streams], &[ContextMode::Shared]);
+    let s = rep
+        .get("W2-16", Streams, ContextMode::Shared)
+        .expect("streams");
+    let c = rep
+        .get("W2-16", Context, ContextMode::Shared)
+        .expect("context");
+    assert!(
+        s.aggregate_mb_s() > 2.0 * c.aggregate_mb_s(),
+        "{} vs {}",
+        s.aggregate_mb_s(),
+        c.aggregate_mb_s()
+    );
+    // Context thrashes the cache; streams' admission keeps waste small.
+    assert!(
+        s.wasted_bytes < c.wasted_bytes,
+        "{} vs {}",
+        s.wasted_bytes,
+        c.wasted_bytes
+    );
+}
+
+#[test]
+fn streams_beats_context_on_reordered_chunks_per_worker() {
+    use ReadaheadPolicy::*;
+    let rep = report(&["W3-32"], &[Context, Streams], &[ContextMode::PerWorker]);
+    let s = rep
+        .get("W3-32", Streams, ContextMode::PerWorker)
+        .expect("streams");
+    let c = rep
+        .get("W3-32", Context, ContextMode::PerWorker)
+        .expect("context");
+    assert!(
+        s.aggregate_mb_s() > 1.02 * c.aggregate_mb_s(),
+        "{} vs {}",
+        s.aggregate_mb_s(),
+        c.aggregate_mb_s()
+    );
+}
