@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use figment::providers::{Env, Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
+use rustgt_backstore::{ContextMode, EngineKind, ReadaheadPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Name of the target served when no config file is given.
@@ -221,40 +222,67 @@ pub struct LunSettings {
     /// Unit serial number (VPD page 0x80); default derived by the daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
+    /// Removable medium: START STOP UNIT with LOEJ ejects and loads it.
+    #[serde(default)]
+    pub removable: bool,
+    /// File keeping persistent reservations for APTPL; relative = under
+    /// data_dir. Default: `pr/<target iqn>-<lun id>.toml` under data_dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_state: Option<PathBuf>,
+    /// Pace of SANITIZE in bytes per second, e.g. "128M"; default: full speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sanitize_rate: Option<String>,
+    /// Readahead policy of the LUN's I/O context: "none", "kernel" (leave it
+    /// to Linux's page cache), "classic", "context" or "streams".
+    #[serde(default = "default_readahead")]
+    pub readahead: String,
+    /// "shared": all workers of the LUN share one I/O context (one stream
+    /// table, one cache); "per-worker": each has its own (the pre-fix
+    /// behaviour, for comparison).
+    #[serde(default = "default_io_context")]
+    pub io_context: String,
+    /// Memory bound of the LUN's readahead cache, e.g. "64M".
+    #[serde(default = "default_readahead_cache")]
+    pub readahead_cache: String,
+    /// Largest readahead window, e.g. "4M".
+    #[serde(default = "default_readahead_max")]
+    pub readahead_max: String,
+    /// hddsim: name of the simulated device; LUNs naming the same device
+    /// share its disks (default "md0").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hddsim_device: Option<String>,
+    /// hddsim: byte offset of the LUN on the device, e.g. "90G".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hddsim_offset: Option<String>,
+    /// hddsim: disks in the device's RAID-0 (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hddsim_disks: Option<u32>,
+    /// hddsim: run the simulated disk this many times faster than real
+    /// time (default 1: real time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hddsim_speedup: Option<u32>,
 }
 
-/// Backstore engines a LUN can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackstoreKind {
-    File,
-    Blockdev,
-    Ram,
-    Null,
+fn default_readahead() -> String {
+    "kernel".into()
 }
 
-impl BackstoreKind {
-    /// The name used in the config file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::File => "file",
-            Self::Blockdev => "blockdev",
-            Self::Ram => "ram",
-            Self::Null => "null",
-        }
-    }
+fn default_io_context() -> String {
+    "shared".into()
+}
 
-    /// Parses a config name (exact, lowercase).
-    pub fn parse(name: &str) -> Option<Self> {
-        [Self::File, Self::Blockdev, Self::Ram, Self::Null]
-            .into_iter()
-            .find(|k| k.as_str() == name)
-    }
+fn default_readahead_cache() -> String {
+    "64M".into()
+}
+
+fn default_readahead_max() -> String {
+    "4M".into()
 }
 
 impl LunSettings {
     /// The engine, `None` only if `backstore` is unknown (never after [`load`]).
-    pub fn kind(&self) -> Option<BackstoreKind> {
-        BackstoreKind::parse(&self.backstore)
+    pub fn kind(&self) -> Option<EngineKind> {
+        self.backstore.parse().ok()
     }
 
     /// The backing path with a relative path placed under `data_dir`.
@@ -319,7 +347,7 @@ impl Config {
             chap: None,
             luns: vec![LunSettings {
                 id: 0,
-                backstore: BackstoreKind::File.as_str().to_owned(),
+                backstore: EngineKind::File.as_str().to_owned(),
                 path: Some(PathBuf::from("lun0.img")),
                 size: Some("1G".to_owned()),
                 block_size: default_block_size(),
@@ -328,6 +356,17 @@ impl Config {
                 write_cache: true,
                 workers: None,
                 serial: None,
+                removable: false,
+                pr_state: None,
+                sanitize_rate: None,
+                readahead: default_readahead(),
+                io_context: default_io_context(),
+                readahead_cache: default_readahead_cache(),
+                readahead_max: default_readahead_max(),
+                hddsim_device: None,
+                hddsim_offset: None,
+                hddsim_disks: None,
+                hddsim_speedup: None,
             }],
         }
     }
@@ -962,18 +1001,57 @@ fn check_lun(
         }
     }
     let size = check_size(c, &key.key("size"), lun);
+    if lun.readahead.parse::<ReadaheadPolicy>().is_err() {
+        c.fail(
+            key.key("readahead"),
+            format!(
+                "unknown policy {:?}: expected \"none\", \"kernel\", \"classic\", \"context\" or \"streams\"",
+                lun.readahead
+            ),
+        );
+    }
+    if lun.io_context.parse::<ContextMode>().is_err() {
+        c.fail(
+            key.key("io_context"),
+            format!(
+                "unknown mode {:?}: expected \"shared\" or \"per-worker\"",
+                lun.io_context
+            ),
+        );
+    }
+    for (name, value) in [
+        ("readahead_cache", Some(&lun.readahead_cache)),
+        ("readahead_max", Some(&lun.readahead_max)),
+        ("hddsim_offset", lun.hddsim_offset.as_ref()),
+        ("sanitize_rate", lun.sanitize_rate.as_ref()),
+    ] {
+        if let Some(v) = value {
+            if parse_size(v).is_none() {
+                c.fail(
+                    key.key(name),
+                    format!("{v:?} is not a size such as \"64M\""),
+                );
+            }
+        }
+    }
+    if let Some(d) = lun.hddsim_disks {
+        c.range(key.key("hddsim_disks"), d, 1, 16);
+    }
+    if let Some(x) = lun.hddsim_speedup {
+        c.range(key.key("hddsim_speedup"), x, 1, 1000);
+    }
     let Some(kind) = lun.kind() else {
         c.fail(
             key.key("backstore"),
             format!(
-                "unknown backstore {:?}: expected \"file\", \"blockdev\", \"ram\" or \"null\"",
+                "unknown backstore {:?}: expected \"file\", \"blockdev\", \"ram\", \"null\" or \"hddsim\"",
                 lun.backstore
             ),
         );
         return;
     };
     match kind {
-        BackstoreKind::File | BackstoreKind::Blockdev => {
+        EngineKind::File | EngineKind::BlockDev => {
             let Some(path) = lun.resolved_path(data_dir) else {
                 c.fail(
                     key.key("path"),
@@ -991,7 +1069,7 @@ fn check_lun(
                     format!("{} is already the backing store of {first}", path.display()),
                 );
             }
-            if kind == BackstoreKind::File && size.is_none() && !path.exists() {
+            if kind == EngineKind::File && size.is_none() && !path.exists() {
                 let what = if lun.read_only {
                     "the file must exist for a read-only LUN"
                 } else {
@@ -1000,7 +1078,13 @@ fn check_lun(
                 c.fail(key.key("size"), format!("{what} ({})", path.display()));
             }
         }
-        BackstoreKind::Ram | BackstoreKind::Null => {
+        EngineKind::HddSim => {
+            // Data in a sparse file when a path is given, else in RAM.
+            if lun.size.is_none() {
+                c.fail(key.key("size"), "is required for a hddsim backstore");
+            }
+        }
+        EngineKind::Ram | EngineKind::Null => {
             if lun.path.is_some() {
                 c.fail(
                     key.key("path"),
@@ -1212,7 +1296,7 @@ mod tests {
                 panic!("one LUN expected: {t:?}");
             };
             assert_eq!(lun.id, 0);
-            assert_eq!(lun.kind(), Some(BackstoreKind::File));
+            assert_eq!(lun.kind(), Some(EngineKind::File));
             assert_eq!(
                 lun.resolved_path(&cfg.data_dir),
                 Some(PathBuf::from("./rustgt-data/lun0.img"))
@@ -1827,19 +1911,5 @@ mod tests {
             let err = validate_iscsi_name(name).expect_err(name);
             assert!(err.contains(fragment), "{name}: {err}");
         }
-    }
-
-    #[test]
-    fn backstore_kind_names() {
-        for kind in [
-            BackstoreKind::File,
-            BackstoreKind::Blockdev,
-            BackstoreKind::Ram,
-            BackstoreKind::Null,
-        ] {
-            assert_eq!(BackstoreKind::parse(kind.as_str()), Some(kind));
-        }
-        assert_eq!(BackstoreKind::parse("FILE"), None);
-        assert_eq!(BackstoreKind::parse("tape"), None);
     }
 }

@@ -4,16 +4,18 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rustgt_backstore::{BackstoreSpec, EngineKind};
+use rustgt_backstore::hddsim::ArrayParams;
+use rustgt_backstore::{BackstoreSpec, EngineKind, HddSimOptions, IoContextOptions, LunStoreSpec};
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
 use rustgt_iscsi::negotiate::{Digest, Limits};
 use rustgt_iscsi::{PortalConfig, TargetInfo};
 use rustgt_iscsi_tcp::Server;
-use rustgt_scsi::{LunConfig, ScsiTarget};
+use rustgt_scsi::{LunConfig, LunRegistry, ScsiTarget};
 
 use crate::config::{ChapSettings, Config, IscsiSettings, LunSettings, TargetSettings};
 
@@ -44,8 +46,10 @@ pub async fn run(cfg: Config) -> Result<()> {
     }
 
     let server = Server::new(portal_config(&cfg, &bound));
+    // One registry for the whole process, so EXTENDED COPY works across targets.
+    let registry = LunRegistry::new();
     for t in &cfg.targets {
-        let scsi = build_target(&cfg, t)?;
+        let scsi = build_target(&cfg, t, &registry)?;
         server.add_target(&t.iqn, scsi);
     }
 
@@ -90,15 +94,26 @@ async fn wait_for_signal() -> Result<()> {
     Ok(())
 }
 
-fn build_target(cfg: &Config, t: &TargetSettings) -> Result<Arc<ScsiTarget>> {
-    let scsi = ScsiTarget::new(&t.iqn);
+fn build_target(
+    cfg: &Config,
+    t: &TargetSettings,
+    registry: &Arc<LunRegistry>,
+) -> Result<Arc<ScsiTarget>> {
+    let scsi = ScsiTarget::with_registry(&t.iqn, registry.clone());
     for l in &t.luns {
-        let spec = backstore_spec(cfg, l)?;
-        let store = rustgt_backstore::open(&spec)
+        let spec = lun_store_spec(cfg, l)?;
+        let store = rustgt_backstore::build(&spec)
             .with_context(|| format!("target {} LUN {}: opening backstore", t.iqn, l.id))?;
         let mut lc = LunConfig::new(store);
         lc.workers = l.effective_workers(&cfg.iscsi).max(1);
         lc.write_cache = l.write_cache;
+        lc.thin = l.thin;
+        lc.removable = l.removable;
+        lc.sanitize_rate = l
+            .sanitize_rate
+            .as_deref()
+            .and_then(rustgt_backstore::parse_size);
+        lc.pr_state_path = Some(pr_state_path(cfg, &t.iqn, l));
         let id = stable_id(&t.iqn, l.id);
         lc.serial = l.serial.clone().unwrap_or_else(|| format!("{id:016x}"));
         lc.naa_id = id;
@@ -109,20 +124,65 @@ fn build_target(cfg: &Config, t: &TargetSettings) -> Result<Arc<ScsiTarget>> {
     Ok(scsi)
 }
 
-fn backstore_spec(cfg: &Config, l: &LunSettings) -> Result<BackstoreSpec> {
-    // The config was validated at load: kind and size parse.
+/// Everything that makes one LUN's store: engine, hddsim placement and the
+/// LUN's I/O context (readahead policy, mode, cache bound).
+fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
+    // The config was validated at load: names and sizes parse.
     let kind: EngineKind = l
         .backstore
         .parse()
         .map_err(|_| anyhow::anyhow!("unknown backstore {:?}", l.backstore))?;
-    Ok(BackstoreSpec {
+    let size =
+        |s: &str| rustgt_backstore::parse_size(s).ok_or_else(|| anyhow::anyhow!("bad size {s:?}"));
+    let backstore = BackstoreSpec {
         kind,
         path: l.resolved_path(&cfg.data_dir),
         size: l.size_bytes(),
         block_size: l.block_size,
         read_only: l.read_only,
         thin: l.thin,
+    };
+    let defaults = HddSimOptions::default();
+    let hddsim = HddSimOptions {
+        device: l.hddsim_device.clone().unwrap_or(defaults.device),
+        offset: match &l.hddsim_offset {
+            Some(o) => size(o)?,
+            None => defaults.offset,
+        },
+        array: ArrayParams {
+            disks: l.hddsim_disks.unwrap_or(defaults.array.disks),
+            ..defaults.array
+        },
+        time_scale: l
+            .hddsim_speedup
+            .map_or(defaults.time_scale, |x| 1.0 / f64::from(x.max(1))),
+    };
+    let io_context = IoContextOptions {
+        policy: l
+            .readahead
+            .parse()
+            .map_err(|_| anyhow::anyhow!("readahead {:?}", l.readahead))?,
+        mode: l
+            .io_context
+            .parse()
+            .map_err(|_| anyhow::anyhow!("io_context {:?}", l.io_context))?,
+        cache_bytes: size(&l.readahead_cache)?,
+        max_readahead: size(&l.readahead_max)?,
+        ..IoContextOptions::default()
+    };
+    Ok(LunStoreSpec {
+        backstore,
+        hddsim,
+        io_context: Some(io_context),
     })
+}
+
+/// Where a LUN's persistent reservations live (SPC-4 APTPL).
+fn pr_state_path(cfg: &Config, iqn: &str, l: &LunSettings) -> PathBuf {
+    match &l.pr_state {
+        Some(p) => cfg.data_dir.join(p),
+        None => cfg.data_dir.join("pr").join(format!("{iqn}-{}.toml", l.id)),
+    }
 }
 
 /// A stable 64-bit id for serial numbers and NAA designators: FNV-1a of

@@ -1,6 +1,7 @@
 //! `rustgt`: the daemon. Parses the command line, loads the config, sets up
 //! logging and hands over to [`daemon::run`].
 
+mod bench;
 mod cli;
 mod config;
 mod daemon;
@@ -15,6 +16,9 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if let Some(cli::Command::Bench(cmd)) = &cli.command {
+        return bench::run(cmd);
+    }
     let cfg = config::load(cli.config.as_deref(), &cli.overrides())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,0 +1,40 @@
+//! The admin interface: a Unix socket speaking typed JSON lines, the
+//! daemon's control path that applies requests one at a time, the
+//! `rustgt admin` client, and the Prometheus endpoint.
+//!
+//! Layer: daemon only. Front ends and the SCSI core know nothing of it;
+//! it drives them through their management APIs (`Server::add_target`,
+//! `ScsiTarget::add_lun`, ...).
+//!
+//! Guarantees:
+//! - every change, whether an admin request, `config apply` or SIGHUP, is
+//!   computed as a diff between the running configuration and the wanted
+//!   one ([`diff`]) and applied by one task ([`runtime::Runtime`]), so
+//!   concurrent clients never interleave half-applied changes;
+//! - a request that fails changes nothing: everything fallible (opening
+//!   backstores, binding portals, starting LUN workers) happens before the
+//!   first visible change, and is undone if a later fallible step fails;
+//! - removing a LUN or target that has sessions is refused unless forced;
+//! - every error names what was wrong (target, LUN, portal, config key);
+//! - the socket is created with mode 0600 (it can read CHAP secrets back).
+//!
+//! Layout: [`proto`] is the wire protocol; [`server`] the socket; [`runtime`]
+//! the running state and request handling; [`apply`] the transactional
+//! application of a [`diff::Plan`]; [`lunstore`] the swappable, metered
+//! store under every LUN; [`metrics`] the Prometheus exposition; [`client`]
+//! and [`render`] the CLI.
+
+pub mod apply;
+pub mod client;
+pub mod diff;
+pub mod lunstore;
+pub mod metrics;
+pub mod proto;
+pub mod render;
+pub mod runtime;
+pub mod server;
+pub mod stats;
+
+/// File name of the admin socket under the data directory when neither
+/// `admin_socket` nor `--admin-socket` says otherwise.
+pub const DEFAULT_SOCKET_NAME: &str = "admin.sock";

@@ -1,0 +1,178 @@
+//! `rustgt bench readahead`: the CLI face of the readahead benchmark that
+//! lives in `rustgt_backstore::bench` (simulated time, deterministic).
+//! Prints the setup, the table and the targets, and writes one SVG
+//! per workload plus `results.md` into the output directory.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use rustgt_backstore::bench::{run_readahead, BenchOptions, Link};
+use rustgt_backstore::{parse_size, ContextMode, ReadaheadPolicy};
+
+/// Benchmarks; none of them starts the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum BenchCommand {
+    /// Every readahead policy, shared and per-worker, on workloads W1..W5,
+    /// in a simulated 7200 rpm md RAID-0 behind a GbE link.
+    Readahead(ReadaheadArgs),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ReadaheadArgs {
+    /// Directory for the plots (one SVG per workload) and results.md.
+    #[arg(long, value_name = "DIR", default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Simulated seconds per run.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub seconds: u32,
+    /// Only these workloads or groups, comma-separated (e.g. "W2,W3-32").
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Policies to run, comma-separated [default: all].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Context modes to run: shared, per-worker [default: both].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub modes: Vec<String>,
+    /// Readahead cache per LUN.
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    pub cache: String,
+    /// Largest readahead window (classic, context; floor for streams).
+    #[arg(long, value_name = "SIZE", default_value = "4M")]
+    pub max_readahead: String,
+    /// I/O threads (backing reads in flight) per LUN.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub io_threads: usize,
+    /// Link payload rate in MB/s; 0 for unlimited (default: GbE).
+    #[arg(long, value_name = "MBPS", default_value_t = 117)]
+    pub link_mbps: u32,
+    /// Seed of the random workloads.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Simulations run in parallel [default: CPUs].
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Exit with status 1 when a target is missed.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Runs a benchmark subcommand.
+pub fn run(cmd: &BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Readahead(args) => readahead(args),
+    }
+}
+
+fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
+    let mut o = BenchOptions {
+        seconds: f64::from(a.seconds.max(1)),
+        seed: a.seed,
+        only: a.only.clone(),
+        ..BenchOptions::default()
+    };
+    if !a.policies.is_empty() {
+        o.policies = a
+            .policies
+            .iter()
+            .map(|p| p.parse::<ReadaheadPolicy>())
+            .collect::<Result<_, _>>()?;
+    }
+    if !a.modes.is_empty() {
+        o.modes = a
+            .modes
+            .iter()
+            .map(|m| m.parse::<ContextMode>())
+            .collect::<Result<_, _>>()?;
+    }
+    o.ctx.cache_bytes =
+        parse_size(&a.cache).with_context(|| format!("bad --cache {:?}", a.cache))?;
+    o.ctx.max_readahead = parse_size(&a.max_readahead)
+        .with_context(|| format!("bad --max-readahead {:?}", a.max_readahead))?;
+    o.ctx.io_threads = a.io_threads;
+    o.ctx.validate()?;
+    o.link = Link {
+        rate: f64::from(a.link_mbps) * 1e6,
+        ..Link::default()
+    };
+    if let Some(j) = a.jobs {
+        o.jobs = j.max(1);
+    }
+    if o.workloads().is_empty() {
+        bail!("--only {:?} selects no workload", a.only);
+    }
+    Ok(o)
+}
+
+fn readahead(a: &ReadaheadArgs) -> anyhow::Result<()> {
+    let opts = options(a)?;
+    let report = run_readahead(&opts);
+    let mut text = String::new();
+    let _ = writeln!(text, "{}\n", report.setup());
+    text.push_str(&report.table());
+    text.push('\n');
+    let targets = report.targets();
+    for t in &targets {
+        let verdict = if t.pass { "PASS" } else { "FAIL" };
+        let _ = writeln!(text, "- {verdict} {}: {}", t.target, t.detail);
+    }
+    print!("{text}");
+    let plots = report
+        .write_plots(&a.out)
+        .with_context(|| format!("writing plots into {}", a.out.display()))?;
+    std::fs::write(a.out.join("results.md"), &text)
+        .with_context(|| format!("writing {}", a.out.join("results.md").display()))?;
+    println!(
+        "\nwrote {} plots and results.md into {}",
+        plots.len(),
+        a.out.display()
+    );
+    if a.check && targets.iter().any(|t| !t.pass) {
+        bail!("some targets were missed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn arguments_map_to_options() {
+        let cli = crate::cli::Cli::try_parse_from([
+            "rustgt",
+            "bench",
+            "readahead",
+            "--seconds",
+            "2",
+            "--only",
+            "W1,W2-2",
+            "--policies",
+            "none,streams",
+            "--modes",
+            "shared",
+            "--cache",
+            "32M",
+        ])
+        .expect("parses");
+        let Some(crate::cli::Command::Bench(BenchCommand::Readahead(a))) = cli.command else {
+            panic!("not a bench command");
+        };
+        let o = options(&a).expect("valid");
+        assert_eq!(
+            o.policies,
+            vec![ReadaheadPolicy::None, ReadaheadPolicy::Streams]
+        );
+        assert_eq!(o.modes, vec![ContextMode::Shared]);
+        assert_eq!(o.ctx.cache_bytes, 32 << 20);
+        assert_eq!(o.workloads().len(), 3);
+        let bad = ReadaheadArgs {
+            only: vec!["W9".into()],
+            ..a
+        };
+        assert!(options(&bad).is_err());
+    }
+}
