@@ -229,6 +229,15 @@ pub struct LunSettings {
     /// data_dir. Default: `pr/<target iqn>-<lun id>.toml` under data_dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pr_state: Option<PathBuf>,
+    /// Physical block size reported in READ CAPACITY(16) (and the unmap
+    /// and atomic granularities derived from it): a power-of-two multiple
+    /// of block_size. Default: equal to block_size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_block_size: Option<u32>,
+    /// On a thin LUN, whether the UNMAP command is offered (LBPU); when
+    /// false, deallocation is by WRITE SAME with UNMAP only. Default true.
+    #[serde(default = "default_true")]
+    pub unmap_command: bool,
     /// Pace of SANITIZE in bytes per second, e.g. "128M"; default: full speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sanitize_rate: Option<String>,
@@ -358,6 +367,8 @@ impl Config {
                 serial: None,
                 removable: false,
                 pr_state: None,
+                physical_block_size: None,
+                unmap_command: true,
                 sanitize_rate: None,
                 readahead: default_readahead(),
                 io_context: default_io_context(),
@@ -1032,6 +1043,18 @@ fn check_lun(
                     format!("{v:?} is not a size such as \"64M\""),
                 );
             }
+        }
+    }
+    if let Some(p) = lun.physical_block_size {
+        let ok = p >= lun.block_size && p.is_power_of_two() && p <= 1 << 20;
+        if !ok {
+            c.fail(
+                key.key("physical_block_size"),
+                format!(
+                    "{p} must be a power of two, at least block_size ({}) and at most 1M",
+                    lun.block_size
+                ),
+            );
         }
     }
     if let Some(d) = lun.hddsim_disks {

@@ -109,6 +109,8 @@ fn build_target(
         lc.write_cache = l.write_cache;
         lc.thin = l.thin;
         lc.removable = l.removable;
+        lc.physical_block_size = l.physical_block_size;
+        lc.unmap_command = l.unmap_command;
         lc.sanitize_rate = l
             .sanitize_rate
             .as_deref()

@@ -1,0 +1,522 @@
+//! The admin wire protocol: JSON lines over a Unix socket.
+//!
+//! Each line a client sends is one [`Request`], an object whose `"cmd"`
+//! names the variant in snake_case (`{"cmd":"list_targets"}`,
+//! `{"cmd":"remove_lun","target":"iqn...","lun":1,"force":false}`).
+//! Unknown commands and unknown fields are errors. Each request gets
+//! exactly one line back, in order:
+//! `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
+//! The result's shape depends on the command (see `docs/admin.md`).
+//!
+//! Secrets: CHAP secrets go in (`set_chap`, `add_target`, `config_apply`)
+//! but only `config_save` gives them back, as the socket is mode 0600.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::stats::Histogram;
+use crate::config::{ChapSettings, LunSettings, TargetSettings};
+
+/// Longest request line accepted (a `config_apply` carries a whole file).
+pub const MAX_REQUEST_LEN: usize = 16 << 20;
+
+/// One admin request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Daemon summary: version, uptime, counts, socket and metrics addresses.
+    Status,
+    ListTargets,
+    ShowTarget {
+        target: String,
+    },
+    /// A whole target as in the config file (portals, ACL, CHAP, LUNs).
+    AddTarget {
+        target: TargetSettings,
+    },
+    RemoveTarget {
+        target: String,
+        #[serde(default)]
+        force: bool,
+    },
+    ListPortals,
+    AddPortal {
+        target: String,
+        portal: SocketAddr,
+    },
+    RemovePortal {
+        target: String,
+        portal: SocketAddr,
+    },
+    ListLuns {
+        #[serde(default)]
+        target: Option<String>,
+    },
+    /// A LUN as in the config file (`[[targets.luns]]`).
+    AddLun {
+        target: String,
+        lun: LunSettings,
+    },
+    RemoveLun {
+        target: String,
+        lun: u64,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Grow a LUN to `size` ("2G"); without a size, pick up the backing
+    /// file's or device's current size. Raises CAPACITY DATA HAS CHANGED.
+    ResizeLun {
+        target: String,
+        lun: u64,
+        #[serde(default)]
+        size: Option<String>,
+    },
+    SetReadahead {
+        target: String,
+        lun: u64,
+        policy: String,
+    },
+    /// Replace the initiator ACL; empty allows any initiator.
+    SetAcl {
+        target: String,
+        acl: Vec<String>,
+    },
+    AclAdd {
+        target: String,
+        initiator: String,
+    },
+    AclRemove {
+        target: String,
+        initiator: String,
+    },
+    /// CHAP of a target, or of discovery sessions when `target` is absent;
+    /// `chap` absent turns CHAP off.
+    SetChap {
+        #[serde(default)]
+        target: Option<String>,
+        #[serde(default)]
+        chap: Option<ChapSettings>,
+    },
+    ListSessions {
+        #[serde(default)]
+        target: Option<String>,
+    },
+    ListConnections,
+    /// Ask every connection of the session to log out (Async Message).
+    LogoutSession {
+        tsih: u16,
+    },
+    /// Close every connection of the session now.
+    KillSession {
+        tsih: u16,
+    },
+    LunStats {
+        #[serde(default)]
+        target: Option<String>,
+        #[serde(default)]
+        lun: Option<u64>,
+    },
+    SessionStats {
+        #[serde(default)]
+        tsih: Option<u16>,
+    },
+    /// The Prometheus text exposition served on `metrics_listen`.
+    Metrics,
+    /// The running configuration as TOML (with secrets).
+    ConfigSave,
+    /// Apply a configuration file's text as a diff against the running
+    /// state. `origin` names the file in error messages.
+    ConfigApply {
+        toml: String,
+        #[serde(default)]
+        origin: Option<String>,
+        #[serde(default)]
+        force: bool,
+        #[serde(default)]
+        dry_run: bool,
+    },
+    /// Re-apply the daemon's own config file (what SIGHUP does).
+    ConfigReload {
+        #[serde(default)]
+        force: bool,
+    },
+}
+
+impl Request {
+    /// The `cmd` name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::ListTargets => "list_targets",
+            Request::ShowTarget { .. } => "show_target",
+            Request::AddTarget { .. } => "add_target",
+            Request::RemoveTarget { .. } => "remove_target",
+            Request::ListPortals => "list_portals",
+            Request::AddPortal { .. } => "add_portal",
+            Request::RemovePortal { .. } => "remove_portal",
+            Request::ListLuns { .. } => "list_luns",
+            Request::AddLun { .. } => "add_lun",
+            Request::RemoveLun { .. } => "remove_lun",
+            Request::ResizeLun { .. } => "resize_lun",
+            Request::SetReadahead { .. } => "set_readahead",
+            Request::SetAcl { .. } => "set_acl",
+            Request::AclAdd { .. } => "acl_add",
+            Request::AclRemove { .. } => "acl_remove",
+            Request::SetChap { .. } => "set_chap",
+            Request::ListSessions { .. } => "list_sessions",
+            Request::ListConnections => "list_connections",
+            Request::LogoutSession { .. } => "logout_session",
+            Request::KillSession { .. } => "kill_session",
+            Request::LunStats { .. } => "lun_stats",
+            Request::SessionStats { .. } => "session_stats",
+            Request::Metrics => "metrics",
+            Request::ConfigSave => "config_save",
+            Request::ConfigApply { .. } => "config_apply",
+            Request::ConfigReload { .. } => "config_reload",
+        }
+    }
+}
+
+/// The answer line: exactly one of `result` and `error` is present.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Reply {
+    pub fn success(result: serde_json::Value) -> Reply {
+        Reply {
+            ok: true,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn failure(error: impl Into<String>) -> Reply {
+        Reply {
+            ok: false,
+            result: None,
+            error: Some(error.into()),
+        }
+    }
+
+    /// The line to send, without the newline.
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(r#"{{"ok":false,"error":"cannot encode the reply: {e}"}}"#)
+        })
+    }
+}
+
+/// Parses one request line, with an error message fit for the client.
+pub fn parse_request(line: &str) -> Result<Request, String> {
+    serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))
+}
+
+// ---------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------
+
+/// Result of `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_secs: u64,
+    /// The file SIGHUP re-applies, if the daemon was started with one.
+    pub config_file: Option<String>,
+    pub admin_socket: String,
+    pub metrics: Option<SocketAddr>,
+    pub targets: usize,
+    pub luns: usize,
+    pub portals: Vec<SocketAddr>,
+    pub sessions: usize,
+    pub connections: usize,
+}
+
+/// CHAP as shown: names only, never secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChapView {
+    pub user: String,
+    pub mutual_user: Option<String>,
+}
+
+impl ChapView {
+    pub fn of(c: &ChapSettings) -> ChapView {
+        ChapView {
+            user: c.user.clone(),
+            mutual_user: c.mutual_user.clone(),
+        }
+    }
+}
+
+/// One target (`list_targets` items, `show_target` result).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetView {
+    pub iqn: String,
+    pub alias: Option<String>,
+    pub tpgt: u16,
+    pub portals: Vec<SocketAddr>,
+    /// Empty: any initiator may log in.
+    pub acl: Vec<String>,
+    pub chap: Option<ChapView>,
+    pub luns: Vec<LunView>,
+    pub sessions: Vec<SessionView>,
+}
+
+/// One LUN as configured and as running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LunView {
+    pub target: String,
+    pub id: u64,
+    pub backstore: String,
+    pub path: Option<String>,
+    /// The capacity the LUN reports now.
+    pub size_bytes: u64,
+    pub block_size: u32,
+    pub read_only: bool,
+    pub thin: bool,
+    pub write_cache: bool,
+    pub workers: usize,
+    pub serial: String,
+    /// The readahead policy running, if the LUN has an I/O context.
+    pub readahead: Option<String>,
+}
+
+/// One listening portal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortalView {
+    /// The address bound (port resolved).
+    pub address: SocketAddr,
+    /// Targets that list it (SendTargets answers).
+    pub targets: Vec<String>,
+    /// Connections that came in through it.
+    pub connections: usize,
+}
+
+/// Negotiated session parameters (RFC 7143 §13).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParamsView {
+    pub header_digest: String,
+    pub data_digest: String,
+    pub max_connections: u16,
+    pub initial_r2t: bool,
+    pub immediate_data: bool,
+    pub max_burst_length: u32,
+    pub first_burst_length: u32,
+    /// Most the target sends per PDU (the initiator's declaration).
+    pub initiator_max_recv_data_segment_length: u32,
+    /// Most the target accepts per PDU (its own declaration).
+    pub target_max_recv_data_segment_length: u32,
+    pub max_outstanding_r2t: u32,
+    pub default_time2wait: u16,
+    pub default_time2retain: u16,
+    pub data_pdu_in_order: bool,
+    pub data_sequence_in_order: bool,
+    pub error_recovery_level: u8,
+    pub rdma_extensions: bool,
+}
+
+/// One connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnView {
+    pub conn_id: u64,
+    pub peer: SocketAddr,
+    /// The portal it came in through.
+    pub local: SocketAddr,
+    /// "tcp" (or "iser").
+    pub transport: String,
+    /// "full-feature" for a logged-in Normal session; "login" for a login
+    /// in progress or a discovery session.
+    pub state: String,
+    pub cid: Option<u16>,
+    pub tsih: Option<u16>,
+    pub initiator: Option<String>,
+    pub target: Option<String>,
+}
+
+/// One Normal session and its connections.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    pub tsih: u16,
+    /// ISID as 12 hex digits.
+    pub isid: String,
+    pub initiator: String,
+    pub initiator_alias: Option<String>,
+    pub target: String,
+    pub connections: Vec<ConnView>,
+    pub params: ParamsView,
+}
+
+/// Counters of the backing requests a LUN made (below the SCSI core,
+/// above or without an I/O context).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStatsView {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub errors: u64,
+    pub read_latency: Histogram,
+    pub write_latency: Histogram,
+    /// Sizes of the read and write requests to the store.
+    pub request_sizes: Histogram,
+}
+
+/// The LUN's I/O context: readahead and the backing reads it issued.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadaheadStatsView {
+    pub policy: String,
+    /// True when readahead is left to the kernel's page cache: the context
+    /// only counts, so hits and misses are not known.
+    pub passthrough: bool,
+    pub requests: u64,
+    pub bytes: u64,
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+    pub wasted_bytes: u64,
+    pub backing_requests: u64,
+    pub backing_bytes: u64,
+    pub backing_sizes: Histogram,
+    /// Demand read latency through the context.
+    pub latency: Histogram,
+    pub cache_bytes: u64,
+    pub cache_limit_bytes: u64,
+}
+
+/// `lun_stats` items.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LunStatsView {
+    pub target: String,
+    pub lun: u64,
+    pub capacity_bytes: u64,
+    /// SCSI commands counted by the SCSI core.
+    pub read_commands: u64,
+    pub write_commands: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub backing: StoreStatsView,
+    /// Absent when the LUN has no I/O context.
+    pub readahead: Option<ReadaheadStatsView>,
+}
+
+/// `session_stats` items: sums over the session's connections.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStatsView {
+    pub tsih: u16,
+    pub target: String,
+    pub initiator: String,
+    pub connections: usize,
+    pub commands: u64,
+    /// Commands that ended with a status other than GOOD.
+    pub errors: u64,
+    /// Data-In bytes (to the initiator).
+    pub read_bytes: u64,
+    /// Data-Out bytes (from the initiator).
+    pub write_bytes: u64,
+    /// From command arrival to SCSI completion.
+    pub latency: Histogram,
+}
+
+/// Result of every change (`add_*`, `remove_*`, `set_*`, `config_apply`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeReport {
+    /// Nothing was changed: the plan is only shown.
+    pub dry_run: bool,
+    /// One line per change made (or planned), e.g. "target iqn.x: LUN 2 added".
+    pub changes: Vec<String>,
+    /// Settings that differ but only take effect after a restart.
+    pub restart_needed: Vec<String>,
+}
+
+/// Result of `config_save`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigText {
+    pub toml: String,
+}
+
+/// Result of `metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricsText {
+    pub text: String,
+}
+
+/// Result of `logout_session` / `kill_session`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAction {
+    pub tsih: u16,
+    pub connections: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tagged_snake_case_objects() {
+        let r = parse_request(r#"{"cmd":"remove_lun","target":"iqn.a","lun":3}"#)
+            .expect("parses");
+        assert_eq!(
+            r,
+            Request::RemoveLun {
+                target: "iqn.a".into(),
+                lun: 3,
+                force: false
+            }
+        );
+        assert_eq!(r.name(), "remove_lun");
+        let line = serde_json::to_string(&Request::ListTargets).expect("encodes");
+        assert_eq!(line, r#"{"cmd":"list_targets"}"#);
+        let round: Request = serde_json::from_str(
+            &serde_json::to_string(&Request::ConfigApply {
+                toml: "x = 1".into(),
+                origin: Some("/etc/a.toml".into()),
+                force: true,
+                dry_run: false,
+            })
+            .expect("encodes"),
+        )
+        .expect("decodes");
+        assert!(matches!(round, Request::ConfigApply { force: true, .. }));
+    }
+
+    #[test]
+    fn unknown_commands_and_fields_are_named() {
+        let e = parse_request(r#"{"cmd":"frobnicate"}"#).expect_err("unknown cmd");
+        assert!(e.contains("frobnicate"), "{e}");
+        let e = parse_request(r#"{"cmd":"list_luns","targt":"x"}"#).expect_err("typo");
+        assert!(e.contains("targt"), "{e}");
+        let e = parse_request(r#"{"cmd":"remove_lun","target":"x"}"#).expect_err("no lun");
+        assert!(e.contains("lun"), "{e}");
+        let e = parse_request("not json").expect_err("garbage");
+        assert!(e.starts_with("bad request"), "{e}");
+    }
+
+    #[test]
+    fn add_lun_takes_config_file_fields_with_their_defaults() {
+        let r = parse_request(
+            r#"{"cmd":"add_lun","target":"iqn.a","lun":{"id":1,"backstore":"ram","size":"16M"}}"#,
+        )
+        .expect("parses");
+        let Request::AddLun { lun, .. } = r else {
+            panic!("wrong variant");
+        };
+        assert_eq!(lun.id, 1);
+        assert_eq!(lun.block_size, 512);
+        assert!(lun.write_cache);
+    }
+
+    #[test]
+    fn replies_carry_result_or_error() {
+        let ok = Reply::success(serde_json::json!({"a": 1})).to_line();
+        assert_eq!(ok, r#"{"ok":true,"result":{"a":1}}"#);
+        let bad = Reply::failure("unknown target \"iqn.x\"").to_line();
+        assert_eq!(bad, r#"{"ok":false,"error":"unknown target \"iqn.x\""}"#);
+    }
+}
