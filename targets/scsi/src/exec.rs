@@ -152,8 +152,16 @@ fn run(
         // §4.17), before anything touches the medium.
         lu.sanitizer.check(desc.opcode)?;
         lu.medium.check(desc.opcode)?;
-        if desc.has(table::MEDIUM_WRITE) && lu.geometry().read_only {
-            return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
+        if desc.has(table::MEDIUM_WRITE) {
+            if lu.geometry().read_only {
+                return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
+            }
+            if lu.mode().swp {
+                return Err(Sense::new(
+                    SenseKey::DATA_PROTECT,
+                    Asc::SOFTWARE_WRITE_PROTECTED,
+                ));
+            }
         }
     }
     let ctx = Ctx {

@@ -295,6 +295,7 @@ impl LogicalUnit {
         let defaults = ModeState {
             write_cache: cfg.write_cache,
             d_sense: false,
+            swp: false,
         };
         LogicalUnit {
             lun,
@@ -368,6 +369,12 @@ impl LogicalUnit {
 
     pub(crate) fn mode(&self) -> ModeState {
         *lock(&self.mode)
+    }
+
+    /// Writes are refused: a read-only store, or SWP set in the control
+    /// mode page.
+    pub(crate) fn write_protected(&self) -> bool {
+        self.geometry().read_only || self.mode().swp
     }
 
     pub(crate) fn mode_defaults(&self) -> ModeState {

@@ -2,8 +2,8 @@
 //! caching (SBC-3 §6.4.5), control (SPC-4 §7.5.8) and informational
 //! exceptions control (SPC-4 §7.5.11) pages.
 //!
-//! Only WCE (caching page) and D_SENSE (control page) are changeable; the
-//! values are per logical unit, not saved (PC=saved and SP=1 are refused),
+//! Only WCE (caching page), D_SENSE and SWP (control page) are changeable;
+//! the values are per logical unit, not saved (PC=saved and SP=1 are refused),
 //! and return to their defaults on a logical unit reset.
 
 use crate::cdb::Cdb;
@@ -18,6 +18,9 @@ pub(crate) struct ModeState {
     pub write_cache: bool,
     /// D_SENSE: descriptor-format sense data.
     pub d_sense: bool,
+    /// SWP: software write protect (SPC-4 §7.5.8): the medium refuses
+    /// writes with DATA PROTECT until cleared.
+    pub swp: bool,
 }
 
 pub(crate) const PAGE_CACHING: u8 = 0x08;
@@ -68,12 +71,16 @@ fn page(code: u8, view: View) -> Option<Vec<u8>> {
                     // QUEUE ALGORITHM MODIFIER=1: simple tasks may be
                     // reordered; QERR=00b.
                     p[3] = 0x10;
-                    // TAS=0, SWP=0, UA_INTLCK_CTRL=00b.
+                    // TAS=0, UA_INTLCK_CTRL=00b; SWP is bit 3 of byte 4.
+                    p[4] = bit(m.swp, 0x08);
                     // BUSY TIMEOUT PERIOD: unlimited.
                     p[8] = 0xFF;
                     p[9] = 0xFF;
                 }
-                View::Changeable => p[2] = 0x04,
+                View::Changeable => {
+                    p[2] = 0x04;
+                    p[4] = 0x08;
+                }
             }
             Some(p)
         }
@@ -119,7 +126,7 @@ pub(crate) fn mode_sense(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     } else {
         block_descriptor(lu, llbaa, matches!(view, View::Changeable))
     };
-    let dsp = if lu.geometry().read_only { DSP_WP } else { 0 } | DSP_DPOFUA;
+    let dsp = if lu.write_protected() { DSP_WP } else { 0 } | DSP_DPOFUA;
     let data = assemble(ten, dsp, llbaa && !dbd, &block_desc, &pages);
     Ok(Outcome::alloc(data, alloc_len))
 }
@@ -302,7 +309,10 @@ fn parse_select(
         let flags = p.byte(off + 2);
         match code {
             PAGE_CACHING => new.write_cache = flags & 0x04 != 0,
-            PAGE_CONTROL => new.d_sense = flags & 0x04 != 0,
+            PAGE_CONTROL => {
+                new.d_sense = flags & 0x04 != 0;
+                new.swp = p.byte(off + 4) & 0x08 != 0;
+            }
             _ => {}
         }
         off = end;
@@ -317,6 +327,7 @@ mod tests {
     const CUR: ModeState = ModeState {
         write_cache: true,
         d_sense: false,
+        swp: false,
     };
 
     #[test]
@@ -330,7 +341,10 @@ mod tests {
             vec![0x0A, 0x0A, 0x02, 0x10, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0]
         );
         let ctl_mask = page(PAGE_CONTROL, View::Changeable).unwrap_or_default();
-        assert_eq!(ctl_mask, vec![0x0A, 0x0A, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            ctl_mask,
+            vec![0x0A, 0x0A, 0x04, 0, 0x08, 0, 0, 0, 0, 0, 0, 0]
+        );
         let ie = page(PAGE_INFO_EXCEPTIONS, View::Values(CUR)).unwrap_or_default();
         assert_eq!(&ie[..4], &[0x1C, 0x0A, 0x08, 0]);
         assert!(page(0x01, View::Changeable).is_none());
@@ -376,7 +390,8 @@ mod tests {
             new,
             Ok(ModeState {
                 write_cache: false,
-                d_sense: true
+                d_sense: true,
+                swp: false,
             })
         );
     }
@@ -384,12 +399,12 @@ mod tests {
     #[test]
     fn select_rejects_unchangeable_bits_and_bad_lists() {
         let mut control = page(PAGE_CONTROL, View::Values(CUR)).unwrap_or_default();
-        control[4] |= 0x08; // SWP
+        control[4] |= 0x10; // TAS is not changeable
         let e = parse_select(&select6(&control), false, 512, CUR).expect_err("must be refused");
         assert_eq!(e.asc, Asc::INVALID_FIELD_IN_PARAMETER_LIST);
         assert_eq!(
             e.field.map(|f| (f.in_cdb, f.byte, f.bit)),
-            Some((false, 4 + 4, Some(3)))
+            Some((false, 4 + 4, Some(4)))
         );
 
         let e = parse_select(&select6(&[0x01, 0x02, 0, 0]), false, 512, CUR)
@@ -430,7 +445,7 @@ mod tests {
 
             #[test]
             fn sensed_pages_round_trip_through_select(wce: bool, d_sense: bool, ten: bool) {
-                let want = ModeState { write_cache: wce, d_sense };
+                let want = ModeState { write_cache: wce, d_sense, swp: false };
                 let pages = select_pages(PAGE_ALL, 0, View::Values(want)).unwrap_or_default();
                 let list = assemble(ten, 0, false, &[], &pages);
                 prop_assert_eq!(parse_select(&list, ten, 512, CUR), Ok(want));

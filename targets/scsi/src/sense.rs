@@ -50,6 +50,7 @@ impl Asc {
     pub const INVALID_FIELD_IN_PARAMETER_LIST: Asc = Asc::new(0x26, 0x00);
     pub const INVALID_RELEASE_OF_PERSISTENT_RESERVATION: Asc = Asc::new(0x26, 0x04);
     pub const WRITE_PROTECTED: Asc = Asc::new(0x27, 0x00);
+    pub const SOFTWARE_WRITE_PROTECTED: Asc = Asc::new(0x27, 0x02);
     pub const POWER_ON_RESET: Asc = Asc::new(0x29, 0x00);
     pub const POWER_ON_OCCURRED: Asc = Asc::new(0x29, 0x01);
     pub const SCSI_BUS_RESET_OCCURRED: Asc = Asc::new(0x29, 0x02);

@@ -355,7 +355,7 @@ fn copy_segment(src: &LogicalUnit, dst: &LogicalUnit, seg: &Segment) -> Result<u
         .ok_or(aborted(Asc::NO_ADDITIONAL_SENSE))?;
     let to = in_range(seg.dst_lba, dbs, dst.geometry().size_bytes())
         .ok_or(aborted(Asc::NO_ADDITIONAL_SENSE))?;
-    if dst.geometry().read_only {
+    if dst.write_protected() {
         return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
     }
     let same = std::ptr::eq(src, dst);

@@ -374,14 +374,44 @@ fn mode_select_d_sense_switches_sense_format_and_raises_ua() {
 }
 
 #[test]
+fn software_write_protect_refuses_writes_until_cleared() {
+    let h = Harness::new();
+    let mut list = control_page(false);
+    list[4 + 4] |= 0x08; // SWP
+    assert_eq!(
+        h.run(&mode_select6(&list), 0, list.clone()).status,
+        Status::GOOD
+    );
+    // WP in the mode parameter header's device-specific parameter.
+    let r = h.run(&[0x1A, 0x08, 0x0A, 0, 255, 0], 255, vec![]);
+    assert_eq!(r.data_in[2] & 0x80, 0x80);
+    let r = h.run(&cdb10(0x2A, 0, 0, 1), 0, vec![0xAB; 512]);
+    assert_eq!(sense_of(&r), (0x07, 0x27, 0x02));
+    // Reads still work; clearing SWP allows writes again.
+    assert_eq!(
+        h.run(&cdb10(0x28, 0, 0, 1), 512, vec![]).status,
+        Status::GOOD
+    );
+    let list = control_page(false);
+    assert_eq!(
+        h.run(&mode_select6(&list), 0, list.clone()).status,
+        Status::GOOD
+    );
+    assert_eq!(
+        h.run(&cdb10(0x2A, 0, 0, 1), 0, vec![0xAB; 512]).status,
+        Status::GOOD
+    );
+}
+
+#[test]
 fn mode_select_rejects_unchangeable_fields() {
     let h = Harness::new();
     let mut list = control_page(false);
-    list[8] |= 0x08; // SWP
+    list[8] |= 0x40; // TAS is not changeable
     let r = h.run(&mode_select6(&list), 0, list.clone());
     assert_eq!(sense_of(&r), (ILLEGAL, 0x26, 0x00));
-    // C/D clear (parameter list), bit 3 of byte 8.
-    assert_eq!(&r.sense[15..18], &[0x80 | 0x08 | 3, 0, 8]);
+    // C/D clear (parameter list), bit 6 of byte 8.
+    assert_eq!(&r.sense[15..18], &[0x80 | 0x08 | 6, 0, 8]);
     // SP=1 is refused.
     let list = control_page(false);
     let r = h.run(&[0x15, 0x11, 0, 0, list.len() as u8, 0], 0, list);
