@@ -78,7 +78,10 @@ pub fn build(spec: &LunStoreSpec) -> Result<Arc<dyn Backstore>> {
         };
         fadvise(file.raw_file(), advice)?;
     }
-    let ctx = if kernel && buffered_fd.is_some() {
+    // `kernel` leaves readahead to Linux: nothing to do on top of a
+    // buffered fd, and nothing to do at all for RAM or null stores. Only the
+    // simulated disk, which has no page cache, gets the emulated policy.
+    let ctx = if kernel && b.kind != EngineKind::HddSim {
         IoContext::passthrough(engine, &opts)?
     } else {
         IoContext::new(engine, &opts)?
