@@ -41,6 +41,13 @@ pub struct Cli {
     #[arg(short, long, value_name = "FILE", env = "RUSTGT_CONFIG")]
     pub config: Option<PathBuf>,
 
+    /// Admin socket of the daemon [default: <data dir>/admin.sock].
+    ///
+    /// Beats `admin_socket` in the config file and RUSTGT_ADMIN_SOCKET;
+    /// `rustgt admin` finds the daemon's socket the same way.
+    #[arg(long, value_name = "PATH")]
+    pub admin_socket: Option<PathBuf>,
+
     /// Log filter: a level (error, warn, info, debug, trace) or a tracing
     /// directive list such as "info,rustgt_iscsi=debug".
     #[arg(long, value_name = "LEVEL", env = "RUSTGT_LOG")]
@@ -57,6 +64,8 @@ pub enum Command {
     /// Benchmarks (e.g. `rustgt bench readahead`); no daemon is started.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
+    /// Talk to a running daemon over its admin socket (see docs/admin.md).
+    Admin(crate::admin::client::AdminArgs),
 }
 
 impl Cli {
@@ -65,6 +74,7 @@ impl Cli {
         Overrides {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
+            admin_socket: self.admin_socket.clone(),
         }
     }
 }
@@ -111,6 +121,7 @@ mod tests {
             Overrides {
                 listen: Some(listen),
                 data_dir: Some(PathBuf::from("/tmp/d")),
+                admin_socket: None,
             }
         );
     }

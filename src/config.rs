@@ -15,8 +15,9 @@
 //! - CHAP secrets never appear in `Debug` output.
 //!
 //! Precedence, lowest first: built-in defaults, the file, the environment
-//! (`RUSTGT_` prefix, `__` between nested keys; only `data_dir`, `iscsi.*` and
-//! `discovery.*` — arrays of targets are file-only), then [`Overrides`].
+//! (`RUSTGT_` prefix, `__` between nested keys; only `data_dir`,
+//! `admin_socket`, `metrics_listen`, `iscsi.*` and `discovery.*` — arrays of
+//! targets are file-only), then [`Overrides`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -43,6 +44,8 @@ pub const MAX_LUN_ID: u64 = 16383;
 /// RFC 7143 §9.2.1: a CHAP secret of fewer than 96 bits needs IPsec, which
 /// rustgt does not provide, so shorter secrets are refused.
 pub const MIN_CHAP_SECRET_LEN: usize = 12;
+/// Longest Unix socket path (`sun_path` less its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
 /// Longest CHAP name or secret accepted (a text-key value, RFC 7143 §6.1).
 pub const MAX_CHAP_FIELD_LEN: usize = 255;
 
@@ -66,6 +69,13 @@ pub struct Config {
     /// Served targets. Empty in a file means none; no file means the default target.
     #[serde(default)]
     pub targets: Vec<TargetSettings>,
+    /// Admin socket (mode 0600); relative = under data_dir. Default
+    /// `<data_dir>/admin.sock`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_socket: Option<PathBuf>,
+    /// ADDR:PORT serving Prometheus metrics on `GET /metrics`; none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// iSCSI operational parameters (RFC 7143 §13) and per-session limits.
@@ -317,6 +327,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     /// Replaces `data_dir`.
     pub data_dir: Option<PathBuf>,
+    /// Replaces `admin_socket`.
+    pub admin_socket: Option<PathBuf>,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -382,9 +394,18 @@ impl Config {
         }
     }
 
+    /// Where the admin socket is: `admin_socket` (relative to `data_dir`)
+    /// or `<data_dir>/admin.sock`.
+    pub fn admin_socket_path(&self) -> PathBuf {
+        let name = self
+            .admin_socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::admin::DEFAULT_SOCKET_NAME));
+        self.data_dir.join(name)
+    }
+
     /// The configuration as TOML, loadable again with [`load`]. Secrets are
     /// included: the output is for a root-only config file.
-    #[allow(dead_code)] // for the admin `config save` command; exercised by the tests
     pub fn to_toml(&self) -> Result<String, ConfigError> {
         Ok(toml::to_string_pretty(self)?)
     }
@@ -398,6 +419,8 @@ impl Default for Config {
             iscsi: IscsiSettings::default(),
             discovery: DiscoverySettings::default(),
             targets: vec![Self::default_target()],
+            admin_socket: None,
+            metrics_listen: None,
         }
     }
 }
@@ -477,6 +500,63 @@ impl fmt::Display for ProblemList<'_> {
 /// Loads, merges and validates the configuration. With `file == None` the
 /// default target is served (environment and overrides still apply).
 pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    match file {
+        Some(path) => {
+            let contents = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            load_text(path, contents, overrides)
+        }
+        None => load_figment(Figment::new(), None, overrides),
+    }
+}
+
+/// Like [`load`] with the file's `contents` already read; errors name
+/// `path` (the admin `config apply` sends a file's text).
+pub fn load_text(
+    path: &Path,
+    contents: String,
+    overrides: &Overrides,
+) -> Result<Config, ConfigError> {
+    let figment = Figment::new().merge(TomlFile {
+        path: path.to_owned(),
+        contents,
+    });
+    load_figment(figment, Some(path), overrides)
+}
+
+/// Validates a configuration built in memory (an admin change); problems
+/// are attributed to `origin`.
+pub fn check(config: &Config, origin: &str) -> Result<(), ConfigError> {
+    let problems = validate(config);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid(
+        problems
+            .into_iter()
+            .map(|(key, message)| Problem {
+                origin: origin.to_owned(),
+                key: key.to_string(),
+                message,
+            })
+            .collect(),
+    ))
+}
+
+/// Where the admin socket of the daemon that `file`, the environment and
+/// `overrides` describe is, for `rustgt admin`. Lenient: only `data_dir`
+/// and `admin_socket` are read, so a config with other mistakes still
+/// leads to its daemon.
+pub fn admin_socket_of(file: Option<&Path>, overrides: &Overrides) -> Result<PathBuf, ConfigError> {
+    #[derive(Deserialize)]
+    struct Just {
+        #[serde(default = "default_data_dir")]
+        data_dir: PathBuf,
+        #[serde(default)]
+        admin_socket: Option<PathBuf>,
+    }
     let mut figment = Figment::new();
     if let Some(path) = file {
         let contents = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -489,6 +569,24 @@ pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, Config
         });
     }
     figment = figment.merge(env_provider());
+    let origins = Origins::new(&figment, file, overrides);
+    let just: Just = figment
+        .extract()
+        .map_err(|e| ConfigError::Invalid(origins.problems_from_figment(e)))?;
+    let cfg = Config {
+        data_dir: overrides.data_dir.clone().unwrap_or(just.data_dir),
+        admin_socket: overrides.admin_socket.clone().or(just.admin_socket),
+        ..Config::default()
+    };
+    Ok(cfg.admin_socket_path())
+}
+
+fn load_figment(
+    mut figment: Figment,
+    file: Option<&Path>,
+    overrides: &Overrides,
+) -> Result<Config, ConfigError> {
+    figment = figment.merge(env_provider());
 
     let origins = Origins::new(&figment, file, overrides);
     let mut config: Config = figment
@@ -500,6 +598,9 @@ pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, Config
     }
     if let Some(dir) = &overrides.data_dir {
         config.data_dir = dir.clone();
+    }
+    if let Some(sock) = &overrides.admin_socket {
+        config.admin_socket = Some(sock.clone());
     }
     if let Some(listen) = overrides.listen {
         for target in &mut config.targets {
@@ -529,7 +630,11 @@ fn env_provider() -> Env {
     Env::prefixed(ENV_PREFIX)
         .filter(|k| {
             let k = k.as_str().to_ascii_lowercase();
-            k == "data_dir" || k.starts_with("iscsi__") || k.starts_with("discovery__")
+            k == "data_dir"
+                || k == "admin_socket"
+                || k == "metrics_listen"
+                || k.starts_with("iscsi__")
+                || k.starts_with("discovery__")
         })
         .split("__")
 }
@@ -617,6 +722,9 @@ impl<'a> Origins<'a> {
     fn override_option(&self, key: &KeyPath) -> Option<&'static str> {
         match key.0.as_slice() {
             [Seg::Key("data_dir")] if self.overrides.data_dir.is_some() => Some("--data-dir"),
+            [Seg::Key("admin_socket")] if self.overrides.admin_socket.is_some() => {
+                Some("--admin-socket")
+            }
             [Seg::Key("targets"), Seg::Index(_), Seg::Key("portals"), ..]
                 if self.overrides.listen.is_some() =>
             {
@@ -773,6 +881,20 @@ fn validate(config: &Config) -> Vec<(KeyPath, String)> {
     let root = KeyPath::default();
     if config.data_dir.as_os_str().is_empty() {
         c.fail(root.key("data_dir"), "must not be empty");
+    }
+    if let Some(sock) = &config.admin_socket {
+        // sun_path holds 108 bytes including the terminating NUL.
+        let len = config.admin_socket_path().as_os_str().len();
+        if sock.as_os_str().is_empty() {
+            c.fail(root.key("admin_socket"), "must not be empty");
+        } else if len > MAX_SOCKET_PATH {
+            c.fail(
+                root.key("admin_socket"),
+                format!(
+                    "the path is {len} bytes; a Unix socket path holds at most {MAX_SOCKET_PATH}"
+                ),
+            );
+        }
     }
     check_iscsi(&mut c, &root.key("iscsi"), &config.iscsi);
     if let Some(chap) = &config.discovery.chap {
@@ -1394,6 +1516,7 @@ mod tests {
             let overrides = Overrides {
                 listen: Some(listen),
                 data_dir: Some(PathBuf::from("/tmp/rustgt-elsewhere")),
+                ..Overrides::default()
             };
             let cfg = load(Some(&path), &overrides).expect("loads");
             assert_eq!(cfg.targets.len(), 2);
@@ -1444,6 +1567,7 @@ mod tests {
             let cli = Overrides {
                 listen: None,
                 data_dir: Some(PathBuf::from("/from/cli")),
+                ..Overrides::default()
             };
             let cfg = load(Some(&path), &cli).expect("loads");
             assert_eq!(
@@ -1868,6 +1992,7 @@ mod tests {
             let overrides = Overrides {
                 listen: None,
                 data_dir: Some(dir.path().to_owned()),
+                ..Overrides::default()
             };
             let cfg = load(Some(&path), &overrides)
                 .unwrap_or_else(|e| panic!("etc/rustgt.toml must load: {e}\n{text}"));

@@ -1,7 +1,13 @@
 //! Runtime wiring: config -> backstores -> SCSI targets -> iSCSI/TCP server,
-//! plus signal handling. No protocol logic lives here.
+//! the admin socket and metrics endpoint, and signal handling. No protocol
+//! logic lives here.
+//!
+//! The running state belongs to one control task ([`run`]'s loop): it owns
+//! the [`Runtime`] and applies, one at a time, admin requests (from the
+//! socket and the metrics endpoint), SIGHUP (re-apply the config file) and
+//! finally SIGTERM/SIGINT. The helpers below turn config settings into the
+//! lower layers' types; the admin path uses them for every LUN it builds.
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,55 +16,103 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rustgt_backstore::hddsim::ArrayParams;
-use rustgt_backstore::{BackstoreSpec, EngineKind, HddSimOptions, IoContextOptions, LunStoreSpec};
+use rustgt_backstore::{
+    Backstore, BackstoreSpec, EngineKind, HddSimOptions, IoContextOptions, LunStoreSpec,
+};
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
 use rustgt_iscsi::negotiate::{Digest, Limits};
 use rustgt_iscsi::{PortalConfig, TargetInfo};
-use rustgt_iscsi_tcp::Server;
-use rustgt_scsi::{LunConfig, LunRegistry, ScsiTarget};
+use rustgt_scsi::LunConfig;
+use tokio::sync::mpsc;
 
-use crate::config::{ChapSettings, Config, IscsiSettings, LunSettings, TargetSettings};
+use crate::admin::lunstore::Current;
+use crate::admin::runtime::{ConfigSource, Runtime};
+use crate::admin::server::{AdminSocket, Envelope};
+use crate::config::{ChapSettings, Config, IscsiSettings, LunSettings};
 
 /// How long initiators get to log out after the Async logout request.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// Requests waiting for the control task before senders wait too.
+const CONTROL_QUEUE: usize = 64;
+
 /// Build everything from `cfg`, serve until SIGINT/SIGTERM, shut down cleanly.
-pub async fn run(cfg: Config) -> Result<()> {
+pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data directory {}", cfg.data_dir.display()))?;
+    // Installed first, so a SIGHUP during start-up is not fatal.
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
 
-    // Bind every distinct portal first, so port 0 resolves to a real port
-    // before SendTargets answers are built.
-    let wanted: BTreeSet<SocketAddr> = cfg
-        .targets
-        .iter()
-        .flat_map(|t| t.portals.iter().copied())
-        .collect();
-    let mut listeners = Vec::new();
-    let mut bound = std::collections::HashMap::new();
-    for addr in wanted {
-        let l = rustgt_iscsi_tcp::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
-        let real = l.local_addr()?;
-        bound.insert(addr, real);
-        listeners.push((real, l));
+    let socket_path = cfg.admin_socket_path();
+    let metrics_addr = cfg.metrics_listen;
+    let mut rt = Runtime::start(cfg, source)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let (control, mut inbox) = mpsc::channel::<Envelope>(CONTROL_QUEUE);
+    let admin = AdminSocket::bind(&socket_path)?;
+    tracing::info!(path = %socket_path.display(), "admin socket ready");
+    let admin_task = tokio::spawn(admin.serve(control.clone()));
+    let mut metrics_bound = None;
+    let metrics_task = match metrics_addr {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("metrics_listen {addr}"))?;
+            let real = l.local_addr()?;
+            tracing::info!(addr = %real, "metrics on http://{real}/metrics");
+            metrics_bound = Some(real);
+            Some(tokio::spawn(crate::admin::metrics::serve(
+                l,
+                control.clone(),
+            )))
+        }
+        None => None,
+    };
+    drop(control);
+    rt.set_endpoints(Some(socket_path.clone()), metrics_bound);
+    print_banner(&rt)?;
+
+    loop {
+        tokio::select! {
+            Some(env) = inbox.recv() => {
+                let reply = rt.handle(env.request).await;
+                let _ = env.reply.send(reply);
+            }
+            _ = hup.recv() => match rt.reload(false).await {
+                Ok(r) => tracing::info!(changes = r.changes.len(), restart_needed = ?r.restart_needed, "SIGHUP: configuration re-applied"),
+                Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not applied"),
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
     }
-
-    let server = Server::new(portal_config(&cfg, &bound));
-    // One registry for the whole process, so EXTENDED COPY works across targets.
-    let registry = LunRegistry::new();
-    for t in &cfg.targets {
-        let scsi = build_target(&cfg, t, &registry)?;
-        server.add_target(&t.iqn, scsi);
+    admin_task.abort();
+    if let Some(t) = metrics_task {
+        t.abort();
     }
+    // The socket file goes with the aborted task's AdminSocket.
+    let _ = admin_task.await;
+    tracing::info!("shutting down: asking initiators to log out");
+    rt.stop_listeners();
+    rt.server().shutdown(SHUTDOWN_GRACE).await;
+    tracing::info!("shutdown complete");
+    Ok(())
+}
 
+/// The start-up lines on stdout: portals, then a URL and an iscsiadm hint
+/// per target.
+fn print_banner(rt: &Runtime) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
-    for (addr, _) in &listeners {
+    for addr in rt.portals() {
         writeln!(stdout, "rustgt: listening on {addr}")?;
     }
-    for t in &cfg.targets {
-        if let Some(p) = t.portals.first().and_then(|p| bound.get(p)) {
+    for t in &rt.config().targets {
+        if let Some(p) = t.portals.first() {
             let lun = t.luns.first().map(|l| l.id).unwrap_or(0);
             writeln!(stdout, "rustgt: iscsi://{p}/{}/{lun}", t.iqn)?;
             writeln!(
@@ -69,61 +123,79 @@ pub async fn run(cfg: Config) -> Result<()> {
         }
     }
     stdout.flush()?;
-    drop(stdout);
-
-    for (addr, l) in listeners {
-        tracing::info!(%addr, "portal up");
-        tokio::spawn(server.clone().serve(l));
-    }
-
-    wait_for_signal().await?;
-    tracing::info!("shutting down: asking initiators to log out");
-    server.shutdown(SHUTDOWN_GRACE).await;
-    tracing::info!("shutdown complete");
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
-    Ok(())
-}
-
-fn build_target(
+/// The SCSI core's settings of one LUN exported from `store`.
+pub(crate) fn lun_config(
     cfg: &Config,
-    t: &TargetSettings,
-    registry: &Arc<LunRegistry>,
-) -> Result<Arc<ScsiTarget>> {
-    let scsi = ScsiTarget::with_registry(&t.iqn, registry.clone());
-    for l in &t.luns {
-        let spec = lun_store_spec(cfg, l)?;
-        let store = rustgt_backstore::build(&spec)
-            .with_context(|| format!("target {} LUN {}: opening backstore", t.iqn, l.id))?;
-        let mut lc = LunConfig::new(store);
-        lc.workers = l.effective_workers(&cfg.iscsi).max(1);
-        lc.write_cache = l.write_cache;
-        lc.thin = l.thin;
-        lc.removable = l.removable;
-        lc.physical_block_size = l.physical_block_size;
-        lc.unmap_command = l.unmap_command;
-        lc.sanitize_rate = l
-            .sanitize_rate
-            .as_deref()
-            .and_then(rustgt_backstore::parse_size);
-        lc.pr_state_path = Some(pr_state_path(cfg, &t.iqn, l));
-        let id = stable_id(&t.iqn, l.id);
-        lc.serial = l.serial.clone().unwrap_or_else(|| format!("{id:016x}"));
-        lc.naa_id = id;
-        scsi.add_lun(l.id, lc)
-            .with_context(|| format!("target {} LUN {}", t.iqn, l.id))?;
-        tracing::info!(target = %t.iqn, lun = l.id, backstore = %l.backstore, "LUN ready");
-    }
-    Ok(scsi)
+    iqn: &str,
+    l: &LunSettings,
+    store: Arc<dyn Backstore>,
+) -> LunConfig {
+    let mut lc = LunConfig::new(store);
+    lc.workers = l.effective_workers(&cfg.iscsi).max(1);
+    lc.write_cache = l.write_cache;
+    lc.thin = l.thin;
+    lc.removable = l.removable;
+    lc.physical_block_size = l.physical_block_size;
+    lc.unmap_command = l.unmap_command;
+    lc.sanitize_rate = l
+        .sanitize_rate
+        .as_deref()
+        .and_then(rustgt_backstore::parse_size);
+    lc.pr_state_path = Some(pr_state_path(cfg, iqn, l));
+    lc.serial = lun_serial(iqn, l);
+    lc.naa_id = stable_id(iqn, l.id);
+    lc
+}
+
+/// The unit serial number: configured, or derived from the stable id.
+pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
+    l.serial
+        .clone()
+        .unwrap_or_else(|| format!("{:016x}", stable_id(iqn, l.id)))
+}
+
+/// Opens a LUN's engine and wraps it in its I/O context, keeping a handle
+/// on the context for the admin path (policy switches, statistics).
+///
+/// Follows `rustgt_backstore::build`'s rules (hddsim device hints; `kernel`
+/// is a counting passthrough except on hddsim, which has no page cache)
+/// but builds the context here, because `build` returns only the
+/// `dyn Backstore`. What `build` also does and this cannot: advising
+/// POSIX_FADV_RANDOM on a buffered file's fd when a rustgt policy runs
+/// (the fd is private to the backstore crate), so on `file` LUNs with a
+/// rustgt policy the kernel's readahead still runs underneath.
+pub(crate) fn open_lun_store(cfg: &Config, l: &LunSettings) -> Result<Current> {
+    let spec = lun_store_spec(cfg, l)?;
+    let engine = rustgt_backstore::open_engine(&spec)?;
+    wrap_engine(&spec, engine)
+}
+
+/// A new I/O context for `l` around an engine that is already open (a
+/// readahead setting changed: the data stays where it is).
+pub(crate) fn rewrap_lun_store(
+    cfg: &Config,
+    l: &LunSettings,
+    engine: Arc<dyn Backstore>,
+) -> Result<Current> {
+    wrap_engine(&lun_store_spec(cfg, l)?, engine)
+}
+
+fn wrap_engine(spec: &LunStoreSpec, engine: Arc<dyn Backstore>) -> Result<Current> {
+    Ok(
+        match rustgt_backstore::attach_context(spec, Arc::clone(&engine))? {
+            Some(ctx) => Current {
+                store: ctx.clone(),
+                io_context: Some(ctx),
+            },
+            None => Current {
+                store: engine,
+                io_context: None,
+            },
+        },
+    )
 }
 
 /// Everything that makes one LUN's store: engine, hddsim placement and the
@@ -237,10 +309,9 @@ fn limits(s: &IscsiSettings) -> Limits {
     }
 }
 
-fn portal_config(
-    cfg: &Config,
-    bound: &std::collections::HashMap<SocketAddr, SocketAddr>,
-) -> PortalConfig {
+/// The iSCSI protocol configuration of `cfg` (whose portals are bound
+/// addresses).
+pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
     let targets = cfg
         .targets
         .iter()
@@ -248,11 +319,7 @@ fn portal_config(
             name: t.iqn.clone(),
             alias: t.alias.clone(),
             tpgt: t.tpgt,
-            portals: t
-                .portals
-                .iter()
-                .map(|p| bound.get(p).unwrap_or(p).to_string())
-                .collect(),
+            portals: t.portals.iter().map(SocketAddr::to_string).collect(),
             acl: t.acl.clone(),
             chap: chap_policy(t.chap.as_ref()),
         })

@@ -1,6 +1,8 @@
 //! `rustgt`: the daemon. Parses the command line, loads the config, sets up
-//! logging and hands over to [`daemon::run`].
+//! logging and hands over to [`daemon::run`]; `rustgt admin ...` is the
+//! client of a running daemon's admin socket.
 
+mod admin;
 mod bench;
 mod cli;
 mod config;
@@ -19,10 +21,21 @@ fn main() -> anyhow::Result<()> {
     if let Some(cli::Command::Bench(cmd)) = &cli.command {
         return bench::run(cmd);
     }
+    if let Some(cli::Command::Admin(args)) = &cli.command {
+        std::process::exit(admin::client::run(
+            args,
+            cli.config.as_deref(),
+            &cli.overrides(),
+        ));
+    }
     let cfg = config::load(cli.config.as_deref(), &cli.overrides())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("rustgt-io")
         .build()?;
-    rt.block_on(daemon::run(cfg))
+    let source = admin::runtime::ConfigSource {
+        file: cli.config.clone(),
+        overrides: cli.overrides(),
+    };
+    rt.block_on(daemon::run(cfg, source))
 }

@@ -40,7 +40,7 @@ mod ram;
 mod spec;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
-pub use builder::{build, LunStoreSpec};
+pub use builder::{attach_context, build, open_engine, LunStoreSpec};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
 pub use ioctx::{
@@ -122,6 +122,13 @@ pub trait Backstore: Send + Sync + Debug {
     /// Write `pattern` (one block) repeatedly over `len` bytes from `offset`.
     fn write_same(&self, _pattern: &[u8], _offset: u64, _len: u64) -> Result<()> {
         Err(BackstoreError::Unsupported)
+    }
+
+    /// Whether the kernel's own readahead should run on this store (`true`)
+    /// or stay off because rustgt's I/O context reads ahead itself
+    /// (`false`). Engines without a page cache have nothing to switch.
+    fn kernel_readahead(&self, _on: bool) -> Result<()> {
+        Ok(())
     }
 
     /// Deallocate `len` bytes from `offset`; later reads return zeros.

@@ -207,9 +207,8 @@ impl Reply {
 
     /// The line to send, without the newline.
     pub fn to_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| {
-            format!(r#"{{"ok":false,"error":"cannot encode the reply: {e}"}}"#)
-        })
+        serde_json::to_string(self)
+            .unwrap_or_else(|e| format!(r#"{{"ok":false,"error":"cannot encode the reply: {e}"}}"#))
     }
 }
 
@@ -460,8 +459,7 @@ mod tests {
 
     #[test]
     fn requests_are_tagged_snake_case_objects() {
-        let r = parse_request(r#"{"cmd":"remove_lun","target":"iqn.a","lun":3}"#)
-            .expect("parses");
+        let r = parse_request(r#"{"cmd":"remove_lun","target":"iqn.a","lun":3}"#).expect("parses");
         assert_eq!(
             r,
             Request::RemoveLun {

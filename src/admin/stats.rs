@@ -92,7 +92,11 @@ impl Histogram {
 
     /// From the backstore's [`rustgt_backstore::ioctx::Log2Histogram`],
     /// dividing values by `div` (e.g. 1000 for ns to us).
-    pub fn from_backstore(unit: &str, h: &rustgt_backstore::ioctx::Log2Histogram, div: u64) -> Self {
+    pub fn from_backstore(
+        unit: &str,
+        h: &rustgt_backstore::ioctx::Log2Histogram,
+        div: u64,
+    ) -> Self {
         let div = div.max(1);
         let buckets = h
             .buckets()

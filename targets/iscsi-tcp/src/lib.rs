@@ -8,13 +8,18 @@
 //! Guarantees: one task pair (reader/driver + writer) per connection; a
 //! connection's failure never affects another; on shutdown every session is
 //! asked to log out, in-flight commands finish, then sockets close.
+//!
+//! For the daemon's control path it also offers: per-listener stop
+//! ([`Server::serve_until`]), per-connection statistics ([`ConnStats`]),
+//! and a logout request to one connection ([`Server::logout`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rustgt_iscsi::negotiate::Transport;
@@ -41,14 +46,116 @@ enum ConnMsg {
 pub struct ConnSummary {
     pub conn_id: u64,
     pub peer: SocketAddr,
+    /// The portal address the initiator connected to.
+    pub local: SocketAddr,
+    pub transport: Transport,
+    /// `None` until a Normal session reaches full feature phase (discovery
+    /// sessions and logins in progress stay `None`).
     pub session: Option<SessionInfo>,
+    /// Counters of the SCSI commands this connection carried.
+    pub stats: ConnStatsSnapshot,
+}
+
+/// Buckets of [`LatencyHistogram`]: bucket `i` counts values in
+/// `[2^i, 2^(i+1))` microseconds (bucket 0 also counts 0), the last one
+/// everything from `2^(N-1)` up.
+pub const LATENCY_BUCKETS: usize = 32;
+
+/// A lock-free log2 histogram of durations in microseconds.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+    sum_us: AtomicU64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Counts one duration.
+    pub fn record(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let bucket = (63 - (us | 1).leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
+        if let Some(b) = self.buckets.get(bucket) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Counts per bucket and the sum of all values in microseconds.
+    pub fn snapshot(&self) -> ([u64; LATENCY_BUCKETS], u64) {
+        (
+            std::array::from_fn(|i| self.buckets.get(i).map_or(0, |b| b.load(Ordering::Relaxed))),
+            self.sum_us.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Live counters of one connection, updated by SCSI completions.
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    commands: AtomicU64,
+    /// Commands that ended with a status other than GOOD.
+    errors: AtomicU64,
+    /// Data-In bytes (target to initiator).
+    read_bytes: AtomicU64,
+    /// Data-Out bytes (initiator to target).
+    write_bytes: AtomicU64,
+    /// From the command's arrival to its completion by the SCSI core.
+    latency: LatencyHistogram,
+}
+
+impl ConnStats {
+    fn record(&self, started: Instant, data_out: usize, resp: &Response) {
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        if resp.status != rustgt_scsi::Status::GOOD {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.read_bytes
+            .fetch_add(resp.data_in.len() as u64, Ordering::Relaxed);
+        self.write_bytes
+            .fetch_add(data_out as u64, Ordering::Relaxed);
+        self.latency.record(started.elapsed());
+    }
+
+    pub fn snapshot(&self) -> ConnStatsSnapshot {
+        let (latency_us, latency_sum_us) = self.latency.snapshot();
+        ConnStatsSnapshot {
+            commands: self.commands.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+            latency_us,
+            latency_sum_us,
+        }
+    }
+}
+
+/// A copy of a connection's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnStatsSnapshot {
+    pub commands: u64,
+    pub errors: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Command latency counts per [`LatencyHistogram`] bucket.
+    pub latency_us: [u64; LATENCY_BUCKETS],
+    pub latency_sum_us: u64,
 }
 
 #[derive(Debug)]
 struct ConnEntry {
     tx: mpsc::UnboundedSender<ConnMsg>,
     peer: SocketAddr,
+    local: SocketAddr,
     session: Option<SessionInfo>,
+    stats: Arc<ConnStats>,
 }
 
 /// The iSCSI/TCP front end: listeners, connections and the target table.
@@ -127,7 +234,10 @@ impl Server {
                     .map(|(id, e)| ConnSummary {
                         conn_id: *id,
                         peer: e.peer,
+                        local: e.local,
+                        transport: Transport::Tcp,
                         session: e.session.clone(),
+                        stats: e.stats.snapshot(),
                     })
                     .collect()
             })
@@ -137,6 +247,13 @@ impl Server {
     /// Close a connection now (its tasks are aborted).
     pub fn kill(&self, conn_id: u64) -> bool {
         self.send_to(conn_id, ConnMsg::Kill)
+    }
+
+    /// Ask the initiator of a connection to log out (RFC 7143 §11.9.1,
+    /// AsyncEvent 1, two seconds to do so). False if there is no such
+    /// connection; a connection still logging in ignores the request.
+    pub fn logout(&self, conn_id: u64) -> bool {
+        self.send_to(conn_id, ConnMsg::RequestLogout)
     }
 
     fn send_to(&self, conn_id: u64, msg: ConnMsg) -> bool {
@@ -149,9 +266,22 @@ impl Server {
 
     /// Accept connections on `listener` until shutdown.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        self.serve_until(listener, std::future::pending()).await;
+    }
+
+    /// Accept connections on `listener` until shutdown or until `stop`
+    /// completes (a portal removed at run time). Connections already
+    /// accepted are not affected by `stop`.
+    pub async fn serve_until(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop_listener: impl Future<Output = ()> + Send,
+    ) {
         let mut stop = self.shutdown.subscribe();
+        tokio::pin!(stop_listener);
         loop {
             tokio::select! {
+                _ = &mut stop_listener => break,
                 r = listener.accept() => match r {
                     Ok((sock, peer)) => {
                         let me = self.clone();
@@ -252,13 +382,16 @@ impl Server {
             random,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(ConnStats::default());
         if let Ok(mut c) = self.conns.lock() {
             c.insert(
                 conn_id,
                 ConnEntry {
                     tx: tx.clone(),
                     peer,
+                    local,
                     session: None,
+                    stats: stats.clone(),
                 },
             );
         }
@@ -300,7 +433,7 @@ impl Server {
                 _ = sleep => conn.handle_timeout(std::time::Instant::now()),
             }
             while let Some(ev) = conn.poll_event() {
-                self.handle_event(ev, &tx, &mut target, conn_id);
+                self.handle_event(ev, &tx, &mut target, conn_id, &stats);
             }
             if let Some(bytes) = conn.poll_transmit() {
                 if out_tx.send(bytes).is_err() {
@@ -333,6 +466,7 @@ impl Server {
         tx: &mpsc::UnboundedSender<ConnMsg>,
         target: &mut Option<Arc<ScsiTarget>>,
         conn_id: u64,
+        stats: &Arc<ConnStats>,
     ) {
         match ev {
             Event::LoggedIn(info) => {
@@ -352,10 +486,14 @@ impl Server {
             }
             Event::Command(cmd) => {
                 let tx = tx.clone();
+                let stats = stats.clone();
+                let started = Instant::now();
+                let data_out = cmd.data_out.len();
                 match target {
                     Some(t) => t.submit(
                         cmd,
                         Box::new(move |resp| {
+                            stats.record(started, data_out, &resp);
                             let _ = tx.send(ConnMsg::Done(resp));
                         }),
                     ),
@@ -442,6 +580,48 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_histogram_buckets_by_power_of_two_microseconds() {
+        let h = LatencyHistogram::default();
+        for us in [0, 1, 3, 4, 1000, u64::MAX / 2] {
+            h.record(Duration::from_micros(us));
+        }
+        let (buckets, sum) = h.snapshot();
+        assert_eq!(buckets[0], 2, "0 and 1 us");
+        assert_eq!(buckets[1], 1, "3 us");
+        assert_eq!(buckets[2], 1, "4 us");
+        assert_eq!(buckets[9], 1, "1000 us is in [512, 1024)");
+        assert_eq!(buckets[LATENCY_BUCKETS - 1], 1, "huge values saturate");
+        assert_eq!(buckets.iter().sum::<u64>(), 6);
+        assert!(sum >= 1008);
+    }
+
+    #[test]
+    fn conn_stats_count_commands_bytes_and_errors() {
+        let s = ConnStats::default();
+        let ok = Response {
+            data_in: vec![0; 4096],
+            ..Response::default()
+        };
+        let bad = Response {
+            status: rustgt_scsi::Status::CHECK_CONDITION,
+            ..Response::default()
+        };
+        s.record(Instant::now(), 0, &ok);
+        s.record(Instant::now(), 512, &bad);
+        let snap = s.snapshot();
+        assert_eq!(
+            (
+                snap.commands,
+                snap.errors,
+                snap.read_bytes,
+                snap.write_bytes
+            ),
+            (2, 1, 4096, 512)
+        );
+        assert_eq!(snap.latency_us.iter().sum::<u64>(), 2);
+    }
 
     #[test]
     fn advance_drops_whole_and_partial_segments() {

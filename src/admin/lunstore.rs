@@ -1,0 +1,290 @@
+//! [`LunStore`]: the backstore the SCSI core sees for every LUN the daemon
+//! builds. It forwards each call to the LUN's current store (an engine or
+//! its I/O context) and meters it.
+//!
+//! Why a wrapper: the SCSI core holds one `Arc<dyn Backstore>` per LUN for
+//! the LUN's life and reads the geometry from it on every command. Swapping
+//! what is behind that Arc is how a LUN is resized (a store reopened at the
+//! new size) or gets a new I/O context, without stopping the LUN.
+//!
+//! Guarantees: a swap never waits for I/O (calls clone the current store's
+//! Arc and drop the lock before doing I/O); calls already running finish on
+//! the store they started on; counters are lock-free.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
+
+use rustgt_backstore::{Backstore, Extent, Geometry, IoContext, Result};
+
+use super::proto::{ReadaheadStatsView, StoreStatsView};
+use super::stats::{AtomicLog2, Histogram};
+
+/// Longest wait in [`LunStore::replace`] for calls on the old store.
+pub const QUIESCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What a LUN currently runs on.
+#[derive(Debug, Clone)]
+pub struct Current {
+    /// What I/O goes to: the I/O context when there is one, else the engine.
+    pub store: Arc<dyn Backstore>,
+    /// The LUN's I/O context, for its policy and statistics.
+    pub io_context: Option<Arc<IoContext>>,
+}
+
+/// The swappable, metered store of one LUN.
+#[derive(Debug)]
+pub struct LunStore {
+    current: RwLock<Current>,
+    counters: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+    flushes: AtomicU64,
+    errors: AtomicU64,
+    read_latency_us: AtomicLog2,
+    write_latency_us: AtomicLog2,
+    sizes: AtomicLog2,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn micros(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+impl LunStore {
+    pub fn new(current: Current) -> Arc<LunStore> {
+        Arc::new(LunStore {
+            current: RwLock::new(current),
+            counters: Counters::default(),
+        })
+    }
+
+    /// What the LUN runs on now.
+    pub fn current(&self) -> Current {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn store(&self) -> Arc<dyn Backstore> {
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .store,
+        )
+    }
+
+    /// Puts `next` in place once every call already running on the old
+    /// store has returned (new calls wait meanwhile), so the new store's
+    /// cache cannot read ahead of a write still going to the old one.
+    /// Returns what was there: drop it outside any lock (dropping an I/O
+    /// context joins its threads). Blocks, at most [`QUIESCE_LIMIT`].
+    pub fn replace(&self, next: Current) -> Current {
+        let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        // Our own references: the store, and the context when it is the
+        // same allocation. Calls in flight hold one more each.
+        let mut ours = if cur.io_context.is_some() { 2 } else { 1 };
+        // `next` may wrap the old store itself (a new context around the
+        // same engine).
+        if Arc::ptr_eq(&cur.store, &next.store) {
+            ours += 1;
+        }
+        if next
+            .io_context
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c.inner(), &cur.store))
+        {
+            ours += 1;
+        }
+        let deadline = Instant::now() + QUIESCE_LIMIT;
+        while Arc::strong_count(&cur.store) > ours {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    "store swap: calls still running after {QUIESCE_LIMIT:?}; swapping anyway"
+                );
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::mem::replace(&mut *cur, next)
+    }
+
+    pub fn io_context(&self) -> Option<Arc<IoContext>> {
+        self.current().io_context
+    }
+
+    /// Counters of the requests made to the store.
+    pub fn stats(&self) -> StoreStatsView {
+        let c = &self.counters;
+        StoreStatsView {
+            reads: get(&c.reads),
+            writes: get(&c.writes),
+            read_bytes: get(&c.read_bytes),
+            write_bytes: get(&c.write_bytes),
+            flushes: get(&c.flushes),
+            errors: get(&c.errors),
+            read_latency: c.read_latency_us.snapshot("us"),
+            write_latency: c.write_latency_us.snapshot("us"),
+            request_sizes: c.sizes.snapshot("bytes"),
+        }
+    }
+
+    /// The I/O context's statistics, if the LUN has one.
+    pub fn readahead_stats(&self) -> Option<ReadaheadStatsView> {
+        let ctx = self.io_context()?;
+        let s = ctx.stats();
+        let (cache_bytes, cache_limit_bytes) = ctx.cache_usage();
+        Some(ReadaheadStatsView {
+            policy: ctx.policy().as_str().to_owned(),
+            passthrough: ctx.is_passthrough(),
+            requests: s.requests,
+            bytes: s.bytes,
+            hit_bytes: s.hit_bytes,
+            miss_bytes: s.miss_bytes,
+            wasted_bytes: s.wasted_bytes,
+            backing_requests: s.backing_requests,
+            backing_bytes: s.backing_bytes,
+            backing_sizes: Histogram::from_backstore("bytes", &s.backing_sizes, 1),
+            latency: Histogram::from_backstore("us", &s.latency_ns, 1000),
+            cache_bytes,
+            cache_limit_bytes,
+        })
+    }
+
+    fn count<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            add(&self.counters.errors, 1);
+        }
+        r
+    }
+
+    fn count_write(&self, len: u64, started: Instant) {
+        let c = &self.counters;
+        add(&c.writes, 1);
+        add(&c.write_bytes, len);
+        c.sizes.record(len);
+        c.write_latency_us.record(micros(started));
+    }
+}
+
+impl Backstore for LunStore {
+    fn kind(&self) -> &'static str {
+        self.store().kind()
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.store().geometry()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let started = Instant::now();
+        let r = self.store().read_at(buf, offset);
+        let c = &self.counters;
+        let len = buf.len() as u64;
+        add(&c.reads, 1);
+        add(&c.read_bytes, len);
+        c.sizes.record(len);
+        c.read_latency_us.record(micros(started));
+        self.count(r)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+        let started = Instant::now();
+        let r = self.store().write_at(buf, offset, fua);
+        self.count_write(buf.len() as u64, started);
+        self.count(r)
+    }
+
+    fn flush(&self) -> Result<()> {
+        add(&self.counters.flushes, 1);
+        let r = self.store().flush();
+        self.count(r)
+    }
+
+    fn write_same(&self, pattern: &[u8], offset: u64, len: u64) -> Result<()> {
+        let started = Instant::now();
+        let r = self.store().write_same(pattern, offset, len);
+        self.count_write(len, started);
+        self.count(r)
+    }
+
+    fn unmap(&self, offset: u64, len: u64) -> Result<()> {
+        let r = self.store().unmap(offset, len);
+        self.count(r)
+    }
+
+    fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.store().extents(offset, len)
+    }
+
+    fn supports_write_same(&self) -> bool {
+        self.store().supports_write_same()
+    }
+
+    fn supports_unmap(&self) -> bool {
+        self.store().supports_unmap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustgt_backstore::RamBackstore;
+
+    fn ram(size: u64) -> Arc<dyn Backstore> {
+        Arc::new(RamBackstore::new(size, 512, false).expect("ram store"))
+    }
+
+    #[test]
+    fn forwards_and_counts() {
+        let s = LunStore::new(Current {
+            store: ram(1 << 20),
+            io_context: None,
+        });
+        s.write_at(&[7u8; 4096], 0, false).expect("write");
+        let mut buf = [0u8; 4096];
+        s.read_at(&mut buf, 0).expect("read");
+        assert_eq!(buf, [7u8; 4096]);
+        assert!(s.read_at(&mut buf, 1 << 20).is_err(), "beyond the end");
+        s.flush().expect("flush");
+        let st = s.stats();
+        assert_eq!((st.reads, st.writes, st.flushes, st.errors), (2, 1, 1, 1));
+        assert_eq!((st.read_bytes, st.write_bytes), (8192, 4096));
+        assert_eq!(st.request_sizes.count, 3);
+        assert!(s.readahead_stats().is_none());
+    }
+
+    #[test]
+    fn a_swap_changes_the_geometry_seen_by_the_next_call() {
+        let s = LunStore::new(Current {
+            store: ram(1 << 20),
+            io_context: None,
+        });
+        assert_eq!(s.geometry().size_bytes(), 1 << 20);
+        let old = s.replace(Current {
+            store: ram(2 << 20),
+            io_context: None,
+        });
+        assert_eq!(old.store.geometry().size_bytes(), 1 << 20);
+        assert_eq!(s.geometry().size_bytes(), 2 << 20);
+        let mut buf = [0u8; 512];
+        s.read_at(&mut buf, (2 << 20) - 512)
+            .expect("new end readable");
+    }
+}

@@ -1,0 +1,691 @@
+//! Human-readable tables of admin results (the default output of
+//! `rustgt admin`; `--json` prints the results themselves).
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::proto::{
+    ChangeReport, ConnView, LunStatsView, LunView, PortalView, SessionStatsView, SessionView,
+    StatusView, TargetView,
+};
+use super::stats::Histogram;
+
+/// A table: a header row and rows of cells, columns padded to fit.
+struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table {
+            rows: vec![header.iter().map(|h| (*h).to_owned()).collect()],
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn render(&self) -> String {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for r in &self.rows {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                let w = widths.get(c).copied().unwrap_or(0);
+                if c + 1 == r.len() {
+                    line.push_str(cell);
+                } else {
+                    let _ = write!(line, "{cell:<w$}  ");
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// 1536 -> "1.5K", binary units.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["", "K", "M", "G", "T", "P"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    let unit = UNITS.get(u).copied().unwrap_or("");
+    if u == 0 {
+        format!("{n}")
+    } else if v >= 100.0 || (v - v.round()).abs() < 0.05 {
+        format!("{v:.0}{unit}")
+    } else {
+        format!("{v:.1}{unit}")
+    }
+}
+
+/// Microseconds as "850us", "2.1ms", "1.3s".
+pub fn micros(us: u64) -> String {
+    if us < 1000 {
+        format!("{us}us")
+    } else if us < 1_000_000 {
+        format!("{:.1}ms", us as f64 / 1e3)
+    } else {
+        format!("{:.1}s", us as f64 / 1e6)
+    }
+}
+
+fn yes(b: bool) -> String {
+    if b { "yes" } else { "no" }.to_owned()
+}
+
+fn or_dash(s: Option<&str>) -> String {
+    s.map_or_else(|| "-".to_owned(), str::to_owned)
+}
+
+fn duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}d{h:02}h{m:02}m")
+    } else if h > 0 {
+        format!("{h}h{m:02}m{s:02}s")
+    } else {
+        format!("{m}m{s:02}s")
+    }
+}
+
+pub fn status(s: &StatusView) -> String {
+    let portals: Vec<String> = s.portals.iter().map(ToString::to_string).collect();
+    let mut t = Table::new(&["", ""]);
+    t.rows.clear();
+    for (k, v) in [
+        ("version", s.version.clone()),
+        ("pid", s.pid.to_string()),
+        ("uptime", duration(s.uptime_secs)),
+        ("config file", or_dash(s.config_file.as_deref())),
+        ("admin socket", s.admin_socket.clone()),
+        (
+            "metrics",
+            s.metrics
+                .map_or_else(|| "-".to_owned(), |m| format!("http://{m}/metrics")),
+        ),
+        ("portals", portals.join(", ")),
+        ("targets", s.targets.to_string()),
+        ("LUNs", s.luns.to_string()),
+        ("sessions", s.sessions.to_string()),
+        ("connections", s.connections.to_string()),
+    ] {
+        t.row(vec![format!("{k}:"), v]);
+    }
+    t.render()
+}
+
+pub fn targets(v: &[TargetView]) -> String {
+    if v.is_empty() {
+        return "no targets\n".to_owned();
+    }
+    let mut t = Table::new(&[
+        "TARGET", "TPGT", "PORTALS", "LUNS", "SESSIONS", "ACL", "CHAP",
+    ]);
+    for x in v {
+        let portals: Vec<String> = x.portals.iter().map(ToString::to_string).collect();
+        let luns: Vec<String> = x.luns.iter().map(|l| l.id.to_string()).collect();
+        t.row(vec![
+            x.iqn.clone(),
+            x.tpgt.to_string(),
+            portals.join(","),
+            luns.join(","),
+            x.sessions.len().to_string(),
+            if x.acl.is_empty() {
+                "any".to_owned()
+            } else {
+                x.acl.len().to_string()
+            },
+            x.chap.as_ref().map_or_else(
+                || "off".to_owned(),
+                |c| {
+                    if c.mutual_user.is_some() {
+                        "mutual"
+                    } else {
+                        "on"
+                    }
+                    .to_owned()
+                },
+            ),
+        ]);
+    }
+    t.render()
+}
+
+pub fn target(x: &TargetView) -> String {
+    let mut out = String::new();
+    let portals: Vec<String> = x.portals.iter().map(ToString::to_string).collect();
+    let _ = writeln!(out, "target:  {}", x.iqn);
+    let _ = writeln!(out, "alias:   {}", or_dash(x.alias.as_deref()));
+    let _ = writeln!(out, "tpgt:    {}", x.tpgt);
+    let _ = writeln!(out, "portals: {}", portals.join(", "));
+    let _ = writeln!(
+        out,
+        "acl:     {}",
+        if x.acl.is_empty() {
+            "any initiator".to_owned()
+        } else {
+            x.acl.join(", ")
+        }
+    );
+    let _ = writeln!(
+        out,
+        "chap:    {}",
+        x.chap.as_ref().map_or_else(
+            || "off".to_owned(),
+            |c| match &c.mutual_user {
+                Some(m) => format!("user {}, mutual user {m}", c.user),
+                None => format!("user {}", c.user),
+            }
+        )
+    );
+    out.push('\n');
+    out.push_str(&luns(&x.luns));
+    out.push('\n');
+    out.push_str(&sessions(&x.sessions));
+    out
+}
+
+pub fn acl(x: &TargetView) -> String {
+    if x.acl.is_empty() {
+        return format!("{}: any initiator may log in\n", x.iqn);
+    }
+    let mut out = String::new();
+    for a in &x.acl {
+        let _ = writeln!(out, "{a}");
+    }
+    out
+}
+
+pub fn luns(v: &[LunView]) -> String {
+    if v.is_empty() {
+        return "no LUNs\n".to_owned();
+    }
+    let mut t = Table::new(&[
+        "TARGET",
+        "LUN",
+        "BACKSTORE",
+        "SIZE",
+        "BS",
+        "RO",
+        "THIN",
+        "WCE",
+        "WORKERS",
+        "READAHEAD",
+        "SERIAL",
+        "PATH",
+    ]);
+    for l in v {
+        t.row(vec![
+            l.target.clone(),
+            l.id.to_string(),
+            l.backstore.clone(),
+            bytes(l.size_bytes),
+            l.block_size.to_string(),
+            yes(l.read_only),
+            yes(l.thin),
+            yes(l.write_cache),
+            l.workers.to_string(),
+            or_dash(l.readahead.as_deref()),
+            l.serial.clone(),
+            or_dash(l.path.as_deref()),
+        ]);
+    }
+    t.render()
+}
+
+pub fn portals(v: &[PortalView]) -> String {
+    if v.is_empty() {
+        return "no portals\n".to_owned();
+    }
+    let mut t = Table::new(&["PORTAL", "CONNECTIONS", "TARGETS"]);
+    for p in v {
+        t.row(vec![
+            p.address.to_string(),
+            p.connections.to_string(),
+            p.targets.join(", "),
+        ]);
+    }
+    t.render()
+}
+
+fn digests(s: &SessionView) -> String {
+    format!("{}/{}", s.params.header_digest, s.params.data_digest)
+}
+
+pub fn sessions(v: &[SessionView]) -> String {
+    if v.is_empty() {
+        return "no sessions\n".to_owned();
+    }
+    let mut t = Table::new(&[
+        "TSIH",
+        "ISID",
+        "INITIATOR",
+        "TARGET",
+        "CONNS",
+        "PEER",
+        "TRANSPORT",
+        "DIGESTS",
+        "BURST",
+    ]);
+    for s in v {
+        let peers: Vec<String> = s.connections.iter().map(|c| c.peer.to_string()).collect();
+        let transport = s
+            .connections
+            .first()
+            .map_or_else(|| "-".to_owned(), |c| c.transport.clone());
+        t.row(vec![
+            s.tsih.to_string(),
+            s.isid.clone(),
+            s.initiator.clone(),
+            s.target.clone(),
+            s.connections.len().to_string(),
+            peers.join(","),
+            transport,
+            digests(s),
+            bytes(u64::from(s.params.max_burst_length)),
+        ]);
+    }
+    t.render()
+}
+
+pub fn session(s: &SessionView) -> String {
+    let p = &s.params;
+    let mut t = Table::new(&["", ""]);
+    t.rows.clear();
+    let rows: Vec<(&str, String)> = vec![
+        ("TSIH", s.tsih.to_string()),
+        ("ISID", s.isid.clone()),
+        ("initiator", s.initiator.clone()),
+        ("initiator alias", or_dash(s.initiator_alias.as_deref())),
+        ("target", s.target.clone()),
+        ("HeaderDigest", p.header_digest.clone()),
+        ("DataDigest", p.data_digest.clone()),
+        ("MaxConnections", p.max_connections.to_string()),
+        ("InitialR2T", yes(p.initial_r2t)),
+        ("ImmediateData", yes(p.immediate_data)),
+        ("MaxBurstLength", p.max_burst_length.to_string()),
+        ("FirstBurstLength", p.first_burst_length.to_string()),
+        (
+            "MaxRecvDataSegmentLength (initiator)",
+            p.initiator_max_recv_data_segment_length.to_string(),
+        ),
+        (
+            "MaxRecvDataSegmentLength (target)",
+            p.target_max_recv_data_segment_length.to_string(),
+        ),
+        ("MaxOutstandingR2T", p.max_outstanding_r2t.to_string()),
+        ("DefaultTime2Wait", p.default_time2wait.to_string()),
+        ("DefaultTime2Retain", p.default_time2retain.to_string()),
+        ("DataPDUInOrder", yes(p.data_pdu_in_order)),
+        ("DataSequenceInOrder", yes(p.data_sequence_in_order)),
+        ("ErrorRecoveryLevel", p.error_recovery_level.to_string()),
+        ("RDMAExtensions", yes(p.rdma_extensions)),
+    ];
+    for (k, v) in rows {
+        t.row(vec![format!("{k}:"), v]);
+    }
+    let mut out = t.render();
+    out.push('\n');
+    out.push_str(&connections(&s.connections));
+    out
+}
+
+pub fn connections(v: &[ConnView]) -> String {
+    if v.is_empty() {
+        return "no connections\n".to_owned();
+    }
+    let mut t = Table::new(&[
+        "ID",
+        "PEER",
+        "PORTAL",
+        "TRANSPORT",
+        "STATE",
+        "TSIH",
+        "CID",
+        "INITIATOR",
+        "TARGET",
+    ]);
+    for c in v {
+        t.row(vec![
+            c.conn_id.to_string(),
+            c.peer.to_string(),
+            c.local.to_string(),
+            c.transport.clone(),
+            c.state.clone(),
+            c.tsih.map_or_else(|| "-".to_owned(), |x| x.to_string()),
+            c.cid.map_or_else(|| "-".to_owned(), |x| x.to_string()),
+            or_dash(c.initiator.as_deref()),
+            or_dash(c.target.as_deref()),
+        ]);
+    }
+    t.render()
+}
+
+/// "p50 / p99 / mean" of a microsecond histogram.
+fn latency(h: &Histogram) -> String {
+    if h.count == 0 {
+        return "-".to_owned();
+    }
+    format!(
+        "{} / {} / {}",
+        micros(h.quantile(0.5)),
+        micros(h.quantile(0.99)),
+        micros(h.mean() as u64)
+    )
+}
+
+fn histogram_lines(out: &mut String, title: &str, h: &Histogram, fmt: fn(u64) -> String) {
+    if h.count == 0 {
+        return;
+    }
+    let _ = writeln!(out, "  {title} (count {}):", h.count);
+    let max = h.buckets.iter().map(|(_, c)| *c).max().unwrap_or(1).max(1);
+    for (le, c) in &h.buckets {
+        let bar = "#".repeat(((*c * 40).div_ceil(max)) as usize);
+        let bound = if *le == u64::MAX {
+            "larger".to_owned()
+        } else {
+            format!("<= {}", fmt(*le))
+        };
+        let _ = writeln!(out, "    {bound:>12} {c:>10} {bar}");
+    }
+}
+
+pub fn lun_stats(v: &[LunStatsView]) -> String {
+    if v.is_empty() {
+        return "no LUNs\n".to_owned();
+    }
+    let mut out = String::new();
+    for s in v {
+        let b = &s.backing;
+        let _ = writeln!(
+            out,
+            "{} LUN {} ({})",
+            s.target,
+            s.lun,
+            bytes(s.capacity_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "  SCSI:     {} reads ({}), {} writes ({})",
+            s.read_commands,
+            bytes(s.read_bytes),
+            s.write_commands,
+            bytes(s.write_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "  store:    {} reads, {} writes, {} flushes, {} errors",
+            b.reads, b.writes, b.flushes, b.errors
+        );
+        let _ = writeln!(
+            out,
+            "  read latency p50/p99/mean:  {}",
+            latency(&b.read_latency)
+        );
+        let _ = writeln!(
+            out,
+            "  write latency p50/p99/mean: {}",
+            latency(&b.write_latency)
+        );
+        histogram_lines(&mut out, "store request sizes", &b.request_sizes, bytes);
+        match &s.readahead {
+            None => {
+                let _ = writeln!(out, "  readahead: no I/O context");
+            }
+            Some(r) if r.passthrough => {
+                let _ = writeln!(
+                    out,
+                    "  readahead: {} (left to the kernel: {} reads, {}; hits and misses not known)",
+                    r.policy,
+                    r.requests,
+                    bytes(r.bytes)
+                );
+            }
+            Some(r) => {
+                let _ = writeln!(
+                    out,
+                    "  readahead: {}: {} reads ({}), hits {}, misses {}, wasted {}, cache {} of {}",
+                    r.policy,
+                    r.requests,
+                    bytes(r.bytes),
+                    bytes(r.hit_bytes),
+                    bytes(r.miss_bytes),
+                    bytes(r.wasted_bytes),
+                    bytes(r.cache_bytes),
+                    bytes(r.cache_limit_bytes)
+                );
+                let _ = writeln!(
+                    out,
+                    "  backing reads: {} ({}), read latency p50/p99/mean: {}",
+                    r.backing_requests,
+                    bytes(r.backing_bytes),
+                    latency(&r.latency)
+                );
+                histogram_lines(&mut out, "backing read sizes", &r.backing_sizes, bytes);
+            }
+        }
+    }
+    out
+}
+
+/// Per-second rates between two samples of a LUN.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LunRate {
+    pub target: String,
+    pub lun: u64,
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+    pub readahead_hit_ratio: Option<f64>,
+}
+
+pub fn lun_rates(a: &[LunStatsView], b: &[LunStatsView], secs: u64) -> Vec<LunRate> {
+    let per = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs.max(1) as f64;
+    b.iter()
+        .filter_map(|n| {
+            let o = a.iter().find(|o| o.target == n.target && o.lun == n.lun)?;
+            let hit = match (&o.readahead, &n.readahead) {
+                (Some(x), Some(y)) if !y.passthrough && y.bytes > x.bytes => Some(
+                    y.hit_bytes.saturating_sub(x.hit_bytes) as f64
+                        / y.bytes.saturating_sub(x.bytes) as f64,
+                ),
+                _ => None,
+            };
+            Some(LunRate {
+                target: n.target.clone(),
+                lun: n.lun,
+                read_iops: per(o.read_commands, n.read_commands),
+                write_iops: per(o.write_commands, n.write_commands),
+                read_bytes_per_sec: per(o.read_bytes, n.read_bytes),
+                write_bytes_per_sec: per(o.write_bytes, n.write_bytes),
+                readahead_hit_ratio: hit,
+            })
+        })
+        .collect()
+}
+
+pub fn lun_rates_table(v: &[LunRate]) -> String {
+    let mut t = Table::new(&[
+        "TARGET",
+        "LUN",
+        "READ IOPS",
+        "WRITE IOPS",
+        "READ/s",
+        "WRITE/s",
+        "RA HITS",
+    ]);
+    for r in v {
+        t.row(vec![
+            r.target.clone(),
+            r.lun.to_string(),
+            format!("{:.1}", r.read_iops),
+            format!("{:.1}", r.write_iops),
+            bytes(r.read_bytes_per_sec as u64),
+            bytes(r.write_bytes_per_sec as u64),
+            r.readahead_hit_ratio
+                .map_or_else(|| "-".to_owned(), |h| format!("{:.0}%", h * 100.0)),
+        ]);
+    }
+    t.render()
+}
+
+pub fn session_stats(v: &[SessionStatsView]) -> String {
+    if v.is_empty() {
+        return "no sessions\n".to_owned();
+    }
+    let mut t = Table::new(&[
+        "TSIH",
+        "TARGET",
+        "INITIATOR",
+        "COMMANDS",
+        "ERRORS",
+        "READ",
+        "WRITTEN",
+        "LATENCY p50/p99/mean",
+    ]);
+    for s in v {
+        t.row(vec![
+            s.tsih.to_string(),
+            s.target.clone(),
+            s.initiator.clone(),
+            s.commands.to_string(),
+            s.errors.to_string(),
+            bytes(s.read_bytes),
+            bytes(s.write_bytes),
+            latency(&s.latency),
+        ]);
+    }
+    t.render()
+}
+
+/// Per-second rates between two samples of a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionRate {
+    pub tsih: u16,
+    pub target: String,
+    pub initiator: String,
+    pub iops: f64,
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+}
+
+pub fn session_rates(
+    a: &[SessionStatsView],
+    b: &[SessionStatsView],
+    secs: u64,
+) -> Vec<SessionRate> {
+    let per = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs.max(1) as f64;
+    b.iter()
+        .filter_map(|n| {
+            let o = a.iter().find(|o| o.tsih == n.tsih)?;
+            Some(SessionRate {
+                tsih: n.tsih,
+                target: n.target.clone(),
+                initiator: n.initiator.clone(),
+                iops: per(o.commands, n.commands),
+                read_bytes_per_sec: per(o.read_bytes, n.read_bytes),
+                write_bytes_per_sec: per(o.write_bytes, n.write_bytes),
+            })
+        })
+        .collect()
+}
+
+pub fn session_rates_table(v: &[SessionRate]) -> String {
+    let mut t = Table::new(&["TSIH", "TARGET", "INITIATOR", "IOPS", "READ/s", "WRITE/s"]);
+    for r in v {
+        t.row(vec![
+            r.tsih.to_string(),
+            r.target.clone(),
+            r.initiator.clone(),
+            format!("{:.1}", r.iops),
+            bytes(r.read_bytes_per_sec as u64),
+            bytes(r.write_bytes_per_sec as u64),
+        ]);
+    }
+    t.render()
+}
+
+pub fn change_report(r: &ChangeReport) -> String {
+    let mut out = String::new();
+    if r.changes.is_empty() {
+        out.push_str("nothing to change\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "{}",
+            if r.dry_run {
+                "would change:"
+            } else {
+                "changed:"
+            }
+        );
+        for c in &r.changes {
+            let _ = writeln!(out, "  {c}");
+        }
+    }
+    for k in &r.restart_needed {
+        let _ = writeln!(out, "note: {k} differs; it takes effect after a restart");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_times_are_short() {
+        assert_eq!(bytes(512), "512");
+        assert_eq!(bytes(1536), "1.5K");
+        assert_eq!(bytes(1 << 30), "1G");
+        assert_eq!(bytes(64 << 20), "64M");
+        assert_eq!(micros(850), "850us");
+        assert_eq!(micros(2100), "2.1ms");
+        assert_eq!(duration(3725), "1h02m05s");
+    }
+
+    #[test]
+    fn tables_align_columns() {
+        let mut t = Table::new(&["A", "LONGER"]);
+        t.row(vec!["wide cell".into(), "x".into()]);
+        assert_eq!(t.render(), "A          LONGER\nwide cell  x\n");
+    }
+
+    #[test]
+    fn change_reports_say_what_changed_or_nothing() {
+        assert_eq!(
+            change_report(&ChangeReport::default()),
+            "nothing to change\n"
+        );
+        let r = ChangeReport {
+            dry_run: true,
+            changes: vec!["target t: LUN 1 added".into()],
+            restart_needed: vec!["data_dir".into()],
+        };
+        let text = change_report(&r);
+        assert!(
+            text.starts_with("would change:\n  target t: LUN 1 added\n"),
+            "{text}"
+        );
+        assert!(text.contains("data_dir differs"), "{text}");
+    }
+}

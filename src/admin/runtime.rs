@@ -1,0 +1,761 @@
+//! The daemon's control path: [`Runtime`] owns the running state (the
+//! running configuration, the iSCSI server, the SCSI targets, every LUN's
+//! store and every listening portal) and applies admin requests to it one
+//! at a time.
+//!
+//! Every change is made the same way: the request is turned into the
+//! configuration it wants (the running one with one thing changed, or a
+//! file for `config apply`), validated like a config file, and handed to
+//! [`Runtime::apply`] (see [`super::apply`]). Queries read the running
+//! state and the live counters.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustgt_iscsi::negotiate::{SessionParams, Transport};
+use rustgt_iscsi_tcp::{ConnSummary, Server, LATENCY_BUCKETS};
+use rustgt_scsi::{LunRegistry, ScsiTarget};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::lunstore::LunStore;
+use super::proto::{
+    ChapView, ConfigText, ConnView, LunStatsView, LunView, MetricsText, ParamsView, PortalView,
+    Reply, Request, SessionAction, SessionStatsView, SessionView, StatusView, TargetView,
+};
+use super::stats::Histogram;
+use crate::config::{self, Config, ConfigError, LunSettings, Overrides, TargetSettings};
+
+/// Where the running configuration came from, so SIGHUP and
+/// `config_apply` load files the way the daemon's start did.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// The `--config` file; what SIGHUP and `config_reload` re-apply.
+    pub file: Option<PathBuf>,
+    /// `--listen`, `--data-dir`, `--admin-socket`: they beat every file.
+    pub overrides: Overrides,
+}
+
+/// Errors of admin requests. Each names what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("unknown target {0:?}")]
+    UnknownTarget(String),
+    #[error("target {0:?} already exists")]
+    TargetExists(String),
+    #[error("target {target}: no LUN {lun}")]
+    UnknownLun { target: String, lun: u64 },
+    #[error("target {target}: LUN {lun} already exists")]
+    LunExists { target: String, lun: u64 },
+    #[error("no session with TSIH {0}")]
+    UnknownSession(u16),
+    #[error(
+        "{action}: target {target} has {} active session(s) ({}); use --force to do it anyway",
+        .sessions.len(),
+        .sessions.join(", ")
+    )]
+    Busy {
+        action: String,
+        target: String,
+        sessions: Vec<String>,
+    },
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One target's running parts.
+#[derive(Debug)]
+pub struct TargetRt {
+    pub scsi: Arc<ScsiTarget>,
+    pub luns: BTreeMap<u64, Arc<LunStore>>,
+}
+
+/// One listening portal.
+#[derive(Debug)]
+pub struct Listener {
+    /// The address as configured (port 0 stays 0 here).
+    pub configured: SocketAddr,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The running state (see the module docs).
+#[derive(Debug)]
+pub struct Runtime {
+    /// The running configuration; portals hold bound addresses.
+    pub(super) cfg: Config,
+    pub(super) source: ConfigSource,
+    pub(super) server: Arc<Server>,
+    pub(super) registry: Arc<LunRegistry>,
+    /// By lowercase target name.
+    pub(super) targets: BTreeMap<String, TargetRt>,
+    /// By bound address.
+    pub(super) listeners: BTreeMap<SocketAddr, Listener>,
+    started: Instant,
+    admin_socket: Option<PathBuf>,
+    metrics: Option<SocketAddr>,
+}
+
+fn json<T: Serialize>(v: T) -> Result<Value, AdminError> {
+    serde_json::to_value(v)
+        .map_err(|e| AdminError::Failed(format!("cannot encode the result: {e}")))
+}
+
+fn key(iqn: &str) -> String {
+    iqn.to_ascii_lowercase()
+}
+
+impl Runtime {
+    /// Builds everything `cfg` describes: the running state starts empty
+    /// and `cfg` is applied to it like any later change.
+    pub async fn start(cfg: Config, source: ConfigSource) -> Result<Runtime, AdminError> {
+        let mut empty = cfg.clone();
+        empty.targets.clear();
+        let server = Server::new(crate::daemon::portal_config(&empty));
+        let mut rt = Runtime {
+            cfg: empty,
+            source,
+            server,
+            // One registry for the whole process, so EXTENDED COPY works
+            // across targets.
+            registry: LunRegistry::new(),
+            targets: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            started: Instant::now(),
+            admin_socket: None,
+            metrics: None,
+        };
+        rt.apply(cfg, true, false).await?;
+        Ok(rt)
+    }
+
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Bound addresses of every listening portal.
+    pub fn portals(&self) -> Vec<SocketAddr> {
+        self.listeners.keys().copied().collect()
+    }
+
+    /// Tells `status` where the admin socket and metrics endpoint are.
+    pub fn set_endpoints(&mut self, admin_socket: Option<PathBuf>, metrics: Option<SocketAddr>) {
+        self.admin_socket = admin_socket;
+        self.metrics = metrics;
+    }
+
+    /// Stops accepting on every portal (shutdown).
+    pub fn stop_listeners(&mut self) {
+        for l in self.listeners.values_mut() {
+            if let Some(stop) = l.stop.take() {
+                let _ = stop.send(());
+            }
+        }
+    }
+
+    /// Answers one request.
+    pub async fn handle(&mut self, req: Request) -> Reply {
+        let name = req.name();
+        match self.dispatch(req).await {
+            Ok(v) => Reply::success(v),
+            Err(e) => {
+                tracing::info!(request = name, error = %e, "admin request refused");
+                Reply::failure(e.to_string())
+            }
+        }
+    }
+
+    /// Re-applies the config file (SIGHUP, `config_reload`).
+    pub async fn reload(&mut self, force: bool) -> Result<super::proto::ChangeReport, AdminError> {
+        let Some(file) = self.source.file.clone() else {
+            return Err(AdminError::Refused(
+                "the daemon was started without --config: there is no file to re-apply".into(),
+            ));
+        };
+        let wanted = config::load(Some(&file), &self.source.overrides)?;
+        self.apply_file(wanted, force, false).await
+    }
+
+    async fn dispatch(&mut self, req: Request) -> Result<Value, AdminError> {
+        match req {
+            Request::Status => json(self.status()),
+            Request::ListTargets => json(self.target_views()),
+            Request::ShowTarget { target } => json(self.target_view(self.find(&target)?)),
+            Request::ListPortals => json(self.portal_views()),
+            Request::ListLuns { target } => json(self.lun_views(target.as_deref())?),
+            Request::ListSessions { target } => {
+                if let Some(t) = &target {
+                    self.find(t)?;
+                }
+                json(self.session_views(target.as_deref()))
+            }
+            Request::ListConnections => json(self.conn_views()),
+            Request::LogoutSession { tsih } => json(self.session_action(tsih, false)?),
+            Request::KillSession { tsih } => json(self.session_action(tsih, true)?),
+            Request::LunStats { target, lun } => json(self.lun_stats(target.as_deref(), lun)?),
+            Request::SessionStats { tsih } => json(self.session_stats(tsih)?),
+            Request::Metrics => json(MetricsText {
+                text: self.metrics_text(),
+            }),
+            Request::ConfigSave => json(ConfigText {
+                toml: self.cfg.to_toml()?,
+            }),
+            Request::ConfigApply {
+                toml,
+                origin,
+                force,
+                dry_run,
+            } => {
+                let origin = origin.unwrap_or_else(|| "config_apply request".to_owned());
+                let wanted = config::load_text(Path::new(&origin), toml, &self.source.overrides)?;
+                json(self.apply_file(wanted, force, dry_run).await?)
+            }
+            Request::ConfigReload { force } => json(self.reload(force).await?),
+            Request::ResizeLun { target, lun, size } => {
+                json(self.resize(&target, lun, size).await?)
+            }
+            change => {
+                let (wanted, force) = self.wanted_by(change)?;
+                config::check(&wanted, "admin request")?;
+                json(self.apply(wanted, force, false).await?)
+            }
+        }
+    }
+
+    /// The configuration a change request asks for, and whether it is forced.
+    fn wanted_by(&self, req: Request) -> Result<(Config, bool), AdminError> {
+        let mut w = self.cfg.clone();
+        let mut force = false;
+        match req {
+            Request::AddTarget { target } => {
+                if self.find(&target.iqn).is_ok() {
+                    return Err(AdminError::TargetExists(target.iqn));
+                }
+                w.targets.push(target);
+            }
+            Request::RemoveTarget { target, force: f } => {
+                let iqn = self.find(&target)?.iqn.clone();
+                w.targets.retain(|t| !t.iqn.eq_ignore_ascii_case(&iqn));
+                force = f;
+            }
+            Request::AddPortal { target, portal } => {
+                let t = find_mut(&mut w, &target)?;
+                if t.portals.contains(&portal) {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: portal {portal} is already listed",
+                        t.iqn
+                    )));
+                }
+                t.portals.push(portal);
+            }
+            Request::RemovePortal { target, portal } => {
+                let t = find_mut(&mut w, &target)?;
+                if !t.portals.contains(&portal) {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: portal {portal} is not one of its portals ({})",
+                        t.iqn,
+                        list(&t.portals)
+                    )));
+                }
+                if t.portals.len() == 1 {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: portal {portal} is its only portal; add another first or remove the target",
+                        t.iqn
+                    )));
+                }
+                t.portals.retain(|p| *p != portal);
+            }
+            Request::AddLun { target, lun } => {
+                let t = find_mut(&mut w, &target)?;
+                if t.luns.iter().any(|l| l.id == lun.id) {
+                    return Err(AdminError::LunExists {
+                        target: t.iqn.clone(),
+                        lun: lun.id,
+                    });
+                }
+                t.luns.push(lun);
+            }
+            Request::RemoveLun {
+                target,
+                lun,
+                force: f,
+            } => {
+                let t = find_mut(&mut w, &target)?;
+                lun_mut(t, lun)?;
+                t.luns.retain(|l| l.id != lun);
+                force = f;
+            }
+            Request::SetReadahead {
+                target,
+                lun,
+                policy,
+            } => {
+                let t = find_mut(&mut w, &target)?;
+                lun_mut(t, lun)?.readahead = policy;
+            }
+            Request::SetAcl { target, acl } => find_mut(&mut w, &target)?.acl = acl,
+            Request::AclAdd { target, initiator } => {
+                let t = find_mut(&mut w, &target)?;
+                if t.acl.iter().any(|a| a.eq_ignore_ascii_case(&initiator)) {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: {initiator} is already in the ACL",
+                        t.iqn
+                    )));
+                }
+                t.acl.push(initiator);
+            }
+            Request::AclRemove { target, initiator } => {
+                let t = find_mut(&mut w, &target)?;
+                let before = t.acl.len();
+                t.acl.retain(|a| !a.eq_ignore_ascii_case(&initiator));
+                if t.acl.len() == before {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: {initiator} is not in the ACL ({})",
+                        t.iqn,
+                        if t.acl.is_empty() {
+                            "empty: any initiator may log in".to_owned()
+                        } else {
+                            t.acl.join(", ")
+                        }
+                    )));
+                }
+            }
+            Request::SetChap { target, chap } => match target {
+                Some(target) => find_mut(&mut w, &target)?.chap = chap,
+                None => w.discovery.chap = chap,
+            },
+            other => {
+                return Err(AdminError::Failed(format!(
+                    "internal error: {} is not a change request",
+                    other.name()
+                )))
+            }
+        }
+        Ok((w, force))
+    }
+
+    /// Finds a running target by name (case-insensitively).
+    pub(super) fn find(&self, iqn: &str) -> Result<&TargetSettings, AdminError> {
+        self.cfg
+            .targets
+            .iter()
+            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+            .ok_or_else(|| AdminError::UnknownTarget(iqn.to_owned()))
+    }
+
+    pub(super) fn rt_of(&self, iqn: &str) -> Result<&TargetRt, AdminError> {
+        self.targets
+            .get(&key(iqn))
+            .ok_or_else(|| AdminError::UnknownTarget(iqn.to_owned()))
+    }
+
+    /// Grows a LUN to `size`, or picks up its backing size when `None`.
+    async fn resize(
+        &mut self,
+        target: &str,
+        lun: u64,
+        size: Option<String>,
+    ) -> Result<super::proto::ChangeReport, AdminError> {
+        let mut w = self.cfg.clone();
+        let t = find_mut(&mut w, target)?;
+        let iqn = t.iqn.clone();
+        let l = lun_mut(t, lun)?;
+        match size {
+            Some(s) => {
+                l.size = Some(s);
+                config::check(&w, "admin request")?;
+                let report = self.apply(w, false, false).await?;
+                if report.changes.is_empty() {
+                    return Err(AdminError::Refused(format!(
+                        "target {iqn}: LUN {lun} already has size {}",
+                        self.find(&iqn)?
+                            .luns
+                            .iter()
+                            .find(|l| l.id == lun)
+                            .and_then(|l| l.size.clone())
+                            .unwrap_or_default()
+                    )));
+                }
+                Ok(report)
+            }
+            None => {
+                let l = l.clone();
+                self.refresh_capacity(&iqn, &l).await
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Queries
+    // -----------------------------------------------------------------------
+
+    fn status(&self) -> StatusView {
+        let conns = self.server.connections();
+        StatusView {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            config_file: self.source.file.as_ref().map(|p| p.display().to_string()),
+            admin_socket: self
+                .admin_socket
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            metrics: self.metrics,
+            targets: self.cfg.targets.len(),
+            luns: self.cfg.targets.iter().map(|t| t.luns.len()).sum(),
+            portals: self.portals(),
+            sessions: sessions_of(&conns).len(),
+            connections: conns.len(),
+        }
+    }
+
+    fn target_views(&self) -> Vec<TargetView> {
+        self.cfg
+            .targets
+            .iter()
+            .map(|t| self.target_view(t))
+            .collect()
+    }
+
+    fn target_view(&self, t: &TargetSettings) -> TargetView {
+        TargetView {
+            iqn: t.iqn.clone(),
+            alias: t.alias.clone(),
+            tpgt: t.tpgt,
+            portals: t.portals.clone(),
+            acl: t.acl.clone(),
+            chap: t.chap.as_ref().map(ChapView::of),
+            luns: t.luns.iter().map(|l| self.lun_view(t, l)).collect(),
+            sessions: self.session_views(Some(&t.iqn)),
+        }
+    }
+
+    fn lun_view(&self, t: &TargetSettings, l: &LunSettings) -> LunView {
+        let store = self
+            .targets
+            .get(&key(&t.iqn))
+            .and_then(|rt| rt.luns.get(&l.id));
+        let geometry = store.map(|s| rustgt_backstore::Backstore::geometry(s.as_ref()));
+        LunView {
+            target: t.iqn.clone(),
+            id: l.id,
+            backstore: l.backstore.clone(),
+            path: l
+                .resolved_path(&self.cfg.data_dir)
+                .map(|p| p.display().to_string()),
+            size_bytes: geometry.map_or(0, |g| g.size_bytes()),
+            block_size: geometry.map_or(l.block_size, |g| g.block_size),
+            read_only: l.read_only,
+            thin: l.thin,
+            write_cache: l.write_cache,
+            workers: l.effective_workers(&self.cfg.iscsi),
+            serial: crate::daemon::lun_serial(&t.iqn, l),
+            readahead: store
+                .and_then(|s| s.io_context())
+                .map(|c| c.policy().as_str().to_owned()),
+        }
+    }
+
+    fn lun_views(&self, target: Option<&str>) -> Result<Vec<LunView>, AdminError> {
+        let targets: Vec<&TargetSettings> = match target {
+            Some(t) => vec![self.find(t)?],
+            None => self.cfg.targets.iter().collect(),
+        };
+        Ok(targets
+            .into_iter()
+            .flat_map(|t| t.luns.iter().map(move |l| (t, l)))
+            .map(|(t, l)| self.lun_view(t, l))
+            .collect())
+    }
+
+    fn portal_views(&self) -> Vec<PortalView> {
+        let conns = self.server.connections();
+        self.listeners
+            .keys()
+            .map(|addr| PortalView {
+                address: *addr,
+                targets: self
+                    .cfg
+                    .targets
+                    .iter()
+                    .filter(|t| t.portals.contains(addr))
+                    .map(|t| t.iqn.clone())
+                    .collect(),
+                connections: conns.iter().filter(|c| c.local == *addr).count(),
+            })
+            .collect()
+    }
+
+    fn conn_views(&self) -> Vec<ConnView> {
+        let mut v: Vec<ConnView> = self.server.connections().iter().map(conn_view).collect();
+        v.sort_by_key(|c| c.conn_id);
+        v
+    }
+
+    pub(super) fn session_views(&self, target: Option<&str>) -> Vec<SessionView> {
+        sessions_of(&self.server.connections())
+            .into_iter()
+            .filter(|(_, conns)| {
+                target.is_none_or(|t| {
+                    conns
+                        .first()
+                        .and_then(|c| c.session.as_ref())
+                        .is_some_and(|s| s.target.eq_ignore_ascii_case(t))
+                })
+            })
+            .filter_map(|(tsih, conns)| {
+                let s = conns.first()?.session.as_ref()?;
+                Some(SessionView {
+                    tsih,
+                    isid: s.isid.iter().map(|b| format!("{b:02x}")).collect(),
+                    initiator: s.initiator.clone(),
+                    initiator_alias: s.params.initiator_alias.clone(),
+                    target: s.target.clone(),
+                    connections: conns.iter().map(|c| conn_view(c)).collect(),
+                    params: params_view(&s.params),
+                })
+            })
+            .collect()
+    }
+
+    /// "initiator (TSIH n)" for every session of a target.
+    pub(super) fn sessions_on(&self, iqn: &str) -> Vec<String> {
+        self.session_views(Some(iqn))
+            .into_iter()
+            .map(|s| format!("{} TSIH {}", s.initiator, s.tsih))
+            .collect()
+    }
+
+    /// Connection ids of every session of a target.
+    pub(super) fn connections_on(&self, iqn: &str) -> Vec<u64> {
+        self.server
+            .connections()
+            .into_iter()
+            .filter(|c| {
+                c.session
+                    .as_ref()
+                    .is_some_and(|s| s.target.eq_ignore_ascii_case(iqn))
+            })
+            .map(|c| c.conn_id)
+            .collect()
+    }
+
+    fn session_action(&self, tsih: u16, kill: bool) -> Result<SessionAction, AdminError> {
+        let all = self.server.connections();
+        let sessions = sessions_of(&all);
+        let conns = sessions
+            .get(&tsih)
+            .ok_or(AdminError::UnknownSession(tsih))?;
+        for c in conns {
+            if kill {
+                self.server.kill(c.conn_id);
+            } else {
+                self.server.logout(c.conn_id);
+            }
+        }
+        Ok(SessionAction {
+            tsih,
+            connections: conns.len(),
+        })
+    }
+
+    fn lun_stats(
+        &self,
+        target: Option<&str>,
+        lun: Option<u64>,
+    ) -> Result<Vec<LunStatsView>, AdminError> {
+        let targets: Vec<&TargetSettings> = match target {
+            Some(t) => vec![self.find(t)?],
+            None => {
+                if lun.is_some() {
+                    return Err(AdminError::Refused(
+                        "a LUN number needs a target name".into(),
+                    ));
+                }
+                self.cfg.targets.iter().collect()
+            }
+        };
+        let mut out = Vec::new();
+        for t in targets {
+            let rt = self.rt_of(&t.iqn)?;
+            if let Some(id) = lun {
+                if !rt.luns.contains_key(&id) {
+                    return Err(AdminError::UnknownLun {
+                        target: t.iqn.clone(),
+                        lun: id,
+                    });
+                }
+            }
+            for (id, store) in &rt.luns {
+                if lun.is_some_and(|l| l != *id) {
+                    continue;
+                }
+                let scsi = rt.scsi.lun_stats(*id).unwrap_or_default();
+                out.push(LunStatsView {
+                    target: t.iqn.clone(),
+                    lun: *id,
+                    capacity_bytes: rustgt_backstore::Backstore::geometry(store.as_ref())
+                        .size_bytes(),
+                    read_commands: scsi.read_commands,
+                    write_commands: scsi.write_commands,
+                    read_bytes: scsi.read_bytes,
+                    write_bytes: scsi.write_bytes,
+                    backing: store.stats(),
+                    readahead: store.readahead_stats(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn session_stats(&self, tsih: Option<u16>) -> Result<Vec<SessionStatsView>, AdminError> {
+        let all = self.server.connections();
+        let sessions = sessions_of(&all);
+        if let Some(t) = tsih {
+            if !sessions.contains_key(&t) {
+                return Err(AdminError::UnknownSession(t));
+            }
+        }
+        Ok(sessions
+            .iter()
+            .filter(|(t, _)| tsih.is_none_or(|want| want == **t))
+            .filter_map(|(t, conns)| session_stats_view(*t, conns))
+            .collect())
+    }
+
+    fn metrics_text(&self) -> String {
+        let luns = self.lun_stats(None, None).unwrap_or_default();
+        let sessions = self.session_stats(None).unwrap_or_default();
+        let gauges = super::metrics::Gauges {
+            uptime_secs: self.started.elapsed().as_secs(),
+            targets: self.cfg.targets.len(),
+            portals: self.listeners.len(),
+            connections: self.server.connections().len(),
+        };
+        super::metrics::render(&gauges, &luns, &sessions)
+    }
+}
+
+fn find_mut<'a>(w: &'a mut Config, iqn: &str) -> Result<&'a mut TargetSettings, AdminError> {
+    w.targets
+        .iter_mut()
+        .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+        .ok_or_else(|| AdminError::UnknownTarget(iqn.to_owned()))
+}
+
+fn lun_mut(t: &mut TargetSettings, lun: u64) -> Result<&mut LunSettings, AdminError> {
+    let iqn = t.iqn.clone();
+    t.luns
+        .iter_mut()
+        .find(|l| l.id == lun)
+        .ok_or(AdminError::UnknownLun { target: iqn, lun })
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Logged-in connections grouped by TSIH.
+fn sessions_of(conns: &[ConnSummary]) -> BTreeMap<u16, Vec<&ConnSummary>> {
+    let mut m: BTreeMap<u16, Vec<&ConnSummary>> = BTreeMap::new();
+    for c in conns {
+        if let Some(s) = &c.session {
+            m.entry(s.tsih).or_default().push(c);
+        }
+    }
+    for v in m.values_mut() {
+        v.sort_by_key(|c| c.conn_id);
+    }
+    m
+}
+
+fn conn_view(c: &ConnSummary) -> ConnView {
+    ConnView {
+        conn_id: c.conn_id,
+        peer: c.peer,
+        local: c.local,
+        transport: match c.transport {
+            Transport::Tcp => "tcp",
+            Transport::Iser => "iser",
+        }
+        .to_owned(),
+        state: if c.session.is_some() {
+            "full-feature"
+        } else {
+            "login"
+        }
+        .to_owned(),
+        cid: c.session.as_ref().map(|s| s.cid),
+        tsih: c.session.as_ref().map(|s| s.tsih),
+        initiator: c.session.as_ref().map(|s| s.initiator.clone()),
+        target: c.session.as_ref().map(|s| s.target.clone()),
+    }
+}
+
+fn params_view(p: &SessionParams) -> ParamsView {
+    let digest = |on: bool| if on { "CRC32C" } else { "None" }.to_owned();
+    ParamsView {
+        header_digest: digest(p.header_digest),
+        data_digest: digest(p.data_digest),
+        max_connections: p.max_connections,
+        initial_r2t: p.initial_r2t,
+        immediate_data: p.immediate_data,
+        max_burst_length: p.max_burst_length,
+        first_burst_length: p.first_burst_length,
+        initiator_max_recv_data_segment_length: p.initiator_max_recv_dsl,
+        target_max_recv_data_segment_length: p.target_max_recv_dsl,
+        max_outstanding_r2t: p.max_outstanding_r2t,
+        default_time2wait: p.default_time2wait,
+        default_time2retain: p.default_time2retain,
+        data_pdu_in_order: p.data_pdu_in_order,
+        data_sequence_in_order: p.data_sequence_in_order,
+        error_recovery_level: p.error_recovery_level,
+        rdma_extensions: p.rdma_extensions,
+    }
+}
+
+fn session_stats_view(tsih: u16, conns: &[&ConnSummary]) -> Option<SessionStatsView> {
+    let s = conns.first()?.session.as_ref()?;
+    let mut v = SessionStatsView {
+        tsih,
+        target: s.target.clone(),
+        initiator: s.initiator.clone(),
+        connections: conns.len(),
+        commands: 0,
+        errors: 0,
+        read_bytes: 0,
+        write_bytes: 0,
+        latency: Histogram::default(),
+    };
+    let mut buckets = [0u64; LATENCY_BUCKETS];
+    let mut sum = 0u64;
+    for c in conns {
+        let st = &c.stats;
+        v.commands += st.commands;
+        v.errors += st.errors;
+        v.read_bytes += st.read_bytes;
+        v.write_bytes += st.write_bytes;
+        for (acc, n) in buckets.iter_mut().zip(st.latency_us.iter()) {
+            *acc += n;
+        }
+        sum = sum.saturating_add(st.latency_sum_us);
+    }
+    v.latency = Histogram::from_log2("us", &buckets, sum);
+    Some(v)
+}

@@ -1,0 +1,256 @@
+//! Black-box tests of declarative configuration through the admin socket:
+//! `config apply` touches only what differs (a session on an unchanged
+//! target keeps working), SIGHUP and `config reload` re-apply the file,
+//! and `config save` followed by a restart reproduces the running state.
+
+mod admin_common;
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use admin_common::{cli, eventually, Admin, Session};
+use common::{run_tool, Daemon, TOOL_TIMEOUT};
+use serde_json::{json, Value};
+
+const A: &str = "iqn.2026-11.org.rustgt:a";
+const B: &str = "iqn.2026-11.org.rustgt:b";
+const C: &str = "iqn.2026-11.org.rustgt:c";
+const INITIATOR: &str = "iqn.2026-11.org.rustgt:config-test";
+
+fn target(iqn: &str, extra: &str, luns: &[(u64, &str)]) -> String {
+    let mut s = format!("[[targets]]\niqn = \"{iqn}\"\n{extra}");
+    for (id, size) in luns {
+        s.push_str(&format!(
+            "[[targets.luns]]\nid = {id}\nbackstore = \"ram\"\nsize = \"{size}\"\n"
+        ));
+    }
+    s
+}
+
+fn base() -> String {
+    target(A, "", &[(0, "16M")]) + &target(B, "", &[(0, "16M")])
+}
+
+fn lun_ids(a: &mut Admin, iqn: &str) -> Vec<u64> {
+    a.ok(json!({"cmd": "list_luns", "target": iqn}))
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|l| l["id"].as_u64())
+        .collect()
+}
+
+fn tsihs(a: &mut Admin, iqn: &str) -> Vec<u64> {
+    a.ok(json!({"cmd": "list_sessions", "target": iqn}))
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|s| s["tsih"].as_u64())
+        .collect()
+}
+
+#[test]
+fn config_apply_changes_one_target_and_leaves_another_session_alone() {
+    let d = Daemon::start_with_config(&base(), 2);
+    let mut s = Session::login(d.portal, B, INITIATOR, 1);
+    s.settle(0);
+    let pattern = vec![0xa5u8; 4096];
+    assert!(s.write(0, 100, &pattern).good());
+    let mut a = Admin::connect(&d);
+    let before_tsih = tsihs(&mut a, B);
+    assert_eq!(before_tsih.len(), 1);
+
+    // Target A: alias, ACL and a new LUN; target B exactly as before.
+    let changed = target(
+        A,
+        "alias = \"changed\"\nacl = [\"iqn.2026-11.org.rustgt:config-test\"]\n",
+        &[(0, "16M"), (1, "8M")],
+    ) + &target(B, "", &[(0, "16M")]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("changed.toml");
+    std::fs::write(&file, &changed).expect("write");
+    let file_arg = file.display().to_string();
+
+    let saved = a.saved();
+    let dry = cli(&d, &["config", "apply", &file_arg, "--dry-run"]);
+    dry.assert_success();
+    assert!(dry.stdout.starts_with("would change:"), "{dry}");
+    assert_eq!(a.saved(), saved, "a dry run changes nothing");
+
+    let out = cli(&d, &["config", "apply", &file_arg]);
+    out.assert_success();
+    for line in [
+        format!("target {A}: alias changed"),
+        format!("target {A}: acl changed"),
+        format!("target {A}: LUN 1 added"),
+    ] {
+        assert!(out.stdout.contains(&line), "missing {line:?}: {out}");
+    }
+    assert!(!out.stdout.contains(B), "B must not change: {out}");
+    assert_eq!(lun_ids(&mut a, A), [0, 1]);
+
+    // B's session: same TSIH, no unit attention, data intact, still alive.
+    assert_eq!(tsihs(&mut a, B), before_tsih);
+    assert!(s.ping(), "B's session must survive the apply");
+    let tur = s.test_unit_ready(0).expect("alive");
+    assert!(
+        tur.good(),
+        "no unit attention on an untouched target: {tur:?}"
+    );
+    let r = s.read(0, 100, 8);
+    assert!(r.good() && r.data == pattern, "B's data after apply");
+
+    // A's new LUN answers our (allowed) initiator; libiscsi's default
+    // initiator is not in A's new ACL any more.
+    let mut sa = Session::login(d.portal, A, INITIATOR, 2);
+    sa.settle(1);
+    assert_eq!(sa.capacity(1), 8 << 20);
+    let inq = run_tool("iscsi-inq", &args![d.url(A, 1)], TOOL_TIMEOUT);
+    assert!(inq.stderr.contains("Authorization failure"), "{inq}");
+
+    // Applying the same file again changes nothing.
+    let again = cli(&d, &["config", "apply", &file_arg]);
+    again.assert_success();
+    assert!(again.stdout.contains("nothing to change"), "{again}");
+
+    // A file without B would cut off B's session: refused, unless forced.
+    let without_b = dir.path().join("without-b.toml");
+    std::fs::write(&without_b, target(A, "", &[(0, "16M")])).expect("write");
+    let saved = a.saved();
+    let refused = cli(&d, &["config", "apply", &without_b.display().to_string()]);
+    assert_eq!(refused.status.code(), Some(1), "{refused}");
+    assert!(
+        refused.stderr.contains(&format!("removing target {B}"))
+            && refused.stderr.contains(INITIATOR),
+        "{refused}"
+    );
+    assert_eq!(a.saved(), saved, "a refused apply changes nothing");
+    assert!(s.ping());
+}
+
+#[test]
+fn config_apply_names_the_file_and_key_of_a_mistake() {
+    let d = Daemon::start_with_config(&base(), 2);
+    let mut a = Admin::connect(&d);
+    let saved = a.saved();
+    let e = a.err(json!({
+        "cmd": "config_apply",
+        "origin": "/etc/rustgt/broken.toml",
+        "toml": format!("{}[[targets.luns]]\nid = 1\nbackstore = \"ram\"\nsize = \"8M\"\nblock_size = 1000\n", base()),
+    }));
+    assert!(e.contains("/etc/rustgt/broken.toml"), "{e}");
+    assert!(e.contains("targets[1].luns[1].block_size"), "{e}");
+    let e = a.err(json!({"cmd": "config_apply", "toml": "[[targets]]\niqn = \"x\"\nbogus = 1\n"}));
+    assert!(e.contains("bogus"), "{e}");
+    assert_eq!(a.saved(), saved);
+}
+
+#[test]
+fn sighup_and_config_reload_reapply_the_config_file() {
+    let d = Daemon::start_with_config(&base(), 2);
+    let mut a = Admin::connect(&d);
+    let config_file = d.data_dir().parent().expect("scratch").join("rustgt.toml");
+    assert!(config_file.exists());
+
+    std::fs::write(
+        &config_file,
+        target(A, "", &[(0, "16M")]) + &target(B, "", &[(0, "16M"), (2, "8M")]),
+    )
+    .expect("rewrite config");
+    let pid = a.ok(json!({"cmd": "status"}))["pid"].as_i64().expect("pid");
+    let pid = libc::pid_t::try_from(pid).expect("pid fits");
+    // SAFETY: kill(2) has no memory effects; the pid is the daemon this
+    // test started, which is still running (it answered just now).
+    unsafe {
+        libc::kill(pid, libc::SIGHUP);
+    }
+    eventually("SIGHUP to add LUN 2 to B", || lun_ids(&mut a, B) == [0, 2]);
+    assert!(d.exit_status().is_none(), "SIGHUP must not stop the daemon");
+
+    std::fs::write(&config_file, base()).expect("rewrite config");
+    let r = a.ok(json!({"cmd": "config_reload"}));
+    assert_eq!(r["changes"], json!([format!("target {B}: LUN 2 removed")]));
+    assert_eq!(lun_ids(&mut a, B), [0]);
+}
+
+/// What must survive a restart: targets and LUNs as listed, less what
+/// depends on the scratch directory and port.
+fn state(a: &mut Admin) -> Value {
+    let mut targets = a.ok(json!({"cmd": "list_targets"}));
+    for t in targets.as_array_mut().expect("array") {
+        if let Some(o) = t.as_object_mut() {
+            o.remove("portals");
+            o.remove("sessions");
+        }
+        for l in t["luns"].as_array_mut().expect("luns") {
+            if let Some(o) = l.as_object_mut() {
+                o.remove("path");
+            }
+        }
+    }
+    targets
+}
+
+/// The saved TOML without `data_dir` and portals.
+fn comparable(toml_text: &str) -> toml::Value {
+    let mut v: toml::Value = toml::from_str(toml_text).expect("saved config parses");
+    if let Some(t) = v.as_table_mut() {
+        t.remove("data_dir");
+    }
+    if let Some(ts) = v.get_mut("targets").and_then(|t| t.as_array_mut()) {
+        for t in ts {
+            if let Some(t) = t.as_table_mut() {
+                t.remove("portals");
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn config_save_then_restart_reproduces_the_running_state() {
+    let d = Daemon::start_with_config(&base(), 2);
+    let mut a = Admin::connect(&d);
+    a.ok(json!({"cmd": "add_lun", "target": A,
+        "lun": {"id": 3, "backstore": "file", "path": "a3.img", "size": "8M"}}));
+    a.ok(json!({"cmd": "resize_lun", "target": A, "lun": 3, "size": "24M"}));
+    a.ok(json!({"cmd": "set_readahead", "target": A, "lun": 0, "policy": "streams"}));
+    a.ok(json!({"cmd": "acl_add", "target": B, "initiator": INITIATOR}));
+    a.ok(json!({"cmd": "set_chap", "target": A,
+        "chap": {"user": "alice", "secret": "0123456789abcdef"}}));
+    a.ok(json!({"cmd": "set_chap",
+        "chap": {"user": "disc", "secret": "discovery-secret"}}));
+    a.ok(
+        json!({"cmd": "add_target", "target": {"iqn": C, "alias": "third",
+        "luns": [{"id": 0, "backstore": "null", "size": "1G"}]}}),
+    );
+    let before = state(&mut a);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("saved.toml");
+    let out = cli(&d, &["config", "save", &file.display().to_string()]);
+    out.assert_success();
+    let mode = std::fs::metadata(&file)
+        .expect("saved")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "saved config holds secrets");
+    let saved = std::fs::read_to_string(&file).expect("read saved");
+    assert!(saved.contains("0123456789abcdef"), "secrets are saved");
+    drop(a);
+    drop(d);
+
+    let d2 = Daemon::start_with_config(&saved, 3);
+    let mut a2 = Admin::connect(&d2);
+    assert_eq!(state(&mut a2), before, "state after restart");
+    assert_eq!(comparable(&a2.saved()), comparable(&saved));
+    let luns = a2.ok(json!({"cmd": "list_luns", "target": A}));
+    assert_eq!(
+        luns[1]["size_bytes"],
+        24 << 20,
+        "resized LUN restored at its new size"
+    );
+    // B's ACL came back with us in it.
+    let mut s = Session::login(d2.portal, B, INITIATOR, 9);
+    s.settle(0);
+}

@@ -1,0 +1,410 @@
+//! Black-box tests of the admin socket against a running daemon with
+//! sessions open: LUN hot-add and resize with their unit attentions,
+//! sessions and their negotiated parameters, refused requests that change
+//! nothing, readahead policy switches seen in the stats, the CLI, and the
+//! Prometheus endpoint.
+
+mod admin_common;
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+
+use admin_common::{cli, socket_of, Admin, Session, CAPACITY_CHANGED, REPORTED_LUNS_CHANGED};
+use common::{run_tool, Daemon, TOOL_TIMEOUT};
+use serde_json::json;
+
+const A: &str = "iqn.2026-11.org.rustgt:a";
+const B: &str = "iqn.2026-11.org.rustgt:b";
+const INITIATOR: &str = "iqn.2026-11.org.rustgt:admin-test";
+
+/// Two targets: A with a ram LUN 0 and a 16 MiB file LUN 1, B with a ram
+/// LUN 0; LUN 0 of A runs without readahead.
+fn two_targets() -> String {
+    format!(
+        "[[targets]]\niqn = \"{A}\"\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"64M\"\nreadahead = \"none\"\n\
+         [[targets.luns]]\nid = 1\nbackstore = \"file\"\npath = \"a1.img\"\nsize = \"16M\"\n\
+         [[targets]]\niqn = \"{B}\"\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"16M\"\n"
+    )
+}
+
+#[test]
+fn socket_is_private_and_speaks_json_lines() {
+    let d = Daemon::start_with_config(&two_targets(), 2);
+    let path = socket_of(&d);
+    let mode = std::fs::metadata(&path)
+        .expect("socket exists")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "admin socket mode");
+
+    let mut a = Admin::connect(&d);
+    let status = a.ok(json!({"cmd": "status"}));
+    assert_eq!(status["targets"], 2);
+    assert_eq!(status["luns"], 3);
+    assert_eq!(status["admin_socket"], path.display().to_string());
+    let bad = a.line("this is not json");
+    assert_eq!(bad["ok"], false);
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("bad request"),
+        "{bad}"
+    );
+    let unknown = a.line(r#"{"cmd":"frobnicate"}"#);
+    assert!(
+        unknown["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("frobnicate"),
+        "{unknown}"
+    );
+    // The connection survives bad lines.
+    let targets = a.ok(json!({"cmd": "list_targets"}));
+    let names: Vec<&str> = targets
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|t| t["iqn"].as_str())
+        .collect();
+    assert_eq!(names, [A, B]);
+}
+
+#[test]
+fn adding_a_lun_raises_reported_luns_changed_and_the_lun_answers() {
+    let d = Daemon::start_with_config(&two_targets(), 2);
+    let mut s = Session::login(d.portal, A, INITIATOR, 1);
+    s.settle(0);
+
+    let mut a = Admin::connect(&d);
+    let report = a.ok(json!({
+        "cmd": "add_lun", "target": A,
+        "lun": {"id": 5, "backstore": "ram", "size": "8M"}
+    }));
+    assert_eq!(
+        report["changes"],
+        json!([format!("target {A}: LUN 5 added")])
+    );
+
+    let o = s.test_unit_ready(0).expect("session alive");
+    assert_eq!(o.sense_code(), Some(REPORTED_LUNS_CHANGED), "{o:?}");
+    assert!(
+        s.test_unit_ready(0).expect("alive").good(),
+        "UA reported once"
+    );
+    // Each LUN reports it once to each nexus, the new one included.
+    let o = s.test_unit_ready(5).expect("session alive");
+    assert_eq!(o.sense_code(), Some(REPORTED_LUNS_CHANGED), "{o:?}");
+    assert_eq!(
+        s.capacity(5),
+        8 << 20,
+        "the new LUN answers on the old session"
+    );
+
+    let inq = run_tool("iscsi-inq", &args![d.url(A, 5)], TOOL_TIMEOUT);
+    inq.assert_success();
+    assert!(inq.stdout.contains("DIRECT_ACCESS"), "{inq}");
+}
+
+#[test]
+fn resizing_a_lun_raises_capacity_changed_and_reports_the_new_size() {
+    let d = Daemon::start_with_config(&two_targets(), 2);
+    let mut s = Session::login(d.portal, A, INITIATOR, 2);
+    s.settle(1);
+    assert_eq!(s.capacity(1), 16 << 20);
+
+    let out = cli(&d, &["lun", "resize", A, "1", "32M"]);
+    out.assert_success();
+    assert!(out.stdout.contains("LUN 1 resized to 32M"), "{out}");
+
+    let o = s.test_unit_ready(1).expect("session alive");
+    assert_eq!(o.sense_code(), Some(CAPACITY_CHANGED), "{o:?}");
+    assert_eq!(s.capacity(1), 32 << 20);
+    let data = std::fs::metadata(d.data_dir().join("a1.img")).expect("file");
+    assert_eq!(data.len(), 32 << 20, "backing file grown");
+
+    // Shrinking and resizing a ram LUN are refused and change nothing.
+    let mut a = Admin::connect(&d);
+    let before = a.saved();
+    let e = a.err(json!({"cmd": "resize_lun", "target": A, "lun": 1, "size": "8M"}));
+    assert!(e.contains("LUN 1") && e.contains("shrinking"), "{e}");
+    let e = a.err(json!({"cmd": "resize_lun", "target": A, "lun": 0, "size": "128M"}));
+    assert!(e.contains("LUN 0") && e.contains("ram"), "{e}");
+    assert_eq!(a.saved(), before);
+    assert_eq!(s.capacity(1), 32 << 20);
+}
+
+#[test]
+fn sessions_show_initiator_isid_tsih_address_and_parameters() {
+    let d = Daemon::start_with_config(&two_targets(), 2);
+    let mut s = Session::login(d.portal, B, INITIATOR, 7);
+    s.settle(0);
+    let w = s.write(0, 8, &[0x5a; 4096]);
+    assert!(w.good(), "{w:?}");
+
+    let mut a = Admin::connect(&d);
+    let sessions = a.ok(json!({"cmd": "list_sessions", "target": B}));
+    let list = sessions.as_array().expect("array");
+    assert_eq!(list.len(), 1, "{sessions}");
+    let v = &list[0];
+    assert_eq!(v["initiator"], INITIATOR);
+    assert_eq!(v["target"], B);
+    assert_eq!(v["isid"], "800000004207");
+    let tsih = v["tsih"].as_u64().expect("tsih");
+    assert_ne!(tsih, 0);
+    let conn = &v["connections"][0];
+    assert_eq!(conn["transport"], "tcp");
+    assert_eq!(conn["state"], "full-feature");
+    assert_eq!(conn["local"], d.portal.to_string());
+    assert!(conn["peer"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("127.0.0.1:"));
+    let p = &v["params"];
+    assert_eq!(p["header_digest"], "None");
+    assert!(p["max_burst_length"].as_u64().unwrap_or(0) >= 512, "{p}");
+    assert_eq!(p["error_recovery_level"], 0);
+    // No session on A.
+    assert_eq!(
+        a.ok(json!({"cmd": "list_sessions", "target": A})),
+        json!([])
+    );
+
+    let stats = a.ok(json!({"cmd": "session_stats", "tsih": tsih}));
+    let st = &stats[0];
+    assert_eq!(st["write_bytes"], 4096);
+    assert!(st["commands"].as_u64().unwrap_or(0) >= 2, "{st}");
+    assert_eq!(st["latency"]["count"], st["commands"]);
+
+    let table = cli(&d, &["session", "list"]);
+    table.assert_success();
+    assert!(
+        table.stdout.contains(INITIATOR) && table.stdout.contains("800000004207"),
+        "{table}"
+    );
+
+    // Logout request, then a kill.
+    let r = a.ok(json!({"cmd": "logout_session", "tsih": tsih}));
+    assert_eq!(r["connections"], 1);
+    assert!(s.wait_async(1), "Async Message 'logout requested' expected");
+    a.ok(json!({"cmd": "kill_session", "tsih": tsih}));
+    assert!(s.closed(), "killed session must be closed");
+    admin_common::eventually("the killed session to be gone", || {
+        a.ok(json!({"cmd": "list_sessions"})) == json!([])
+    });
+    let e = a.err(json!({"cmd": "kill_session", "tsih": tsih}));
+    assert!(e.contains(&format!("TSIH {tsih}")), "{e}");
+}
+
+#[test]
+fn wrong_requests_get_clear_errors_and_change_nothing() {
+    let d = Daemon::start_with_config(&two_targets(), 2);
+    let mut s = Session::login(d.portal, A, INITIATOR, 3);
+    s.settle(0);
+    let mut a = Admin::connect(&d);
+    let before = a.saved();
+
+    let cases = [
+        (
+            json!({"cmd": "add_lun", "target": "iqn.2026-11.org.rustgt:nope",
+                   "lun": {"id": 1, "backstore": "ram", "size": "8M"}}),
+            "unknown target \"iqn.2026-11.org.rustgt:nope\"",
+        ),
+        (
+            json!({"cmd": "add_lun", "target": A,
+                   "lun": {"id": 1, "backstore": "ram", "size": "8M"}}),
+            "LUN 1 already exists",
+        ),
+        (
+            json!({"cmd": "remove_lun", "target": A, "lun": 0}),
+            "active session",
+        ),
+        (json!({"cmd": "remove_target", "target": A}), "use --force"),
+        (
+            json!({"cmd": "remove_lun", "target": B, "lun": 9}),
+            "no LUN 9",
+        ),
+        (
+            json!({"cmd": "add_lun", "target": B,
+                   "lun": {"id": 2, "backstore": "ram", "size": "8M", "block_size": 1000}}),
+            "block_size",
+        ),
+        (
+            json!({"cmd": "add_lun", "target": B,
+                   "lun": {"id": 2, "backstore": "file", "path": "a1.img", "size": "16M"}}),
+            "already the backing store",
+        ),
+        (
+            json!({"cmd": "acl_remove", "target": B, "initiator": INITIATOR}),
+            "not in the ACL",
+        ),
+        (
+            json!({"cmd": "set_readahead", "target": A, "lun": 0, "policy": "psychic"}),
+            "unknown policy",
+        ),
+        (
+            json!({"cmd": "remove_portal", "target": A, "portal": d.portal.to_string()}),
+            "only portal",
+        ),
+        (
+            json!({"cmd": "add_target", "target": {"iqn": "not-a-name"}}),
+            "not an iSCSI name",
+        ),
+    ];
+    for (req, fragment) in cases {
+        let e = a.err(req.clone());
+        assert!(
+            e.contains(fragment),
+            "{req}: error {e:?} should mention {fragment:?}"
+        );
+        assert_eq!(a.saved(), before, "{req} changed the configuration");
+    }
+    let busy = a.err(json!({"cmd": "remove_lun", "target": A, "lun": 0}));
+    assert!(busy.contains(INITIATOR), "the session is named: {busy}");
+    // Still exported and answering on the old session.
+    assert!(s.test_unit_ready(0).expect("alive").good());
+    assert!(s.ping());
+
+    // The CLI prints the daemon's error and exits 1.
+    let out = cli(&d, &["lun", "remove", A, "0"]);
+    assert_eq!(out.status.code(), Some(1), "{out}");
+    assert!(out.stderr.contains("use --force"), "{out}");
+
+    // With --force the LUN goes; the session learns of it.
+    let out = cli(&d, &["lun", "remove", A, "1", "--force"]);
+    out.assert_success();
+    let o = s.test_unit_ready(0).expect("alive");
+    assert_eq!(o.sense_code(), Some(REPORTED_LUNS_CHANGED), "{o:?}");
+    let gone = s.test_unit_ready(1).expect("alive");
+    assert_eq!(
+        gone.sense_code().map(|c| (c.1, c.2)),
+        Some((0x25, 0x00)),
+        "{gone:?}"
+    );
+
+    // A forced target removal closes its sessions.
+    a.ok(json!({"cmd": "remove_target", "target": A, "force": true}));
+    assert!(s.closed(), "sessions of a removed target are closed");
+    let names = a.ok(json!({"cmd": "list_targets"}));
+    assert_eq!(names.as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn readahead_policy_change_shows_in_lun_stats() {
+    let d = Daemon::start_with_config(&two_targets(), 2);
+    let mut s = Session::login(d.portal, A, INITIATOR, 4);
+    s.settle(0);
+    let mut a = Admin::connect(&d);
+    let stats = |a: &mut Admin| a.ok(json!({"cmd": "lun_stats", "target": A, "lun": 0}))[0].clone();
+
+    // 64 sequential 32 KiB reads with no readahead: every byte is a miss.
+    for i in 0..64u32 {
+        assert!(s.read(0, i * 64, 64).good());
+    }
+    let st = stats(&mut a);
+    assert_eq!(st["readahead"]["policy"], "none", "{st}");
+    assert_eq!(st["readahead"]["hit_bytes"], 0, "{st}");
+    assert_eq!(
+        st["readahead"]["miss_bytes"], st["readahead"]["bytes"],
+        "{st}"
+    );
+    assert_eq!(st["readahead"]["bytes"], 64 * 32768, "{st}");
+    assert_eq!(st["read_commands"], 64);
+
+    let out = cli(&d, &["lun", "readahead", A, "0", "streams"]);
+    out.assert_success();
+    assert!(out.stdout.contains("readahead set to streams"), "{out}");
+
+    // The same pattern on a fresh region is now read ahead.
+    let base = 16 << 11; // 16 MiB in blocks
+    for i in 0..64u32 {
+        assert!(s.read(0, base + i * 64, 64).good());
+    }
+    let st = stats(&mut a);
+    assert_eq!(st["readahead"]["policy"], "streams", "{st}");
+    assert!(
+        st["readahead"]["hit_bytes"].as_u64().unwrap_or(0) > 0,
+        "{st}"
+    );
+    assert!(
+        st["readahead"]["backing_sizes"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{st}"
+    );
+    let luns = a.ok(json!({"cmd": "list_luns", "target": A}));
+    assert_eq!(luns[0]["readahead"], "streams");
+    // And the policy is part of the running configuration.
+    assert!(a.saved().contains("readahead = \"streams\""));
+
+    let table = cli(&d, &["stats", "lun", A, "0"]);
+    table.assert_success();
+    assert!(table.stdout.contains("readahead: streams"), "{table}");
+
+    // From `kernel` (a counting passthrough) to `context` the LUN gets a new
+    // I/O context around the same RAM engine: its data stays.
+    let mut sb = Session::login(d.portal, B, INITIATOR, 6);
+    sb.settle(0);
+    let pattern = vec![0x3cu8; 8192];
+    assert!(sb.write(0, 40, &pattern).good());
+    let before = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}))[0].clone();
+    assert_eq!(before["readahead"]["passthrough"], true, "{before}");
+    a.ok(json!({"cmd": "set_readahead", "target": B, "lun": 0, "policy": "context"}));
+    let r = sb.read(0, 40, 16);
+    assert!(
+        r.good() && r.data == pattern,
+        "data kept across the context swap"
+    );
+    let after = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}))[0].clone();
+    assert_eq!(after["readahead"]["policy"], "context", "{after}");
+    assert_eq!(after["readahead"]["passthrough"], false, "{after}");
+    assert!(
+        sb.test_unit_ready(0).expect("alive").good(),
+        "no unit attention for a policy switch"
+    );
+}
+
+#[test]
+fn prometheus_metrics_carry_the_stats_figures() {
+    let cfg = format!("metrics_listen = \"127.0.0.1:0\"\n{}", two_targets());
+    let d = Daemon::start_with_config(&cfg, 2);
+    let mut s = Session::login(d.portal, B, INITIATOR, 5);
+    s.settle(0);
+    assert!(s.read(0, 0, 8).good());
+    let mut a = Admin::connect(&d);
+    let addr = a.ok(json!({"cmd": "status"}))["metrics"]
+        .as_str()
+        .expect("metrics address")
+        .to_owned();
+
+    let get = |path: &str| {
+        let mut sock = std::net::TcpStream::connect(&addr).expect("connect metrics");
+        write!(sock, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+        let mut text = String::new();
+        sock.read_to_string(&mut text).expect("read");
+        text
+    };
+    let text = get("/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains("text/plain; version=0.0.4"));
+    let stats = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}));
+    let reads = stats[0]["read_commands"].as_u64().expect("reads");
+    assert!(reads >= 1);
+    assert!(
+        text.contains(&format!(
+            "rustgt_lun_read_commands_total{{target=\"{B}\",lun=\"0\"}} {reads}\n"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("rustgt_session_commands_total{"), "{text}");
+    assert!(text.contains("rustgt_lun_readahead_policy{"), "{text}");
+    assert!(
+        text.contains("rustgt_lun_backing_read_latency_seconds_bucket{"),
+        "{text}"
+    );
+    assert!(get("/other").starts_with("HTTP/1.1 404"));
+}
