@@ -43,6 +43,9 @@ pub struct TestResult {
     /// The test's "[SKIPPED]"/"[FAILED]" log lines and CUnit's failed
     /// assertions, for the report.
     pub notes: Vec<String>,
+    /// Everything printed from the test's header to the next test, suite or
+    /// run summary: its whole verbose log, to quote when it fails.
+    pub log: Vec<String>,
 }
 
 impl TestResult {
@@ -84,7 +87,7 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, o: Outcome) {
+    pub fn add(&mut self, o: Outcome) {
         match o {
             Outcome::Pass => self.pass += 1,
             Outcome::Skip => self.skip += 1,
@@ -170,6 +173,7 @@ impl Pending {
                 name: name.to_owned(),
                 outcome: Outcome::Pass,
                 notes: Vec::new(),
+                log: Vec::new(),
             },
             decided: false,
             skipped: false,
@@ -178,6 +182,7 @@ impl Pending {
 
     /// Feeds one piece of the test's output.
     fn feed(&mut self, text: &str) {
+        self.result.log.push(text.to_owned());
         if self.decided {
             self.log_after(text);
         } else if !self.verdict(text) {
@@ -276,6 +281,7 @@ pub fn parse(output: &str) -> Result<Report, ParseError> {
             }
             let (name, after) = rest;
             let mut p = Pending::new(&suite, name);
+            p.result.log.push(format!("Test: {name} ..."));
             p.feed(after);
             pending = Some(p);
             continue;
@@ -388,42 +394,23 @@ impl Report {
         m
     }
 
-    /// Tests that were skipped or failed.
-    pub fn not_passed(&self) -> impl Iterator<Item = &TestResult> {
-        self.tests.iter().filter(|t| t.outcome != Outcome::Pass)
-    }
-
     /// Suites CUnit could not even set up (their tests never ran).
     pub fn failed_suites(&self) -> u64 {
         self.summary.suites.failed
     }
 }
 
-/// A per-suite table plus the closing `libiscsi: pass N skip N fail N` line.
-pub fn render_table<'a>(rows: impl IntoIterator<Item = (&'a str, Counts)>) -> String {
-    let rows: Vec<(&str, Counts)> = rows.into_iter().collect();
-    let width = rows
-        .iter()
-        .map(|(s, _)| s.len())
-        .max()
-        .unwrap_or(5)
-        .max("suite".len());
-    let mut out = format!(
-        "{:<width$}  {:>5} {:>5} {:>5}\n",
-        "suite", "pass", "skip", "fail"
-    );
-    let mut total = Counts::default();
-    for (suite, c) in &rows {
-        out.push_str(&format!(
-            "{suite:<width$}  {:>5} {:>5} {:>5}\n",
-            c.pass, c.skip, c.fail
-        ));
-        total.pass += c.pass;
-        total.skip += c.skip;
-        total.fail += c.fail;
-    }
-    out.push_str(&format!("libiscsi: {total}\n"));
-    out
+/// The tests of `family` (e.g. "ALL") named by `iscsi-test-cu --list`, as
+/// `Suite.Test`, in listed order. The listing names each family, suite and
+/// test on its own line (`ALL`, `ALL.Read10`, `ALL.Read10.Simple`), maybe
+/// indented; only the three-part names of the family are tests.
+pub fn list_tests(listing: &str, family: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(family)?.strip_prefix('.'))
+        .filter(|rest| rest.split('.').count() == 2)
+        .map(str::to_owned)
+        .collect()
 }
 
 #[cfg(test)]
@@ -605,19 +592,37 @@ mod tests {
     }
 
     #[test]
-    fn table_lists_suites_and_totals() {
+    fn test_log_keeps_the_whole_output_of_a_failed_test() {
         let r = parse(TGT_MIXED).expect("parses");
-        let table = render_table(r.by_suite().iter().map(|(s, c)| (s.as_str(), *c)));
-        let lines: Vec<&str> = table.lines().collect();
+        let datasn = find(&r, "iSCSIdatasn.iSCSIDataSnInvalid");
         assert_eq!(
-            lines
-                .first()
-                .map(|l| l.split_whitespace().collect::<Vec<_>>()),
-            Some(vec!["suite", "pass", "skip", "fail"])
+            datasn.log.first().map(String::as_str),
+            Some("Test: iSCSIDataSnInvalid ...")
         );
-        assert!(lines.iter().any(
-            |l| l.split_whitespace().collect::<Vec<_>>() == ["CompareAndWrite", "0", "5", "0"]
-        ));
-        assert_eq!(lines.last(), Some(&"libiscsi: pass 6 skip 5 fail 1"));
+        assert!(datasn.log.iter().any(|l| l.starts_with("FAILED")));
+        assert!(datasn
+            .log
+            .iter()
+            .any(|l| l.contains("test_iscsi_datasn_invalid.c")));
+        assert!(
+            !datasn.log.iter().any(|l| l.contains("Run Summary")),
+            "the log stops at the summary"
+        );
+    }
+
+    #[test]
+    fn listing_gives_the_tests_of_a_family() {
+        let listing = "ALL\nALL.Read10\nALL.Read10.Simple\nALL.Read10.BeyondEol\n\
+                       ALL.ModeSense6\nALL.ModeSense6.Control-D_SENSE\n\
+                       iSCSI\niSCSI.iSCSIcmdsn\niSCSI.iSCSIcmdsn.iSCSICmdSnTooHigh\n\
+                       ALLOTHER.X.Y\n";
+        assert_eq!(
+            list_tests(listing, "ALL"),
+            [
+                "Read10.Simple",
+                "Read10.BeyondEol",
+                "ModeSense6.Control-D_SENSE"
+            ]
+        );
     }
 }

@@ -50,6 +50,14 @@ pub struct DaemonOptions {
     pub targets: Option<usize>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// Serve the portals the config lists instead of `--listen 127.0.0.1:0`
+    /// (several portals, e.g. for multipath; use port 0 on distinct
+    /// loopback addresses such as 127.0.0.1 and 127.0.0.2).
+    pub keep_portals: bool,
+    /// Reuse this scratch directory (data dir and config) instead of a
+    /// fresh one: a restart on the same files, e.g. from
+    /// [`Daemon::stop_keep_files`].
+    pub scratch: Option<tempfile::TempDir>,
 }
 
 /// A child process and, once reaped, its exit status (after which its pid
@@ -93,8 +101,10 @@ pub struct Daemon {
     proc: Mutex<Option<Proc>>,
     /// Scratch directory holding the data dir and config; removed on drop.
     scratch: tempfile::TempDir,
-    /// The bound portal (port resolved).
+    /// The bound portal (port resolved); the first one when there are several.
     pub portal: SocketAddr,
+    /// Every bound portal, in the order the daemon printed them.
+    pub portals: Vec<SocketAddr>,
     /// Every "rustgt: iscsi://..." URL printed, in order (one per target).
     pub urls: Vec<String>,
     /// All stdout lines seen until ready: the listening, URL and iscsiadm lines.
@@ -117,13 +127,17 @@ impl Daemon {
         })
     }
 
-    pub fn start_with(opts: DaemonOptions) -> Self {
-        let scratch = tempfile::tempdir().expect("scratch dir");
+    pub fn start_with(mut opts: DaemonOptions) -> Self {
+        let scratch = match opts.scratch.take() {
+            Some(dir) => dir,
+            None => tempfile::tempdir().expect("scratch dir"),
+        };
         let data_dir = scratch.path().join("data");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rustgt"));
-        cmd.arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--data-dir")
+        if !opts.keep_portals {
+            cmd.arg("--listen").arg("127.0.0.1:0");
+        }
+        cmd.arg("--data-dir")
             .arg(&data_dir)
             .arg("--log")
             .arg("info");
@@ -176,6 +190,7 @@ impl Daemon {
             })),
             scratch,
             portal: SocketAddr::from(([127, 0, 0, 1], 0)),
+            portals: Vec::new(),
             urls: Vec::new(),
             stdout: Vec::new(),
             stderr,
@@ -193,11 +208,12 @@ impl Daemon {
             match rx.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(addr) = line.strip_prefix("rustgt: listening on ") {
-                        listening = Some(
-                            addr.trim()
-                                .parse::<SocketAddr>()
-                                .unwrap_or_else(|e| panic!("bad listening line {line:?}: {e}")),
-                        );
+                        let addr = addr
+                            .trim()
+                            .parse::<SocketAddr>()
+                            .unwrap_or_else(|e| panic!("bad listening line {line:?}: {e}"));
+                        listening.get_or_insert(addr);
+                        self.portals.push(addr);
                     } else if let Some(url) = line.strip_prefix("rustgt: iscsi://") {
                         self.urls.push(format!("iscsi://{}", url.trim()));
                     } else if line.starts_with("rustgt: iscsiadm ") {

@@ -347,21 +347,31 @@ impl Server {
             if let Err(e) = self.clone().drive(sock, peer, conn_id).await {
                 tracing::debug!(error = %e, "connection ended with error");
             }
-            // Forget the connection and release its nexus.
-            let entry = self.conns.lock().ok().and_then(|mut c| c.remove(&conn_id));
+            // Release its nexus (if logout did not already) and forget it.
+            self.release_nexus(conn_id).await;
+            let _ = self.conns.lock().ok().and_then(|mut c| c.remove(&conn_id));
             if let Ok(mut s) = self.sessions.lock() {
                 s.remove_conn(conn_id);
-            }
-            if let Some(info) = entry.and_then(|e| e.session) {
-                if let Some(t) = self.target(&info.target) {
-                    let nexus: Arc<Nexus> = info.nexus.clone();
-                    let _ = tokio::task::spawn_blocking(move || t.nexus_lost(&nexus)).await;
-                }
             }
             tracing::info!("connection closed");
         }
         .instrument(span)
         .await
+    }
+
+    /// Tell the SCSI core that this connection's I_T nexus is gone (once).
+    async fn release_nexus(&self, conn_id: u64) {
+        let info = self
+            .conns
+            .lock()
+            .ok()
+            .and_then(|mut c| c.get_mut(&conn_id).and_then(|e| e.session.take()));
+        if let Some(info) = info {
+            if let Some(t) = self.target(&info.target) {
+                let nexus: Arc<Nexus> = info.nexus.clone();
+                let _ = tokio::task::spawn_blocking(move || t.nexus_lost(&nexus)).await;
+            }
+        }
     }
 
     async fn drive(
@@ -435,12 +445,19 @@ impl Server {
             while let Some(ev) = conn.poll_event() {
                 self.handle_event(ev, &tx, &mut target, conn_id, &stats);
             }
+            let closing = conn.is_closing();
+            if closing && conn.in_flight() == 0 {
+                // The session's state (reservations, unit attentions) goes
+                // before the initiator can see a Logout Response, so another
+                // session's next command never meets it.
+                self.release_nexus(conn_id).await;
+            }
             if let Some(bytes) = conn.poll_transmit() {
                 if out_tx.send(bytes).is_err() {
                     break;
                 }
             }
-            if conn.is_closing() {
+            if closing {
                 break;
             }
         }
