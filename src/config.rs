@@ -186,6 +186,12 @@ pub struct TargetSettings {
     /// Network portals (ADDR:PORT); `--listen` replaces them.
     #[serde(default = "default_portals")]
     pub portals: Vec<SocketAddr>,
+    /// iSER portals (RFC 7145): ADDR:PORT of an RDMA-capable interface,
+    /// served by a build with `--features iser`. Discovery stays on
+    /// `portals`; give an iSER portal the address of a TCP one so that
+    /// discovered records can switch to iSER.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iser_portals: Vec<SocketAddr>,
     /// Target portal group tag reported in SendTargets and at login.
     #[serde(default = "default_tpgt")]
     pub tpgt: u16,
@@ -363,6 +369,7 @@ impl Config {
             iqn: DEFAULT_TARGET_IQN.to_owned(),
             alias: None,
             portals: default_portals(),
+            iser_portals: Vec::new(),
             tpgt: default_tpgt(),
             acl: Vec::new(),
             chap: None,
@@ -1074,6 +1081,14 @@ fn check_target(
     for (i, p) in t.portals.iter().enumerate() {
         if t.portals.get(..i).is_some_and(|before| before.contains(p)) {
             c.fail(key.key("portals").index(i), format!("{p} is listed twice"));
+        }
+    }
+    for (i, p) in t.iser_portals.iter().enumerate() {
+        let at = key.key("iser_portals").index(i);
+        if t.iser_portals.get(..i).is_some_and(|b| b.contains(p)) {
+            c.fail(at, format!("{p} is listed twice"));
+        } else if p.port() == 0 || p.ip().is_unspecified() {
+            c.fail(at, "needs an RDMA interface's address and a port");
         }
     }
     for (i, name) in t.acl.iter().enumerate() {

@@ -52,6 +52,9 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let mut rt = Runtime::start(cfg, source)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // iSER portals serve the same targets (built at start; live changes
+    // of targets or iser_portals need a restart).
+    let iser = crate::iser_portals::IserPortals::start(rt.config(), rt.server())?;
 
     let (control, mut inbox) = mpsc::channel::<Envelope>(CONTROL_QUEUE);
     let admin = AdminSocket::bind(&socket_path)?;
@@ -75,7 +78,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     };
     drop(control);
     rt.set_endpoints(Some(socket_path.clone()), metrics_bound);
-    print_banner(&rt)?;
+    print_banner(&rt, iser.addrs())?;
 
     loop {
         tokio::select! {
@@ -99,6 +102,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let _ = admin_task.await;
     tracing::info!("shutting down: asking initiators to log out");
     rt.stop_listeners();
+    iser.stop_sessions(SHUTDOWN_GRACE).await;
     rt.server().shutdown(SHUTDOWN_GRACE).await;
     tracing::info!("shutdown complete");
     Ok(())
@@ -106,10 +110,13 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
 
 /// The start-up lines on stdout: portals, then a URL and an iscsiadm hint
 /// per target.
-fn print_banner(rt: &Runtime) -> Result<()> {
+fn print_banner(rt: &Runtime, iser: &[SocketAddr]) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     for addr in rt.portals() {
         writeln!(stdout, "rustgt: listening on {addr}")?;
+    }
+    for addr in iser {
+        writeln!(stdout, "rustgt: iSER listening on {addr}")?;
     }
     for t in &rt.config().targets {
         if let Some(p) = t.portals.first() {

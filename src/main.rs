@@ -7,6 +7,7 @@ mod bench;
 mod cli;
 mod config;
 mod daemon;
+mod iser_portals;
 
 use clap::Parser;
 

@@ -1,12 +1,27 @@
 //! One iSCSI connection, sans I/O (RFC 7143 ERL 0, one connection per
-//! session).
+//! session), over either transport: a byte stream (TCP) or RDMA messages
+//! (iSER, RFC 7145).
 //!
-//! The driver feeds received bytes with [`Connection::handle_input`], SCSI
-//! completions with [`Connection::complete`], task-management results with
+//! The driver feeds what it receives ([`Connection::handle_input`] for
+//! stream bytes, [`Connection::handle_message`] for one iSER Send Message,
+//! [`Connection::data_arrived`] for a finished RDMA Read), SCSI completions
+//! with [`Connection::complete`], task-management results with
 //! [`Connection::tmf_done`] and time with [`Connection::handle_timeout`]. It
-//! drains bytes to send with [`Connection::poll_transmit`] and work to do
-//! with [`Connection::poll_event`]. Nothing here blocks, allocates beyond
-//! the negotiated limits, or panics on what a peer sends.
+//! drains work to do with [`Connection::poll_event`] and output with
+//! [`Connection::poll_transmit`] (stream segments) or
+//! [`Connection::poll_op`] (iSER Sends, RDMA Writes and Reads).
+//!
+//! Login, negotiation, sequence numbers, task and Data-Out sequencing are
+//! written once here; the transports differ only in framing and in how
+//! data moves, which the [`stream`] and [`rdma`] submodules hold behind
+//! one internal enum. Nothing here blocks, allocates beyond the negotiated
+//! limits, or panics on what a peer sends.
+
+mod rdma;
+mod stream;
+
+use rdma::Deferred;
+pub use rdma::{IserOp, IserParams, IserSend, RdmaRead, RdmaWrite};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -18,17 +33,17 @@ use rustgt_scsi::sense::{Asc, Sense, SenseKey};
 use rustgt_scsi::{Command, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
 
 use crate::config::PortalConfig;
+use crate::iser::ControlHeader;
 use crate::login::LoginState;
 use crate::negotiate::{SessionParams, SessionType, Transport};
-use crate::pdu::bhs::Bhs;
 use crate::pdu::{
-    decode_lun, encode_lun, padded_len, verify_digest, AsyncMessage, DataOut, LogoutRequest,
-    LogoutResponse, NopIn, NopOut, Opcode, R2t, Reject, RejectReason, Reply, RequestHeader,
-    ScsiCommand, ScsiResponse, TaskAttribute, TaskMgmtRequest, TaskMgmtResponse, TextRequest,
-    TextResponse, TmfCode, TmfResult, BHS_LEN, RESERVED_TAG,
+    decode_lun, encode_lun, AsyncMessage, DataOut, LogoutRequest, LogoutResponse, NopIn, NopOut,
+    Opcode, Reject, RejectReason, Reply, RequestHeader, ScsiCommand, ScsiResponse, TaskAttribute,
+    TaskMgmtRequest, TaskMgmtResponse, TextRequest, TextResponse, TmfCode, TmfResult, BHS_LEN,
+    RESERVED_TAG,
 };
 use crate::session::SessionTable;
-use crate::task::{data_in_pdus, residual_bits, DataInSlice, InFlight, OpenR2t, WriteTask};
+use crate::task::{InFlight, WriteTask};
 use crate::text::{encode_text, parse_text, TextAssembler, TextSplitter};
 
 /// Work for the driver.
@@ -97,10 +112,6 @@ struct PendingLogout {
     response: u8,
 }
 
-/// Payloads up to this size are copied next to their header; larger ones
-/// go out as their own segment, uncopied.
-const SMALL_PAYLOAD: usize = 4096;
-
 /// Limit on login PDU data segments before MaxRecvDataSegmentLength is
 /// negotiated (RFC 7143 §13.12 default).
 const LOGIN_MAX_DSL: u32 = 8192;
@@ -112,15 +123,8 @@ pub struct Connection {
     pub(crate) setup: ConnectionSetup,
     pub(crate) sessions: Arc<Mutex<SessionTable>>,
     phase: Phase,
-    inbuf: Vec<u8>,
-    inpos: usize,
-    /// Bytes of a rejected PDU still to skip without buffering.
-    discard: usize,
-    /// Encoded PDUs not yet queued as a segment.
-    out_buf: Vec<u8>,
-    /// Segments to send, in order; read payloads are slices of the
-    /// response buffer, never copied here.
-    out: Vec<Bytes>,
+    /// Framing and data movement of the transport.
+    wire: Wire,
     events: VecDeque<Event>,
     pub(crate) hd: bool,
     pub(crate) dd: bool,
@@ -139,6 +143,54 @@ pub struct Connection {
     last_rx: Option<Instant>,
     ping: Option<(u32, Instant)>,
     async_logout_sent: bool,
+}
+
+/// The one place the transports differ: how PDUs are framed and how data
+/// moves.
+#[derive(Debug)]
+enum Wire {
+    /// A byte stream: PDUs with digests and padding, R2T and Data-In PDUs.
+    Stream(stream::StreamWire),
+    /// RDMA messages: one PDU per Send, data by RDMA Write and Read.
+    Rdma(rdma::RdmaWire),
+}
+
+/// Why a PDU header was refused; the connection already acted on it.
+enum Refused {
+    /// The connection is failing: read nothing more.
+    Close,
+    /// A Reject went out; drop this PDU and go on.
+    Rejected,
+}
+
+/// What a SCSI Response needs to end a task the SCSI core never saw.
+#[derive(Debug)]
+struct Ending {
+    itt: u32,
+    immediate: bool,
+    /// R2T PDUs sent for it (part of ExpDataSN).
+    r2ts: u32,
+    remote: ControlHeader,
+}
+
+impl Ending {
+    fn of_command(c: &ScsiCommand, remote: &ControlHeader) -> Ending {
+        Ending {
+            itt: c.itt,
+            immediate: c.immediate,
+            r2ts: 0,
+            remote: *remote,
+        }
+    }
+
+    fn of_write(task: &WriteTask) -> Ending {
+        Ending {
+            itt: task.cmd.itt,
+            immediate: task.cmd.immediate,
+            r2ts: task.r2t_sn,
+            remote: task.remote,
+        }
+    }
 }
 
 /// RFC 1982 serial comparison on 32-bit sequence numbers: `a < b`.
@@ -160,16 +212,16 @@ impl Connection {
     ) -> Self {
         let login = LoginState::new(&cfg, &setup);
         let text_in = TextAssembler::new(cfg.max_text_len);
+        let wire = match setup.transport {
+            Transport::Tcp => Wire::Stream(stream::StreamWire::default()),
+            Transport::Iser => Wire::Rdma(rdma::RdmaWire::new(IserParams::default())),
+        };
         Connection {
             cfg,
             setup,
             sessions,
             phase: Phase::Login(Box::new(login)),
-            inbuf: Vec::new(),
-            inpos: 0,
-            discard: 0,
-            out_buf: Vec::new(),
-            out: Vec::new(),
+            wire,
             events: VecDeque::new(),
             hd: false,
             dd: false,
@@ -209,21 +261,13 @@ impl Connection {
         self.inflight.len()
     }
 
-    /// Segments to send, in order, if any. A driver writes them with one
-    /// vectored write (or, for iSER, maps payload segments to RDMA).
+    /// Byte-stream segments to send, in order, if any. A driver writes them
+    /// with one vectored write. Always `None` on an iSER connection (use
+    /// [`Connection::poll_op`]).
     pub fn poll_transmit(&mut self) -> Option<Vec<Bytes>> {
-        self.flush_out_buf();
-        if self.out.is_empty() {
-            None
-        } else {
-            Some(std::mem::take(&mut self.out))
-        }
-    }
-
-    fn flush_out_buf(&mut self) {
-        if !self.out_buf.is_empty() {
-            self.out
-                .push(Bytes::from(std::mem::take(&mut self.out_buf)));
+        match &mut self.wire {
+            Wire::Stream(s) => s.take_output(),
+            Wire::Rdma(_) => None,
         }
     }
 
@@ -306,154 +350,105 @@ impl Connection {
     }
 
     // ----------------------------------------------------------------------
-    // Input framing.
+    // Header checks shared by both framings.
     // ----------------------------------------------------------------------
 
-    /// Feed bytes received from the transport.
-    pub fn handle_input(&mut self, mut data: &[u8], now: Instant) {
-        if self.is_closing() {
-            return;
+    /// What the BHS alone tells: only Login during login, and no data
+    /// segment over the negotiated limit (checked before the payload is
+    /// read, SPDK's rule: never buffer a payload we would refuse).
+    fn vet_bhs(&mut self, opcode: Opcode, dsl: u32, bhs: &[u8; BHS_LEN]) -> Result<(), Refused> {
+        let in_login = self.in_login();
+        if in_login && opcode != Opcode::LOGIN_REQUEST {
+            tracing::warn!(opcode = opcode.0, "non-login PDU during login");
+            self.fail();
+            return Err(Refused::Close);
         }
-        self.last_rx = Some(now);
-        if self.discard > 0 {
-            let n = self.discard.min(data.len());
-            self.discard -= n;
-            data = data.get(n..).unwrap_or_default();
-        }
-        self.inbuf.extend_from_slice(data);
-        let mut buf = std::mem::take(&mut self.inbuf);
-        while !self.is_closing() {
-            let avail = buf.get(self.inpos..).unwrap_or_default();
-            match self.next_pdu(avail, now) {
-                Step::NeedMore => break,
-                Step::Consumed(n) => self.inpos += n,
-                Step::Skip(n) => {
-                    // Reject already sent; skip the data segment without keeping it.
-                    let have = avail.len();
-                    if n <= have {
-                        self.inpos += n;
-                    } else {
-                        self.inpos += have;
-                        self.discard = n - have;
-                    }
-                }
-            }
-        }
-        // Compact: keep only the unparsed tail.
-        if self.inpos >= buf.len() {
-            buf.clear();
-        } else if self.inpos > 0 {
-            buf.drain(..self.inpos);
-        }
-        self.inpos = 0;
-        self.inbuf = buf;
-    }
-
-    /// Try to take one PDU from the front of `buf`.
-    fn next_pdu(&mut self, buf: &[u8], now: Instant) -> Step {
-        let Some(bhs_bytes) = buf.get(..BHS_LEN) else {
-            return Step::NeedMore;
-        };
-        let Ok(bhs) = Bhs::new_checked(bhs_bytes) else {
-            return Step::NeedMore;
-        };
-        let in_login = matches!(self.phase, Phase::Login(_));
-        let ahs_len = bhs.total_ahs_len_bytes();
-        let dsl = bhs.data_segment_len();
-        let header_len = bhs.header_wire_len(self.hd);
-        let data_len = bhs.data_wire_len(self.dd);
-        let dd_len = data_len - padded_len(dsl as usize);
-        let Ok(bhs_arr) = <[u8; BHS_LEN]>::try_from(bhs_bytes) else {
-            return Step::NeedMore;
-        };
-
-        // Validate what the BHS alone tells before waiting for the rest
-        // (SPDK's rule: never buffer a payload we would refuse).
         let limit = if in_login {
             LOGIN_MAX_DSL
         } else {
             self.params_target_mrdsl()
         };
-        if in_login && bhs.opcode() != Opcode::LOGIN_REQUEST {
-            tracing::warn!(opcode = bhs.opcode().0, "non-login PDU during login");
-            self.fail();
-            return Step::NeedMore;
-        }
         if dsl > limit {
             tracing::warn!(dsl, limit, "DataSegmentLength over the negotiated limit");
             if in_login {
                 self.fail();
-                return Step::NeedMore;
+                return Err(Refused::Close);
             }
-            self.reject(RejectReason::PROTOCOL_ERROR, &bhs_arr);
-            return Step::Skip(header_len + data_len);
+            self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+            return Err(Refused::Rejected);
         }
-        let Some(header) = buf.get(..header_len) else {
-            return Step::NeedMore;
-        };
-        if self.hd {
-            let (hdr, dig) = header.split_at(header_len - 4);
-            if !digest_ok(hdr, dig) {
-                // The length fields can't be trusted: ERL 0 closes (RFC 7143 §7.8).
-                tracing::warn!("header digest error; closing connection");
-                self.fail();
-                return Step::NeedMore;
-            }
-        }
-        let ahs = header.get(BHS_LEN..BHS_LEN + ahs_len).unwrap_or_default();
-        let parsed = RequestHeader::parse(&bhs_arr, ahs);
-        let total = header_len + data_len;
-        let hdr = match parsed {
+        Ok(())
+    }
+
+    /// Decode the header and apply the opcode- and state-specific checks.
+    fn vet_header(
+        &mut self,
+        bhs: &[u8; BHS_LEN],
+        ahs: &[u8],
+        dsl: u32,
+    ) -> Result<RequestHeader, Refused> {
+        let in_login = self.in_login();
+        let hdr = match RequestHeader::parse(bhs, ahs) {
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!(error = %e, "unparseable PDU header");
                 if in_login {
                     self.fail();
-                    return Step::NeedMore;
+                    return Err(Refused::Close);
                 }
                 let reason = match e {
                     crate::pdu::PduError::UnknownOpcode(_) => RejectReason::COMMAND_NOT_SUPPORTED,
                     crate::pdu::PduError::Incomplete(_) => RejectReason::PROTOCOL_ERROR,
                     _ => RejectReason::INVALID_PDU_FIELD,
                 };
-                self.reject(reason, &bhs_arr);
-                return Step::Skip(total);
+                self.reject(reason, bhs);
+                return Err(Refused::Rejected);
             }
         };
         if !in_login {
             if let Some(reason) = self.precheck(&hdr, dsl) {
-                self.reject(reason, &bhs_arr);
+                self.reject(reason, bhs);
                 self.after_precheck_reject(&hdr);
-                return Step::Skip(total);
+                return Err(Refused::Rejected);
             }
         }
-        let Some(whole) = buf.get(..total) else {
-            return Step::NeedMore;
-        };
-        let data_area = whole.get(header_len..).unwrap_or_default();
-        let data = data_area.get(..dsl as usize).unwrap_or_default();
-        if dd_len > 0 {
-            let padded = data_area
-                .get(..padded_len(dsl as usize))
-                .unwrap_or_default();
-            let dig = data_area.get(padded.len()..).unwrap_or_default();
-            if !digest_ok(padded, dig) {
-                tracing::warn!("data digest error");
-                self.reject(RejectReason::DATA_DIGEST_ERROR, &bhs_arr);
-                self.data_digest_failed(&hdr);
-                return Step::Consumed(total);
-            }
-        }
-        self.dispatch(hdr, data, &bhs_arr, now);
-        Step::Consumed(total)
+        Ok(hdr)
     }
 
+    fn in_login(&self) -> bool {
+        matches!(self.phase, Phase::Login(_))
+    }
+
+    /// The most the target accepts per PDU: TargetRecvDataSegmentLength in
+    /// iSER-assisted mode (RFC 7145 §6.4), else its MaxRecvDataSegmentLength.
     fn params_target_mrdsl(&self) -> u32 {
         self.session
             .as_ref()
-            .map(|s| s.params.target_max_recv_dsl)
+            .map(|s| {
+                if s.params.rdma_extensions {
+                    s.params.target_recv_dsl
+                } else {
+                    s.params.target_max_recv_dsl
+                }
+            })
             .unwrap_or(LOGIN_MAX_DSL)
             .max(LOGIN_MAX_DSL)
+    }
+
+    /// The most the target may send per PDU: InitiatorRecvDataSegmentLength
+    /// in iSER-assisted mode (RFC 7145 §6.5), else the initiator's
+    /// MaxRecvDataSegmentLength.
+    fn max_send_dsl(&self) -> u32 {
+        self.session
+            .as_ref()
+            .map(|s| {
+                if s.params.rdma_extensions {
+                    s.params.initiator_recv_dsl
+                } else {
+                    s.params.initiator_max_recv_dsl
+                }
+            })
+            .unwrap_or(LOGIN_MAX_DSL)
     }
 
     /// Opcode- and state-specific checks that need only the header.
@@ -495,7 +490,15 @@ impl Connection {
         }
     }
 
-    fn dispatch(&mut self, hdr: RequestHeader, data: &[u8], bhs: &[u8; BHS_LEN], now: Instant) {
+    /// Act on one whole PDU. `remote` is its iSER header (empty on TCP).
+    fn dispatch(
+        &mut self,
+        hdr: RequestHeader,
+        data: &[u8],
+        bhs: &[u8; BHS_LEN],
+        remote: ControlHeader,
+        now: Instant,
+    ) {
         if let Phase::Login(_) = self.phase {
             if let RequestHeader::Login(req) = hdr {
                 self.handle_login(req, data, now);
@@ -511,7 +514,7 @@ impl Connection {
         }
         match hdr {
             RequestHeader::NopOut(n) => self.handle_nop_out(n, data),
-            RequestHeader::ScsiCommand(c) => self.handle_scsi_command(c, data),
+            RequestHeader::ScsiCommand(c) => self.handle_scsi_command(c, data, remote),
             RequestHeader::DataOut(d) => self.handle_data_out(d, data, bhs),
             RequestHeader::TaskMgmt(t) => self.handle_tmf(t),
             RequestHeader::Text(t) => self.handle_text(t, data, bhs),
@@ -574,7 +577,15 @@ impl Connection {
     // ----------------------------------------------------------------------
 
     pub(crate) fn send(&mut self, reply: Reply) {
-        reply.encode_into(&mut self.out_buf, self.hd, self.dd);
+        self.send_reply(reply, None);
+    }
+
+    /// Queue a PDU; on iSER, `invalidate` asks for Send with Invalidate.
+    fn send_reply(&mut self, reply: Reply, invalidate: Option<u32>) {
+        match &mut self.wire {
+            Wire::Stream(s) => s.encode(&reply, self.hd, self.dd),
+            Wire::Rdma(r) => r.push_pdu(&reply, invalidate),
+        }
     }
 
     pub(crate) fn reject(&mut self, reason: RejectReason, bhs: &[u8; BHS_LEN]) {
@@ -655,7 +666,7 @@ impl Connection {
     // SCSI commands and Data-Out (RFC 7143 §11.3, §11.7, §11.8).
     // ----------------------------------------------------------------------
 
-    fn handle_scsi_command(&mut self, c: ScsiCommand, data: &[u8]) {
+    fn handle_scsi_command(&mut self, c: ScsiCommand, data: &[u8], remote: ControlHeader) {
         tracing::trace!(
             itt = c.itt,
             cmd_sn = c.cmd_sn,
@@ -674,11 +685,24 @@ impl Connection {
             return;
         }
         let lun = decode_lun(c.lun);
+        let immediate_len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        if matches!(self.wire, Wire::Rdma(_)) && self.missing_buffer(&c, immediate_len, &remote) {
+            // RDMA has nowhere to move the data: refuse before running it.
+            tracing::warn!(itt = c.itt, ?remote, "command without the buffers it needs");
+            let end = Ending::of_command(&c, &remote);
+            self.send_status(
+                end,
+                Status::CHECK_CONDITION,
+                SeqError::MissingBuffer.sense(),
+            );
+            return;
+        }
         if c.write && c.expected_data_len > 0 {
             if c.expected_data_len > self.cfg.max_write_len {
                 // Refuse without collecting data; unsolicited data is ignored.
                 let sense = fixed_sense(SenseKey::ILLEGAL_REQUEST, 0x24, 0x00);
-                self.send_status(c.itt, c.immediate, Status::CHECK_CONDITION, sense, 0, 0);
+                let end = Ending::of_command(&c, &remote);
+                self.send_status(end, Status::CHECK_CONDITION, sense);
                 return;
             }
             let initial_r2t = match &self.session {
@@ -693,6 +717,8 @@ impl Connection {
                 next_r2t_offset: 0,
                 r2ts: VecDeque::new(),
                 r2t_sn: 0,
+                remote,
+                solicited_base: None,
                 cmd: c,
             };
             task.buf.extend_from_slice(data);
@@ -700,12 +726,13 @@ impl Connection {
             self.writes.insert(itt, task);
             self.advance_write(itt);
         } else {
-            self.submit(c, lun, Vec::new(), 0);
+            self.submit(c, lun, Vec::new(), 0, remote);
         }
     }
 
     /// After data arrived for a write: dispatch it when complete, or ask
-    /// for more with R2Ts once the unsolicited phase is over.
+    /// for more (R2T PDUs on TCP, RDMA Reads on iSER) once the unsolicited
+    /// phase is over.
     fn advance_write(&mut self, itt: u32) {
         let (max_burst, max_r2t) = match &self.session {
             Some(s) => (
@@ -720,60 +747,17 @@ impl Connection {
         if task.complete() {
             if let Some(task) = self.writes.remove(&itt) {
                 let r2ts = task.r2t_sn;
-                let lun = task.lun;
-                let cmd = task.cmd;
-                self.submit(cmd, lun, task.buf, r2ts);
+                let (lun, remote, cmd) = (task.lun, task.remote, task.cmd);
+                self.submit(cmd, lun, task.buf, r2ts, remote);
             }
             return;
         }
         if task.unsolicited_open {
             return;
         }
-        let mut to_send = Vec::new();
-        if let Some(task) = self.writes.get_mut(&itt) {
-            if task.next_r2t_offset < task.received() {
-                task.next_r2t_offset = task.received();
-            }
-            while (task.r2ts.len() as u32) < max_r2t && task.next_r2t_offset < task.edtl() {
-                let len = max_burst.min(task.edtl() - task.next_r2t_offset);
-                to_send.push((
-                    task.next_r2t_offset,
-                    len,
-                    task.r2t_sn,
-                    task.lun,
-                    task.cmd.lun,
-                ));
-                task.r2ts.push_back(OpenR2t {
-                    ttt: 0,
-                    offset: task.next_r2t_offset,
-                    len,
-                    received: 0,
-                    next_data_sn: 0,
-                });
-                task.next_r2t_offset += len;
-                task.r2t_sn = task.r2t_sn.wrapping_add(1);
-            }
-        }
-        for (offset, len, r2t_sn, _lun, lun_raw) in to_send {
-            let ttt = self.alloc_ttt();
-            if let Some(task) = self.writes.get_mut(&itt) {
-                if let Some(r) = task.r2ts.iter_mut().find(|r| r.offset == offset) {
-                    r.ttt = ttt;
-                }
-            }
-            let r2t = R2t {
-                lun: lun_raw,
-                itt,
-                ttt,
-                // R2T carries StatSN without advancing it (§11.8.2).
-                stat_sn: self.stat_sn,
-                exp_cmd_sn: self.exp_cmd_sn,
-                max_cmd_sn: self.max_cmd_sn,
-                r2t_sn,
-                buffer_offset: offset,
-                desired_len: len,
-            };
-            self.send(Reply::R2t(r2t));
+        match self.wire {
+            Wire::Stream(_) => self.send_r2ts(itt, max_burst, max_r2t),
+            Wire::Rdma(_) => self.issue_reads(itt, max_burst, max_r2t),
         }
     }
 
@@ -824,6 +808,9 @@ impl Connection {
                 }
                 Ok(())
             }
+        } else if matches!(self.wire, Wire::Rdma(_)) {
+            // iSER moves solicited data by RDMA Read only (RFC 7145 §7.3.4).
+            Err(SeqError::UnknownTtt)
         } else {
             match task.r2ts.iter_mut().find(|r| r.ttt == d.ttt) {
                 None => Err(SeqError::UnknownTtt),
@@ -853,15 +840,7 @@ impl Connection {
             );
             let _ = bhs;
             if let Some(task) = self.writes.remove(&d.itt) {
-                let r2ts = task.r2t_sn;
-                self.send_status(
-                    d.itt,
-                    task.cmd.immediate,
-                    Status::CHECK_CONDITION,
-                    e.sense(),
-                    0,
-                    r2ts,
-                );
+                self.fail_write(task, e);
             }
             return;
         }
@@ -870,36 +849,14 @@ impl Connection {
         self.advance_write(d.itt);
     }
 
-    fn data_digest_failed(&mut self, hdr: &RequestHeader) {
-        // RFC 7143 §7.8: terminate the task with CHECK CONDITION, ABORTED
-        // COMMAND / PROTOCOL SERVICE CRC ERROR (47h/05h).
-        let itt = match hdr {
-            RequestHeader::ScsiCommand(c) => {
-                if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
-                    return;
-                }
-                let sense = fixed_sense(SenseKey::ABORTED_COMMAND, 0x47, 0x05);
-                self.send_status(c.itt, c.immediate, Status::CHECK_CONDITION, sense, 0, 0);
-                return;
-            }
-            RequestHeader::DataOut(d) => d.itt,
-            _ => return,
-        };
-        if let Some(task) = self.writes.remove(&itt) {
-            let sense = fixed_sense(SenseKey::ABORTED_COMMAND, 0x47, 0x05);
-            let r2ts = task.r2t_sn;
-            self.send_status(
-                itt,
-                task.cmd.immediate,
-                Status::CHECK_CONDITION,
-                sense,
-                0,
-                r2ts,
-            );
-        }
-    }
-
-    fn submit(&mut self, c: ScsiCommand, lun: u64, data_out: Vec<u8>, r2t_count: u32) {
+    fn submit(
+        &mut self,
+        c: ScsiCommand,
+        lun: u64,
+        data_out: Vec<u8>,
+        r2t_count: u32,
+        remote: ControlHeader,
+    ) {
         let Some(session) = &self.session else {
             return;
         };
@@ -933,14 +890,15 @@ impl Connection {
                 lun: c.lun,
                 immediate: c.immediate,
                 r2t_count,
+                remote,
             },
         );
         self.events.push_back(Event::Command(cmd));
     }
 
     /// A SCSI command finished. Sends Data-In and status (RFC 7143 §11.4,
-    /// §11.7); an aborted task gets no response at all.
-    pub fn complete(&mut self, mut resp: Response) {
+    /// §11.7; RFC 7145 §7.3.5 on iSER); an aborted task gets no response.
+    pub fn complete(&mut self, resp: Response) {
         let Ok(itt) = u32::try_from(resp.tag) else {
             return;
         };
@@ -950,98 +908,50 @@ impl Connection {
         if self.is_closing() {
             return;
         }
-        if resp.aborted {
-            self.retire(task.immediate);
-            self.maybe_finish_logout();
-            return;
-        }
-        let (max_pdu, max_burst) = match &self.session {
-            Some(s) => (s.params.initiator_max_recv_dsl, s.params.max_burst_length),
-            None => return,
-        };
-        let (over, under, residual) = residual_bits(resp.residual);
-        let data = Bytes::from(std::mem::take(&mut resp.data_in));
-        let pdus = data_in_pdus(itt, task.lun, data.len(), max_pdu, max_burst);
-        let n_pdus = u32::try_from(pdus.len()).unwrap_or(u32::MAX);
-        // Status rides in the last Data-In when there is no sense (§11.7.4).
-        let status_in_data = !pdus.is_empty() && resp.sense.is_empty();
         self.retire(task.immediate);
-        let last = pdus.len().saturating_sub(1);
-        for (i, DataInSlice { mut pdu, range }) in pdus.into_iter().enumerate() {
-            pdu.exp_cmd_sn = self.exp_cmd_sn;
-            pdu.max_cmd_sn = self.max_cmd_sn;
-            if i == last && status_in_data {
-                pdu.final_bit = true;
-                pdu.has_status = true;
-                pdu.status = resp.status.0;
-                pdu.overflow = over;
-                pdu.underflow = under;
-                pdu.residual = residual;
-                pdu.stat_sn = self.next_stat_sn();
+        if !resp.aborted && self.session.is_some() {
+            match self.wire {
+                Wire::Stream(_) => self.complete_stream(itt, &task, resp),
+                Wire::Rdma(_) => self.complete_rdma(itt, &task, resp),
             }
-            let payload = data.get(range.clone()).unwrap_or_default();
-            let (head, tail) = pdu.encode_parts(payload, self.hd, self.dd);
-            self.out_buf.extend_from_slice(&head);
-            if payload.len() <= SMALL_PAYLOAD {
-                self.out_buf.extend_from_slice(payload);
-            } else {
-                self.flush_out_buf();
-                self.out.push(data.slice(range));
-            }
-            self.out_buf.extend_from_slice(&tail);
-        }
-        if !status_in_data {
-            let r = ScsiResponse {
-                bidi_overflow: false,
-                bidi_underflow: false,
-                overflow: over,
-                underflow: under,
-                response: 0,
-                status: resp.status.0,
-                itt,
-                snack_tag: 0,
-                stat_sn: self.next_stat_sn(),
-                exp_cmd_sn: self.exp_cmd_sn,
-                max_cmd_sn: self.max_cmd_sn,
-                exp_data_sn: n_pdus.wrapping_add(task.r2t_count),
-                bidi_residual: 0,
-                residual,
-                sense: resp.sense,
-            };
-            self.send(Reply::ScsiResponse(r));
         }
         self.maybe_finish_logout();
     }
 
+    /// End a write task that can go no further with CHECK CONDITION, once
+    /// no RDMA Read of it is outstanding.
+    fn fail_write(&mut self, task: WriteTask, e: SeqError) {
+        let reads = self.reads_for(&[task.cmd.itt]);
+        let then = Deferred::Status {
+            end: Ending::of_write(&task),
+            status: Status::CHECK_CONDITION,
+            sense: e.sense(),
+        };
+        self.after_reads(reads, then);
+    }
+
     /// Answer a command the connection itself fails, without the SCSI core.
-    fn send_status(
-        &mut self,
-        itt: u32,
-        immediate: bool,
-        status: Status,
-        sense: Vec<u8>,
-        residual: u32,
-        r2ts: u32,
-    ) {
-        self.retire(immediate);
+    fn send_status(&mut self, end: Ending, status: Status, sense: Vec<u8>) {
+        self.retire(end.immediate);
         let r = ScsiResponse {
             bidi_overflow: false,
             bidi_underflow: false,
             overflow: false,
-            underflow: residual > 0,
+            underflow: false,
             response: 0,
             status: status.0,
-            itt,
+            itt: end.itt,
             snack_tag: 0,
             stat_sn: self.next_stat_sn(),
             exp_cmd_sn: self.exp_cmd_sn,
             max_cmd_sn: self.max_cmd_sn,
-            exp_data_sn: r2ts,
+            exp_data_sn: end.r2ts,
             bidi_residual: 0,
-            residual,
+            residual: 0,
             sense,
         };
-        self.send(Reply::ScsiResponse(r));
+        let invalidate = self.invalidate_for(&end.remote);
+        self.send_reply(Reply::ScsiResponse(r), invalidate);
     }
 
     // ----------------------------------------------------------------------
@@ -1061,7 +971,13 @@ impl Connection {
                         let imm = w.cmd.immediate;
                         self.writes.remove(&t.referenced_tag);
                         self.retire(imm);
-                        self.send_tmf_response(t.itt, TmfResult::COMPLETE, t.immediate);
+                        let reads = self.reads_for(&[t.referenced_tag]);
+                        let then = Deferred::Tmf {
+                            itt: t.itt,
+                            result: TmfResult::COMPLETE,
+                            immediate: t.immediate,
+                        };
+                        self.after_reads(reads, then);
                         return;
                     }
                 }
@@ -1104,10 +1020,13 @@ impl Connection {
                 .filter(|(_, w)| all || decode_lun(w.cmd.lun) == lun)
                 .map(|(itt, w)| (*itt, w.cmd.immediate))
                 .collect();
+            let itts: Vec<u32> = dead.iter().map(|(itt, _)| *itt).collect();
             for (itt, imm) in dead {
                 self.writes.remove(&itt);
                 self.retire(imm);
             }
+            let reads = self.reads_for(&itts);
+            self.fence_tmf(t.itt, reads);
         }
         self.tmfs.insert(t.itt);
         self.events.push_back(Event::TaskMgmt {
@@ -1133,7 +1052,13 @@ impl Connection {
             TmfResponse::FunctionRejected => TmfResult::REJECTED,
         };
         // TMF requests are normally immediate and take no window slot.
-        self.send_tmf_response(itt, result, true);
+        let reads = self.take_tmf_fence(itt);
+        let then = Deferred::Tmf {
+            itt,
+            result,
+            immediate: true,
+        };
+        self.after_reads(reads, then);
     }
 
     fn send_tmf_response(&mut self, itt: u32, result: TmfResult, immediate: bool) {
@@ -1213,12 +1138,7 @@ impl Connection {
         };
         let answer = self.text_answer(&pairs);
         let encoded = encode_text(&answer);
-        let max = self
-            .session
-            .as_ref()
-            .map(|s| s.params.initiator_max_recv_dsl)
-            .unwrap_or(LOGIN_MAX_DSL)
-            .max(512) as usize;
+        let max = self.max_send_dsl().max(512) as usize;
         let chunks: VecDeque<Vec<u8>> = TextSplitter::split(&encoded, max).into();
         let ttt = if chunks.len() > 1 {
             self.alloc_ttt()
@@ -1309,9 +1229,10 @@ impl Connection {
         self.maybe_finish_logout();
     }
 
-    /// Send the Logout Response once no task is left in flight.
+    /// Send the Logout Response once no task is left in flight (and, on
+    /// iSER, no RDMA Read still reads an initiator buffer).
     fn maybe_finish_logout(&mut self) {
-        if self.logout.is_none() || !self.inflight.is_empty() {
+        if self.logout.is_none() || !self.inflight.is_empty() || !self.reads_idle() {
             return;
         }
         let Some(l) = self.logout.take() else {
@@ -1333,17 +1254,6 @@ impl Connection {
     }
 }
 
-enum Step {
-    NeedMore,
-    Consumed(usize),
-    /// A rejected PDU: skip this many bytes (header included).
-    Skip(usize),
-}
-
-fn digest_ok(covered: &[u8], digest: &[u8]) -> bool {
-    verify_digest(covered, digest).is_ok()
-}
-
 /// Fixed-format sense data for the few errors the transport itself raises.
 fn fixed_sense(key: SenseKey, asc: u8, ascq: u8) -> Vec<u8> {
     Sense::new(key, Asc::new(asc, ascq)).fixed()
@@ -1360,6 +1270,8 @@ enum SeqError {
     DataSn,
     Offset,
     TooMuch,
+    /// iSER: the command advertised no buffer for data RDMA must move.
+    MissingBuffer,
 }
 
 impl SeqError {
@@ -1370,6 +1282,8 @@ impl SeqError {
             SeqError::DataSn => (0x4b, 0x00),
             SeqError::Offset => (0x4b, 0x05),
             SeqError::TooMuch => (0x0c, 0x0d),
+            // DATA PHASE ERROR.
+            SeqError::MissingBuffer => (0x4b, 0x00),
         };
         fixed_sense(SenseKey::ABORTED_COMMAND, asc, ascq)
     }

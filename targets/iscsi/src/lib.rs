@@ -2,9 +2,13 @@
 //!
 //! RFC 7143 (iSCSI) and the iSCSI-level parts of RFC 7145 (iSER), with no
 //! sockets, no threads, no clocks and no files. A driver (TCP in
-//! `rustgt-iscsi-tcp`, later iSER) feeds a [`Connection`] bytes, SCSI
-//! completions and `now`; it returns bytes to send and [`Event`]s: SCSI
-//! commands and task-management requests to run.
+//! `rustgt-iscsi-tcp`, RDMA in `rustgt-iser`) feeds a [`Connection`] what
+//! it received (stream bytes, or whole iSER messages and finished RDMA
+//! Reads), SCSI completions and `now`; it gets back output (stream
+//! segments, or iSER Sends and RDMA Writes/Reads to post) and [`Event`]s:
+//! SCSI commands and task-management requests to run. The same
+//! `Connection` serves both transports; only framing and data movement
+//! differ, inside it.
 //!
 //! Guarantees:
 //! - every header is validated (opcode against phase, lengths against the
@@ -17,6 +21,7 @@ pub mod chap;
 pub mod config;
 pub mod conn;
 pub mod discovery;
+pub mod iser;
 mod login;
 pub mod negotiate;
 pub mod pdu;
@@ -25,5 +30,8 @@ mod task;
 pub mod text;
 
 pub use config::{PortalConfig, TargetInfo};
-pub use conn::{Connection, ConnectionSetup, Event, SessionInfo};
+pub use conn::{
+    Connection, ConnectionSetup, Event, IserOp, IserParams, IserSend, RdmaRead, RdmaWrite,
+    SessionInfo,
+};
 pub use session::SessionTable;

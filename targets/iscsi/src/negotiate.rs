@@ -1141,7 +1141,11 @@ impl Negotiator {
                 if self.declare(Key::TargetRecvDsl, v.to_string(), &mut out) {
                     self.params.target_recv_dsl = v;
                 }
-                if self.leading {
+                // Declared only to an initiator that declared its own:
+                // open-iscsi fails a login on any key it does not know, and
+                // it does not know this one. Undeclared means 0, no limit.
+                let known = self.seen.contains(Key::MaxOutstandingUnexpectedPdus.name());
+                if self.leading && known {
                     let v = self.limits.max_outstanding_unexpected_pdus;
                     self.declare(Key::MaxOutstandingUnexpectedPdus, v.to_string(), &mut out);
                 }

@@ -1,11 +1,13 @@
 //! Per-command state inside a connection: Data-Out collection with R2T
-//! sequencing for writes (RFC 7143 §4.2.4, §11.7, §11.8), and Data-In
+//! sequencing for writes (RFC 7143 §4.2.4, §11.7, §11.8; on iSER the R2Ts
+//! are virtual and become RDMA Reads, RFC 7145 §7.3.6), and Data-In
 //! sequencing for reads (§11.7).
 
 use std::collections::VecDeque;
 
 use rustgt_scsi::Residual;
 
+use crate::iser::ControlHeader;
 use crate::pdu::{DataIn, ScsiCommand};
 
 /// An R2T the target has sent and not yet seen all data for.
@@ -32,7 +34,13 @@ pub(crate) struct WriteTask {
     /// Next offset to ask for with an R2T.
     pub next_r2t_offset: u32,
     pub r2ts: VecDeque<OpenR2t>,
+    /// R2T PDUs sent (TCP; iSER sends none).
     pub r2t_sn: u32,
+    /// The command's iSER buffers (none on TCP).
+    pub remote: ControlHeader,
+    /// iSER: the buffer offset the write buffer's first byte stands for
+    /// (the first solicited byte), fixed by the first RDMA Read.
+    pub solicited_base: Option<u32>,
 }
 
 impl WriteTask {
@@ -56,6 +64,8 @@ pub(crate) struct InFlight {
     pub immediate: bool,
     /// Number of R2Ts sent for it (part of ExpDataSN in the response).
     pub r2t_count: u32,
+    /// The command's iSER buffers (none on TCP).
+    pub remote: ControlHeader,
 }
 
 /// Residual fields as iSCSI carries them: (overflow, underflow, count).

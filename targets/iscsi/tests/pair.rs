@@ -1,5 +1,10 @@
 //! The protocol core against an in-memory initiator, over the real SCSI
 //! core with a RAM backstore, with simulated time.
+//!
+//! Login, sequencing, task management and data tests are written once and
+//! run against both transports of the same `Connection` (modules `tcp` and
+//! `iser` at the end); tests of what only one transport has (digests and
+//! stream framing, R2T sequencing, RDMA operations) follow, named by it.
 
 #![allow(clippy::unwrap_used)] // tests may panic on a broken invariant
 
@@ -9,9 +14,41 @@ use std::time::Duration;
 
 use common::*;
 use rustgt_iscsi::chap::{ChapAlgorithm, ChapCredentials, ChapPolicy};
+use rustgt_iscsi::iser::{ControlHeader, Hello, ISER_HEADER_LEN};
 use rustgt_iscsi::negotiate::{Digest, Limits};
 use rustgt_iscsi::pdu::*;
 use rustgt_iscsi::text::{decode_binary, encode_hex, encode_text, parse_text};
+use rustgt_iscsi::IserParams;
+
+/// Runs each listed `fn name(mode: Mode)` once per transport.
+macro_rules! on_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod tcp {
+            $( #[test] fn $name() { super::$name(super::Mode::Tcp) } )*
+        }
+        mod iser {
+            $( #[test] fn $name() { super::$name(super::Mode::Iser) } )*
+        }
+    };
+}
+
+on_both_transports!(
+    login_negotiates_and_reports_tpgt,
+    unknown_target_and_missing_initiator_name_are_refused,
+    acl_refuses_other_initiators,
+    chap_and_mutual_chap,
+    chap_required_refuses_skipping_security,
+    read_write_round_trip_with_small_pdus,
+    unsolicited_data_out_with_initial_r2t_no,
+    out_of_window_cmdsn_is_ignored_and_window_moves,
+    unknown_opcodes_and_oversized_pdus_get_rejects,
+    unsolicited_data_out_errors_fail_the_task_not_the_connection,
+    nop_in_ping_and_timeout_with_simulated_time,
+    discovery_send_targets,
+    logout_closes_after_response,
+    abort_task_of_a_write_still_collecting_data,
+    reinstatement_reports_the_old_connection,
+);
 
 fn limits() -> Limits {
     Limits {
@@ -21,71 +58,16 @@ fn limits() -> Limits {
     }
 }
 
-fn default_pair() -> Pair {
-    Pair::new(portal_config(limits(), ChapPolicy::default()))
+fn default_pair(mode: Mode) -> Pair {
+    Pair::with_mode(portal_config(limits(), ChapPolicy::default()), mode)
 }
 
 fn kv<'a>(kv: &'a [(String, String)], k: &str) -> Option<&'a str> {
     kv.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.as_str())
 }
 
-/// Write `data` at `lba` with WRITE(10), answering R2Ts as they come, and
-/// return the SCSI status.
-fn write_with_r2ts(p: &mut Pair, lba: u32, data: &[u8], immediate: usize, max_pdu: usize) -> u8 {
-    let blocks = (data.len() / 512) as u16;
-    let imm = data[..immediate].to_vec();
-    let itt = p.scsi_cmd(
-        &write10_cdb(lba, blocks),
-        false,
-        true,
-        data.len() as u32,
-        imm,
-        true,
-    );
-    let mut status = None;
-    for _round in 0..10_000 {
-        let replies = p.replies();
-        if replies.is_empty() {
-            break;
-        }
-        for r in replies {
-            match r {
-                Reply::R2t(r2t) => {
-                    assert_eq!(r2t.itt, itt);
-                    let mut off = r2t.buffer_offset as usize;
-                    let end = off + r2t.desired_len as usize;
-                    let mut sn = 0;
-                    while off < end {
-                        let n = max_pdu.min(end - off);
-                        p.data_out(
-                            itt,
-                            r2t.ttt,
-                            sn,
-                            off as u32,
-                            &data[off..off + n],
-                            off + n == end,
-                        );
-                        sn += 1;
-                        off += n;
-                    }
-                }
-                Reply::ScsiResponse(s) => {
-                    assert_eq!(s.itt, itt);
-                    status = Some(s.status);
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        if status.is_some() {
-            break;
-        }
-    }
-    status.expect("write status")
-}
-
-#[test]
-fn login_negotiates_and_reports_tpgt() {
-    let mut p = default_pair();
+fn login_negotiates_and_reports_tpgt(mode: Mode) {
+    let mut p = default_pair(mode);
     let (lr, kv1) = p.login_step(
         Stage::SECURITY,
         Stage::OPERATIONAL,
@@ -99,28 +81,46 @@ fn login_negotiates_and_reports_tpgt() {
     assert_eq!(lr.status, LoginStatus::SUCCESS);
     assert_eq!(kv(&kv1, "TargetPortalGroupTag"), Some("1"));
     assert_eq!(kv(&kv1, "AuthMethod"), Some("None"));
-    let (lr, kv2) = p.login_step(
-        Stage::OPERATIONAL,
-        Stage::FULL_FEATURE,
-        true,
-        &[
-            ("HeaderDigest", "CRC32C,None"),
-            ("MaxBurstLength", "16384"),
-            ("FirstBurstLength", "8192"),
-            ("X-Foo", "bar"),
-        ],
-    );
+    let mut ops = vec![
+        ("HeaderDigest", "CRC32C,None"),
+        ("MaxBurstLength", "16384"),
+        ("FirstBurstLength", "8192"),
+        ("X-Foo", "bar"),
+    ];
+    if mode == Mode::Iser {
+        ops.push(("RDMAExtensions", "Yes"));
+        ops.push(("InitiatorRecvDataSegmentLength", "262144"));
+    }
+    let (lr, kv2) = p.login_step(Stage::OPERATIONAL, Stage::FULL_FEATURE, true, &ops);
     assert_eq!(lr.status, LoginStatus::SUCCESS);
     assert_ne!(lr.tsih, 0);
-    assert_eq!(kv(&kv2, "HeaderDigest"), Some("CRC32C"));
     assert_eq!(kv(&kv2, "MaxBurstLength"), Some("16384"));
     assert_eq!(kv(&kv2, "X-Foo"), Some("NotUnderstood"));
-    assert!(kv(&kv2, "MaxRecvDataSegmentLength").is_some());
+    match mode {
+        Mode::Tcp => {
+            assert_eq!(kv(&kv2, "HeaderDigest"), Some("CRC32C"));
+            assert!(kv(&kv2, "MaxRecvDataSegmentLength").is_some());
+            assert_eq!(kv(&kv2, "TargetRecvDataSegmentLength"), None);
+        }
+        Mode::Iser => {
+            // RFC 7145 §6: no digests, the iSER declarations instead of
+            // MaxRecvDataSegmentLength.
+            assert_eq!(kv(&kv2, "HeaderDigest"), Some("None"));
+            assert_eq!(kv(&kv2, "RDMAExtensions"), Some("Yes"));
+            assert_eq!(kv(&kv2, "TargetRecvDataSegmentLength"), Some("8192"));
+            // Not declared to an initiator that did not declare it (open-iscsi
+            // fails a login on keys it does not know).
+            assert_eq!(kv(&kv2, "MaxOutstandingUnexpectedPDUs"), None);
+            assert_eq!(kv(&kv2, "MaxRecvDataSegmentLength"), None);
+            let params = &p.conn.session().unwrap().params;
+            assert!(params.rdma_extensions);
+            assert_eq!(params.initiator_recv_dsl, 262_144);
+        }
+    }
 }
 
-#[test]
-fn unknown_target_and_missing_initiator_name_are_refused() {
-    let mut p = default_pair();
+fn unknown_target_and_missing_initiator_name_are_refused(mode: Mode) {
+    let mut p = default_pair(mode);
     let (lr, _) = p.login_step(
         Stage::SECURITY,
         Stage::OPERATIONAL,
@@ -133,7 +133,7 @@ fn unknown_target_and_missing_initiator_name_are_refused() {
     assert_eq!(lr.status, LoginStatus::NOT_FOUND);
     assert!(p.conn.is_closing());
 
-    let mut p = default_pair();
+    let mut p = default_pair(mode);
     let (lr, _) = p.login_step(
         Stage::SECURITY,
         Stage::OPERATIONAL,
@@ -143,11 +143,10 @@ fn unknown_target_and_missing_initiator_name_are_refused() {
     assert_eq!(lr.status, LoginStatus::MISSING_PARAMETER);
 }
 
-#[test]
-fn acl_refuses_other_initiators() {
+fn acl_refuses_other_initiators(mode: Mode) {
     let mut cfg = portal_config(limits(), ChapPolicy::default());
     cfg.targets[0].acl = vec!["iqn.2026-11.org.rustgt:someone-else".into()];
-    let mut p = Pair::new(cfg);
+    let mut p = Pair::with_mode(cfg, mode);
     let (lr, _) = p.login_step(
         Stage::SECURITY,
         Stage::OPERATIONAL,
@@ -157,7 +156,7 @@ fn acl_refuses_other_initiators() {
     assert_eq!(lr.status, LoginStatus::AUTHORIZATION_FAILURE);
 }
 
-fn chap_login(secret: &[u8], mutual: bool) -> LoginStatus {
+fn chap_login(mode: Mode, secret: &[u8], mutual: bool) -> LoginStatus {
     let policy = ChapPolicy {
         initiator: Some(ChapCredentials {
             user: "alice".into(),
@@ -168,7 +167,7 @@ fn chap_login(secret: &[u8], mutual: bool) -> LoginStatus {
             secret: b"target-secret-45".to_vec(),
         }),
     };
-    let mut p = Pair::new(portal_config(limits(), policy));
+    let mut p = Pair::with_mode(portal_config(limits(), policy), mode);
     let (lr, k) = p.login_step(
         Stage::SECURITY,
         Stage::OPERATIONAL,
@@ -209,18 +208,22 @@ fn chap_login(secret: &[u8], mutual: bool) -> LoginStatus {
     lr.status
 }
 
-#[test]
-fn chap_and_mutual_chap() {
-    assert_eq!(chap_login(b"alice-secret-123", false), LoginStatus::SUCCESS);
-    assert_eq!(chap_login(b"alice-secret-123", true), LoginStatus::SUCCESS);
+fn chap_and_mutual_chap(mode: Mode) {
     assert_eq!(
-        chap_login(b"wrong-secret-xyz", false),
+        chap_login(mode, b"alice-secret-123", false),
+        LoginStatus::SUCCESS
+    );
+    assert_eq!(
+        chap_login(mode, b"alice-secret-123", true),
+        LoginStatus::SUCCESS
+    );
+    assert_eq!(
+        chap_login(mode, b"wrong-secret-xyz", false),
         LoginStatus::AUTHENTICATION_FAILURE
     );
 }
 
-#[test]
-fn chap_required_refuses_skipping_security() {
+fn chap_required_refuses_skipping_security(mode: Mode) {
     let policy = ChapPolicy {
         initiator: Some(ChapCredentials {
             user: "alice".into(),
@@ -228,7 +231,7 @@ fn chap_required_refuses_skipping_security() {
         }),
         target: None,
     };
-    let mut p = Pair::new(portal_config(limits(), policy));
+    let mut p = Pair::with_mode(portal_config(limits(), policy), mode);
     let (lr, _) = p.login_step(
         Stage::OPERATIONAL,
         Stage::FULL_FEATURE,
@@ -238,8 +241,9 @@ fn chap_required_refuses_skipping_security() {
     assert_eq!(lr.status, LoginStatus::AUTHENTICATION_FAILURE);
 }
 
-#[test]
-fn read_write_round_trip_with_small_pdus_and_digests() {
+/// 64 KiB through small PDUs (TCP, with digests) or small RDMA operations
+/// (iSER, 4 KiB each), with 512 bytes of immediate data.
+fn read_write_round_trip_with_small_pdus(mode: Mode) {
     let mut cfg = portal_config(
         Limits {
             max_recv_data_segment_length: 512,
@@ -251,7 +255,7 @@ fn read_write_round_trip_with_small_pdus_and_digests() {
         ChapPolicy::default(),
     );
     cfg.queue_depth = 8;
-    let mut p = Pair::new(cfg);
+    let mut p = Pair::with_mode(cfg, mode);
     let k = p.login(&[
         ("HeaderDigest", "CRC32C"),
         ("DataDigest", "CRC32C"),
@@ -260,26 +264,54 @@ fn read_write_round_trip_with_small_pdus_and_digests() {
         ("FirstBurstLength", "1024"),
         ("MaxOutstandingR2T", "2"),
     ]);
-    assert_eq!(kv(&k, "MaxRecvDataSegmentLength"), Some("512"));
-    assert!(p.hd && p.dd);
+    match mode {
+        Mode::Tcp => {
+            assert_eq!(kv(&k, "MaxRecvDataSegmentLength"), Some("512"));
+            assert!(p.hd && p.dd);
+        }
+        Mode::Iser => assert!(!p.hd && !p.dd, "no digests on iSER"),
+    }
     let data = pattern(64 * 1024, 3);
-    // 512 bytes of immediate data, the rest through R2Ts of <= 4 KiB in 512-byte PDUs.
-    assert_eq!(write_with_r2ts(&mut p, 10, &data, 512, 512), 0);
+    // 512 bytes of immediate data, the rest solicited: R2Ts of <= 4 KiB in
+    // 512-byte PDUs, or RDMA Reads of <= 4 KiB.
+    assert_eq!(p.write10(10, &data, 512, 512), 0);
     let (status, back, sense) = p.read10(10, 128);
     assert_eq!(status, 0, "sense {sense:?}");
     assert_eq!(back, data);
+    if mode == Mode::Iser {
+        let reads: u32 = p
+            .posted
+            .iter()
+            .filter_map(|o| match o {
+                Posted::Read { len, .. } => Some(*len),
+                _ => None,
+            })
+            .sum();
+        let writes: usize = p
+            .posted
+            .iter()
+            .filter_map(|o| match o {
+                Posted::Write { len, .. } => Some(*len),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(reads as usize, data.len() - 512, "RDMA Read the rest");
+        assert_eq!(writes, data.len(), "RDMA Write all of Data-In");
+    }
 }
 
-#[test]
-fn unsolicited_data_out_with_initial_r2t_no() {
-    let mut p = Pair::new(portal_config(
-        Limits {
-            initial_r2t: false,
-            first_burst_length: 8192,
-            ..limits()
-        },
-        ChapPolicy::default(),
-    ));
+fn unsolicited_data_out_with_initial_r2t_no(mode: Mode) {
+    let mut p = Pair::with_mode(
+        portal_config(
+            Limits {
+                initial_r2t: false,
+                first_burst_length: 8192,
+                ..limits()
+            },
+            ChapPolicy::default(),
+        ),
+        mode,
+    );
     let k = p.login(&[
         ("InitialR2T", "No"),
         ("ImmediateData", "Yes"),
@@ -287,7 +319,9 @@ fn unsolicited_data_out_with_initial_r2t_no() {
     ]);
     assert_eq!(kv(&k, "InitialR2T"), Some("No"));
     let data = pattern(16384, 9);
-    // 1 KiB immediate + 7 KiB unsolicited Data-Out, then R2Ts for the rest.
+    // 1 KiB immediate + 7 KiB unsolicited Data-Out, then R2Ts (or RDMA
+    // Reads from the first solicited byte) for the rest.
+    p.stage_write(data.clone(), 8192);
     let itt = p.scsi_cmd(
         &write10_cdb(100, 32),
         false,
@@ -298,23 +332,33 @@ fn unsolicited_data_out_with_initial_r2t_no() {
     );
     p.data_out(itt, RESERVED_TAG, 0, 1024, &data[1024..4096], false);
     p.data_out(itt, RESERVED_TAG, 1, 4096, &data[4096..8192], true);
-    let replies = p.replies();
-    let r2t = match &replies[..] {
-        [Reply::R2t(r)] => r.clone(),
-        other => panic!("expected one R2T, got {other:?}"),
-    };
-    assert_eq!(r2t.buffer_offset, 8192);
-    assert_eq!(r2t.desired_len, 8192);
-    p.data_out(itt, r2t.ttt, 0, 8192, &data[8192..], true);
+    if mode == Mode::Tcp {
+        let replies = p.replies();
+        let r2t = match &replies[..] {
+            [Reply::R2t(r)] => r.clone(),
+            other => panic!("expected one R2T, got {other:?}"),
+        };
+        assert_eq!(r2t.buffer_offset, 8192);
+        assert_eq!(r2t.desired_len, 8192);
+        p.data_out(itt, r2t.ttt, 0, 8192, &data[8192..], true);
+    } else {
+        assert_eq!(
+            p.posted
+                .iter()
+                .filter(|o| matches!(o, Posted::Read { itt: i, .. } if *i == itt))
+                .count(),
+            2,
+            "8 KiB solicited in 4 KiB RDMA Reads"
+        );
+    }
     let (status, _, _) = p.collect_result(itt);
     assert_eq!(status, 0);
     let (_, back, _) = p.read10(100, 32);
     assert_eq!(back, data);
 }
 
-#[test]
-fn out_of_window_cmdsn_is_ignored_and_window_moves() {
-    let mut p = default_pair();
+fn out_of_window_cmdsn_is_ignored_and_window_moves(mode: Mode) {
+    let mut p = default_pair(mode);
     p.login(&[]);
     // CmdSN too high: silently ignored.
     p.cmd_sn += 100;
@@ -339,9 +383,71 @@ fn out_of_window_cmdsn_is_ignored_and_window_moves() {
     }
 }
 
+/// Rejects that do not depend on framing: an unknown opcode, a data
+/// segment over the negotiated limit, a SNACK.
+fn unknown_opcodes_and_oversized_pdus_get_rejects(mode: Mode) {
+    let mut p = default_pair(mode);
+    p.login(&[]);
+    let mut bhs = [0u8; 48];
+    bhs[0] = 0x1c;
+    bhs[16..20].copy_from_slice(&0x999u32.to_be_bytes());
+    p.feed(&frame(mode, &bhs, &[]));
+    match &p.replies()[..] {
+        [Reply::Reject(r)] => {
+            assert_eq!(r.reason, RejectReason::COMMAND_NOT_SUPPORTED);
+            assert_eq!(&r.data[..], &bhs[..]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A NOP-Out declaring 1 MiB of data: refused on its header alone.
+    let mut nop = [0u8; 48];
+    nop[0] = 0x40;
+    nop[1] = 0x80;
+    nop[5..8].copy_from_slice(&[0x10, 0x00, 0x00]);
+    nop[16..20].copy_from_slice(&7u32.to_be_bytes());
+    nop[20..24].copy_from_slice(&RESERVED_TAG.to_be_bytes());
+    p.feed(&frame(mode, &nop, &vec![0xee; 1 << 20]));
+    match &p.replies()[..] {
+        [Reply::Reject(r)] => assert_eq!(r.reason, RejectReason::PROTOCOL_ERROR),
+        other => panic!("{other:?}"),
+    }
+    // SNACK needs ERL > 0.
+    let snack = Request {
+        header: RequestHeader::Snack(SnackRequest {
+            snack_type: 0,
+            lun: 0,
+            itt: 0x44,
+            ttt: RESERVED_TAG,
+            exp_stat_sn: p.exp_stat_sn,
+            beg_run: 0,
+            run_length: 0,
+        }),
+        data: vec![],
+    };
+    p.send(&snack);
+    match &p.replies()[..] {
+        [Reply::Reject(r)] => assert_eq!(r.reason, RejectReason::COMMAND_NOT_SUPPORTED),
+        other => panic!("{other:?}"),
+    }
+    assert!(!p.conn.is_closing());
+    let (status, data, _) = p.read10(0, 1);
+    assert_eq!((status, data.len()), (0, 512));
+}
+
+/// A raw BHS and data segment as the transport frames them.
+fn frame(mode: Mode, bhs: &[u8; 48], data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    if mode == Mode::Iser {
+        out.extend_from_slice(&ControlHeader::default().encode());
+    }
+    out.extend_from_slice(bhs);
+    out.extend_from_slice(data);
+    out
+}
+
 #[test]
-fn malformed_pdus_get_rejects_and_the_session_survives() {
-    let mut p = default_pair();
+fn tcp_malformed_pdus_get_rejects_and_the_session_survives() {
+    let mut p = default_pair(Mode::Tcp);
     p.login(&[]);
     // Unknown opcode 0x1c.
     let mut bhs = [0u8; 48];
@@ -398,8 +504,68 @@ fn malformed_pdus_get_rejects_and_the_session_survives() {
     assert_eq!((status, data.len()), (0, 512));
 }
 
+/// Unsolicited Data-Out rules hold on both transports (RFC 7143 §4.2.4.2):
+/// none while InitialR2T=Yes, DataSN in order, within FirstBurstLength.
+fn unsolicited_data_out_errors_fail_the_task_not_the_connection(mode: Mode) {
+    let mut p = Pair::with_mode(
+        portal_config(
+            Limits {
+                initial_r2t: false,
+                first_burst_length: 4096,
+                ..limits()
+            },
+            ChapPolicy::default(),
+        ),
+        mode,
+    );
+    p.login(&[("InitialR2T", "No"), ("FirstBurstLength", "4096")]);
+    let check = |p: &mut Pair, itt: u32, asc: u8, ascq: u8| {
+        let replies = p.replies();
+        let s = replies
+            .iter()
+            .find_map(|r| match r {
+                Reply::ScsiResponse(s) if s.itt == itt => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no response for {itt:#x}: {replies:?}"));
+        assert_eq!(s.status, 2);
+        assert_eq!(s.sense[2] & 0x0f, 0x0b, "ABORTED COMMAND");
+        assert_eq!((s.sense[12], s.sense[13]), (asc, ascq));
+    };
+    // Wrong DataSN.
+    p.stage_write(vec![0u8; 8192], 4096);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], false);
+    p.data_out(itt, RESERVED_TAG, 5, 0, &[0u8; 512], false);
+    check(&mut p, itt, 0x4b, 0x00);
+    // Beyond FirstBurstLength.
+    p.stage_write(vec![0u8; 8192], 4096);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], false);
+    p.data_out(itt, RESERVED_TAG, 0, 0, &[0u8; 4096], false);
+    p.data_out(itt, RESERVED_TAG, 1, 4096, &[0u8; 512], false);
+    check(&mut p, itt, 0x0c, 0x0c);
+    // After the F bit closed the unsolicited burst.
+    p.stage_write(vec![0u8; 8192], 512);
+    p.hold_reads = true;
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], false);
+    p.data_out(itt, RESERVED_TAG, 0, 0, &[0u8; 512], true);
+    let _ = p.replies();
+    p.data_out(itt, RESERVED_TAG, 1, 512, &[0u8; 512], false);
+    if mode == Mode::Iser {
+        // The response waits until no RDMA Read still reads the buffer
+        // the initiator is about to release; the Read's data is ignored.
+        assert!(p.replies().is_empty());
+        p.release_reads();
+    }
+    check(&mut p, itt, 0x0c, 0x0c);
+    p.hold_reads = false;
+    assert!(p.replies().is_empty());
+    assert!(!p.conn.is_closing());
+    let (status, data, _) = p.read10(0, 2);
+    assert_eq!((status, data.len()), (0, 1024));
+}
+
 #[test]
-fn data_out_sequence_errors_fail_the_task_not_the_connection() {
+fn tcp_data_out_sequence_errors_fail_the_task_not_the_connection() {
     let mut p = Pair::new(portal_config(
         Limits {
             immediate_data: false,
@@ -448,9 +614,8 @@ fn data_out_sequence_errors_fail_the_task_not_the_connection() {
     assert_eq!((status, data.len()), (0, 1024));
 }
 
-#[test]
-fn nop_in_ping_and_timeout_with_simulated_time() {
-    let mut p = default_pair();
+fn nop_in_ping_and_timeout_with_simulated_time(mode: Mode) {
+    let mut p = default_pair(mode);
     p.login(&[]);
     let t = p.conn.poll_timeout().expect("keepalive armed");
     assert_eq!(t, p.now + Duration::from_secs(5));
@@ -486,9 +651,8 @@ fn nop_in_ping_and_timeout_with_simulated_time() {
     assert!(p.conn.is_closing());
 }
 
-#[test]
-fn discovery_send_targets() {
-    let mut p = default_pair();
+fn discovery_send_targets(mode: Mode) {
+    let mut p = default_pair(mode);
     let (lr, _) = p.login_step(
         Stage::SECURITY,
         Stage::FULL_FEATURE,
@@ -533,9 +697,8 @@ fn discovery_send_targets() {
     assert!(matches!(&p.replies()[..], [Reply::Reject(_)]));
 }
 
-#[test]
-fn logout_closes_after_response() {
-    let mut p = default_pair();
+fn logout_closes_after_response(mode: Mode) {
+    let mut p = default_pair(mode);
     p.login(&[]);
     let req = Request {
         header: RequestHeader::Logout(LogoutRequest {
@@ -556,18 +719,27 @@ fn logout_closes_after_response() {
     assert!(p.conn.is_closing());
 }
 
-#[test]
-fn abort_task_of_a_write_still_collecting_data() {
-    let mut p = Pair::new(portal_config(
-        Limits {
-            immediate_data: false,
-            ..limits()
-        },
-        ChapPolicy::default(),
-    ));
+fn abort_task_of_a_write_still_collecting_data(mode: Mode) {
+    let mut p = Pair::with_mode(
+        portal_config(
+            Limits {
+                immediate_data: false,
+                ..limits()
+            },
+            ChapPolicy::default(),
+        ),
+        mode,
+    );
     p.login(&[("ImmediateData", "No")]);
+    p.hold_reads = true;
     let itt = p.scsi_cmd(&write10_cdb(0, 8), false, true, 4096, vec![], true);
-    assert!(matches!(&p.replies()[..], [Reply::R2t(_)]));
+    match mode {
+        Mode::Tcp => assert!(matches!(&p.replies()[..], [Reply::R2t(_)])),
+        Mode::Iser => {
+            assert!(p.replies().is_empty(), "no R2T PDU on iSER");
+            assert_eq!(p.held_reads.len(), 1, "an RDMA Read instead");
+        }
+    }
     let req = Request {
         header: RequestHeader::TaskMgmt(TaskMgmtRequest {
             immediate: true,
@@ -583,6 +755,12 @@ fn abort_task_of_a_write_still_collecting_data() {
         data: vec![],
     };
     p.send(&req);
+    if mode == Mode::Iser {
+        // The abort is answered once the task's RDMA Read has finished (its
+        // data is dropped): the initiator frees the buffer on the answer.
+        assert!(p.replies().is_empty());
+        p.release_reads();
+    }
     match &p.replies()[..] {
         [Reply::TaskMgmtResponse(t)] => {
             assert_eq!((t.itt, t.response), (0x500, TmfResult::COMPLETE))
@@ -590,20 +768,22 @@ fn abort_task_of_a_write_still_collecting_data() {
         other => panic!("{other:?}"),
     }
     // Late data for the aborted task is ignored, not an error.
-    p.data_out(itt, 1, 0, 0, &[0u8; 512], false);
+    if mode == Mode::Tcp {
+        p.data_out(itt, 1, 0, 0, &[0u8; 512], false);
+    }
     assert!(!p.conn.is_closing());
     assert!(p.replies().is_empty());
+    let (status, data, _) = p.read10(0, 8);
+    assert_eq!((status, data.len()), (0, 4096));
 }
 
-#[test]
-fn reinstatement_reports_the_old_connection() {
+fn reinstatement_reports_the_old_connection(mode: Mode) {
     let table = std::sync::Arc::new(std::sync::Mutex::new(rustgt_iscsi::SessionTable::new()));
     let cfg = portal_config(limits(), ChapPolicy::default());
-    let mut a = Pair::with_table(cfg.clone(), table.clone(), 1);
+    let mut a = Pair::with_table_mode(cfg.clone(), table.clone(), 1, mode);
     a.login(&[]);
-    let mut b = Pair::with_table(cfg, table, 2);
+    let mut b = Pair::with_table_mode(cfg, table, 2, mode);
     b.isid = a.isid;
-    b.conn.handle_input(&[], b.now);
     // Drive b's login by hand to observe its events.
     let req = b.login_request(
         Stage::SECURITY,
@@ -615,7 +795,15 @@ fn reinstatement_reports_the_old_connection() {
             ("AuthMethod", "None"),
         ],
     );
-    b.conn.handle_input(&req.encode(false, false), b.now);
+    let bytes = frame(
+        mode,
+        &req.encode(false, false)[..48].try_into().unwrap(),
+        &req.data,
+    );
+    match mode {
+        Mode::Tcp => b.conn.handle_input(&req.encode(false, false), b.now),
+        Mode::Iser => b.conn.handle_message(&bytes, b.now),
+    }
     let mut saw = false;
     while let Some(ev) = b.conn.poll_event() {
         if let rustgt_iscsi::Event::Reinstate { conn_id } = ev {
@@ -624,4 +812,498 @@ fn reinstatement_reports_the_old_connection() {
         }
     }
     assert!(saw, "reinstatement of connection 1 expected");
+}
+
+// ---------------------------------------------------------------------------
+// iSER only: RDMA data movement, buffers, Hello, message framing.
+// ---------------------------------------------------------------------------
+
+fn iser_pair(limits: Limits, params: IserParams) -> Pair {
+    Pair::iser(portal_config(limits, ChapPolicy::default()), params)
+}
+
+/// The operations posted for one task, in order.
+fn posted_for(p: &Pair, itt: u32, response_stag: Option<u32>) -> Vec<Posted> {
+    p.posted
+        .iter()
+        .filter(|o| match o {
+            Posted::Write { itt: i, .. } | Posted::Read { itt: i, .. } => *i == itt,
+            Posted::Send(Some(Opcode::SCSI_RESPONSE), inv) => *inv == response_stag,
+            _ => false,
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn iser_read_data_is_rdma_written_before_the_response_that_invalidates() {
+    let mut p = iser_pair(limits(), iser_params());
+    p.login(&[]);
+    let data = pattern(8192, 5);
+    assert_eq!(p.write10(40, &data, 0, 0), 0);
+    let write_itt = p.itt;
+    let write_stag = p.task_regions[&write_itt].1.unwrap();
+    // The write's response retired its write STag.
+    assert!(p.regions[&write_stag].invalidated);
+
+    let (status, back, _) = p.read10(40, 16);
+    assert_eq!((status, &back), (0, &data));
+    let itt = p.itt;
+    let stag = p.task_regions[&itt].0.unwrap();
+    assert_eq!(
+        posted_for(&p, itt, Some(stag)),
+        vec![
+            Posted::Write { itt, len: 4096 },
+            Posted::Write { itt, len: 4096 },
+            Posted::Send(Some(Opcode::SCSI_RESPONSE), Some(stag)),
+        ],
+        "Data-In by RDMA Write, then the response with Send with Invalidate"
+    );
+    assert!(p.regions[&stag].invalidated);
+    // A command without buffers has nothing to invalidate.
+    let itt = p.scsi_cmd(&[0u8; 6], false, false, 0, vec![], true);
+    assert_eq!(p.collect_result(itt).0, 0);
+    assert_eq!(
+        p.posted.last(),
+        Some(&Posted::Send(Some(Opcode::SCSI_RESPONSE), None))
+    );
+}
+
+#[test]
+fn iser_login_declares_unexpected_pdus_only_to_initiators_that_know_the_key() {
+    let mut p = iser_pair(
+        Limits {
+            max_outstanding_unexpected_pdus: 48,
+            ..limits()
+        },
+        iser_params(),
+    );
+    let k = p.login(&[("MaxOutstandingUnexpectedPDUs", "8")]);
+    assert_eq!(kv(&k, "MaxOutstandingUnexpectedPDUs"), Some("48"));
+    assert_eq!(
+        p.conn
+            .session()
+            .unwrap()
+            .params
+            .max_outstanding_unexpected_pdus,
+        8
+    );
+}
+
+#[test]
+fn iser_no_send_with_invalidate_unless_agreed() {
+    let mut p = iser_pair(
+        limits(),
+        IserParams {
+            remote_invalidate: false,
+            ..iser_params()
+        },
+    );
+    p.login(&[]);
+    let (status, _, _) = p.read10(0, 1);
+    assert_eq!(status, 0);
+    let stag = p.task_regions[&p.itt].0.unwrap();
+    assert!(!p.regions[&stag].invalidated);
+    assert!(p
+        .posted
+        .iter()
+        .all(|o| !matches!(o, Posted::Send(_, Some(_)))));
+}
+
+#[test]
+fn iser_response_carries_residuals_and_no_data_sn() {
+    let mut p = iser_pair(limits(), iser_params());
+    p.login(&[]);
+    // INQUIRY with a 4 KiB allocation length: far less data comes back.
+    let mut cdb = [0u8; 6];
+    cdb[0] = 0x12;
+    cdb[3..5].copy_from_slice(&4096u16.to_be_bytes());
+    let itt = p.scsi_cmd(&cdb, true, false, 4096, vec![], true);
+    let replies = p.replies();
+    let s = match &replies[..] {
+        [Reply::ScsiResponse(s)] => s.clone(),
+        other => panic!("{other:?}"),
+    };
+    let written = p.regions[&p.task_regions[&itt].0.unwrap()].written;
+    assert_eq!((s.status, s.underflow), (0, true));
+    assert_eq!(s.residual as usize, 4096 - written);
+    assert_eq!(s.exp_data_sn, 0, "no Data-In or R2T PDU was sent");
+}
+
+#[test]
+fn iser_rdma_reads_respect_read_depth_and_max_outstanding_r2t() {
+    let lim = Limits {
+        immediate_data: false,
+        max_outstanding_r2t: 16,
+        ..limits()
+    };
+    // Connection-wide bound: 2 Reads in flight over three 32 KiB writes.
+    let mut p = iser_pair(
+        lim.clone(),
+        IserParams {
+            read_depth: 2,
+            ..iser_params()
+        },
+    );
+    p.login(&[("ImmediateData", "No"), ("MaxOutstandingR2T", "16")]);
+    p.hold_reads = true;
+    let blobs: Vec<Vec<u8>> = (0..3).map(|i| pattern(32 * 1024, 20 + i)).collect();
+    let mut itts = Vec::new();
+    for (i, b) in blobs.iter().enumerate() {
+        p.stage_write(b.clone(), 0);
+        itts.push(p.scsi_cmd(
+            &write10_cdb(100 * i as u32, 64),
+            false,
+            true,
+            32 * 1024,
+            vec![],
+            true,
+        ));
+    }
+    let mut served = std::collections::HashSet::new();
+    let mut max_held = 0;
+    while !p.held_reads.is_empty() {
+        max_held = max_held.max(p.held_reads.len());
+        served.insert(p.held_reads[0].itt);
+        p.release_one();
+    }
+    assert_eq!(max_held, 2, "read_depth bounds the Reads in flight");
+    assert_eq!(served.len(), 3, "every write got Reads");
+    let statuses: Vec<u8> = p
+        .replies()
+        .into_iter()
+        .map(|r| match r {
+            Reply::ScsiResponse(s) => s.status,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(statuses, vec![0, 0, 0]);
+    p.hold_reads = false;
+    for (i, b) in blobs.iter().enumerate() {
+        assert_eq!(&p.read10(100 * i as u32, 64).1, b);
+    }
+
+    // Per-task bound: MaxOutstandingR2T=1 keeps one Read per task even when
+    // the connection allows more.
+    let mut p = iser_pair(
+        lim,
+        IserParams {
+            read_depth: 8,
+            ..iser_params()
+        },
+    );
+    p.login(&[("ImmediateData", "No"), ("MaxOutstandingR2T", "1")]);
+    p.hold_reads = true;
+    p.stage_write(pattern(32 * 1024, 1), 0);
+    let _ = p.scsi_cmd(&write10_cdb(0, 64), false, true, 32 * 1024, vec![], true);
+    p.stage_write(pattern(32 * 1024, 2), 0);
+    let _ = p.scsi_cmd(&write10_cdb(64, 64), false, true, 32 * 1024, vec![], true);
+    while !p.held_reads.is_empty() {
+        let mut per_task = std::collections::HashMap::new();
+        for r in &p.held_reads {
+            *per_task.entry(r.itt).or_insert(0) += 1;
+        }
+        assert!(per_task.values().all(|n| *n == 1), "{per_task:?}");
+        p.release_one();
+    }
+    assert_eq!(p.replies().len(), 2);
+}
+
+#[test]
+fn iser_commands_without_the_buffers_they_need_are_refused() {
+    let mut p = iser_pair(limits(), iser_params());
+    p.login(&[]);
+    let refused = |p: &mut Pair, itt: u32| match &p.replies()[..] {
+        [Reply::ScsiResponse(s)] => {
+            assert_eq!((s.itt, s.status), (itt, 2));
+            assert_eq!(s.sense[2] & 0x0f, 0x0b, "ABORTED COMMAND");
+            assert_eq!((s.sense[12], s.sense[13]), (0x4b, 0x00), "DATA PHASE ERROR");
+        }
+        other => panic!("{other:?}"),
+    };
+    let command =
+        |p: &mut Pair, cdb: [u8; 10], read: bool, write: bool, edtl: u32, imm: Vec<u8>| {
+            let itt = p.next_itt();
+            let req = Request {
+                header: RequestHeader::ScsiCommand(ScsiCommand {
+                    immediate: false,
+                    final_bit: true,
+                    read,
+                    write,
+                    attr: TaskAttribute::SIMPLE,
+                    lun: 0,
+                    itt,
+                    expected_data_len: edtl,
+                    cmd_sn: p.cmd_sn,
+                    exp_stat_sn: p.exp_stat_sn,
+                    cdb: cdb.to_vec(),
+                    bidi_read_len: None,
+                }),
+                data: imm,
+            };
+            p.cmd_sn += 1;
+            // No R or W bit in the iSER header.
+            p.send_with(&req, ControlHeader::default());
+            itt
+        };
+    let mut read = [0u8; 10];
+    read[0] = 0x28;
+    read[8] = 1;
+    let itt = command(&mut p, read, true, false, 512, vec![]);
+    refused(&mut p, itt);
+    // A write whose data does not all come as immediate data.
+    let itt = command(&mut p, write10_cdb(0, 8), false, true, 4096, vec![7u8; 512]);
+    refused(&mut p, itt);
+    // All of it immediate: nothing for RDMA to move, so no buffer needed.
+    let itt = command(&mut p, write10_cdb(0, 1), false, true, 512, vec![7u8; 512]);
+    assert_eq!(p.collect_result(itt).0, 0);
+    assert!(!p.conn.is_closing());
+    assert_eq!(p.read10(0, 1).1, vec![7u8; 512]);
+    // The CmdSN window kept moving through the refusals.
+    assert_eq!(p.conn.in_flight(), 0);
+}
+
+#[test]
+fn iser_solicited_data_out_pdus_and_stale_reads_are_refused() {
+    let mut p = iser_pair(
+        Limits {
+            immediate_data: false,
+            ..limits()
+        },
+        iser_params(),
+    );
+    p.login(&[("ImmediateData", "No")]);
+    p.hold_reads = true;
+    p.stage_write(vec![1u8; 4096], 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 8), false, true, 4096, vec![], true);
+    let ttt = p.held_reads[0].ttt;
+    // Data-Out naming the virtual R2T's TTT: solicited data goes by RDMA only.
+    p.data_out(itt, ttt, 0, 0, &[0u8; 512], false);
+    assert!(p.replies().is_empty(), "held until the Read finishes");
+    // An answer for a Read that was never posted is ignored.
+    p.conn.data_arrived(itt, ttt.wrapping_add(99), &[0u8; 4096]);
+    p.release_reads();
+    match &p.replies()[..] {
+        [Reply::ScsiResponse(s)] => {
+            assert_eq!((s.itt, s.status), (itt, 2));
+            assert_eq!((s.sense[12], s.sense[13]), (0x4b, 0x01));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!p.conn.is_closing());
+}
+
+#[test]
+fn iser_logout_waits_for_outstanding_reads() {
+    let mut p = iser_pair(
+        Limits {
+            immediate_data: false,
+            ..limits()
+        },
+        iser_params(),
+    );
+    p.login(&[("ImmediateData", "No")]);
+    p.hold_reads = true;
+    let _ = p.scsi_cmd(&write10_cdb(0, 8), false, true, 4096, vec![], true);
+    assert_eq!(p.held_reads.len(), 1);
+    let req = Request {
+        header: RequestHeader::Logout(LogoutRequest {
+            immediate: true,
+            reason: 0,
+            itt: 0x66,
+            cid: 1,
+            cmd_sn: p.cmd_sn,
+            exp_stat_sn: p.exp_stat_sn,
+        }),
+        data: vec![],
+    };
+    p.send(&req);
+    assert!(p.replies().is_empty());
+    assert!(!p.conn.is_closing());
+    p.release_reads();
+    match &p.replies()[..] {
+        [Reply::LogoutResponse(l)] => assert_eq!((l.itt, l.response), (0x66, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert!(p.conn.is_closing());
+}
+
+#[test]
+fn iser_hello_is_answered_and_bounds_reads() {
+    let mut p = iser_pair(
+        limits(),
+        IserParams {
+            read_depth: 8,
+            ..iser_params()
+        },
+    );
+    let hello = Hello {
+        max_ver: 1,
+        min_ver: 1,
+        ird: 2,
+    };
+    p.feed(&hello.encode());
+    assert_eq!(p.hello_replies.len(), 1);
+    let r = p.hello_replies[0];
+    assert!(!r.reject);
+    assert_eq!((r.cur_ver, r.ord), (1, 2));
+    assert_eq!(p.conn.iser_params().unwrap().read_depth, 2);
+    // The session then works as usual.
+    p.login(&[]);
+    assert_eq!(p.read10(0, 1).0, 0);
+
+    // No common version: refused, and the connection closes.
+    let mut p = iser_pair(limits(), iser_params());
+    p.feed(
+        &Hello {
+            max_ver: 3,
+            min_ver: 2,
+            ird: 4,
+        }
+        .encode(),
+    );
+    assert!(p.hello_replies[0].reject);
+    assert!(p.conn.is_closing());
+}
+
+#[test]
+fn iser_messages_frame_exactly_one_pdu() {
+    let mut p = iser_pair(limits(), iser_params());
+    // During login a badly framed message closes the connection.
+    let req = p.login_request(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("InitiatorName", INITIATOR)],
+    );
+    let mut msg = ControlHeader::default().encode().to_vec();
+    msg.extend_from_slice(&req.encode(false, false));
+    msg.extend_from_slice(&[0u8; 8]);
+    p.feed(&msg);
+    assert!(p.conn.is_closing());
+
+    let mut p = iser_pair(limits(), iser_params());
+    p.login(&[]);
+    let nop = |p: &Pair, itt: u32, data: &[u8]| {
+        let mut bhs = [0u8; 48];
+        bhs[0] = 0x40;
+        bhs[1] = 0x80;
+        bhs[5..8].copy_from_slice(&(data.len() as u32).to_be_bytes()[1..]);
+        bhs[16..20].copy_from_slice(&itt.to_be_bytes());
+        bhs[20..24].copy_from_slice(&RESERVED_TAG.to_be_bytes());
+        bhs[24..28].copy_from_slice(&p.cmd_sn.to_be_bytes());
+        bhs
+    };
+    // Data with and without its padding are both one PDU.
+    let bhs = nop(&p, 0x51, b"abc");
+    p.feed(&frame(Mode::Iser, &bhs, b"abc"));
+    p.feed(&frame(Mode::Iser, &nop(&p, 0x52, b"abc"), b"abc\0"));
+    let echoed: Vec<(u32, Vec<u8>)> = p
+        .replies()
+        .into_iter()
+        .map(|r| match r {
+            Reply::NopIn(n) => (n.itt, n.data),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        echoed,
+        vec![(0x51, b"abc".to_vec()), (0x52, b"abc".to_vec())]
+    );
+    // A length that disagrees with the header: rejected, session goes on.
+    let bhs = nop(&p, 0x53, b"abcd");
+    p.feed(&frame(Mode::Iser, &bhs, b"abcdefgh"));
+    match &p.replies()[..] {
+        [Reply::Reject(r)] => assert_eq!(r.reason, RejectReason::PROTOCOL_ERROR),
+        other => panic!("{other:?}"),
+    }
+    // TargetRecvDataSegmentLength (8 KiB here), not MaxRecvDataSegmentLength
+    // (256 KiB), bounds a data segment on iSER.
+    let big = vec![0u8; 16 * 1024];
+    let bhs = nop(&p, 0x54, &big);
+    p.feed(&frame(Mode::Iser, &bhs, &big));
+    match &p.replies()[..] {
+        [Reply::Reject(r)] => assert_eq!(r.reason, RejectReason::PROTOCOL_ERROR),
+        other => panic!("{other:?}"),
+    }
+    assert!(!p.conn.is_closing());
+    assert_eq!(p.read10(0, 1).0, 0);
+    // A message too short for a BHS, or with an unknown iSER opcode, cannot
+    // be answered: the connection closes.
+    p.feed(&ControlHeader::default().encode()[..ISER_HEADER_LEN]);
+    assert!(p.conn.is_closing());
+    let mut p = iser_pair(limits(), iser_params());
+    p.feed(&[0x70; 80]);
+    assert!(p.conn.is_closing());
+    // Stream bytes on an iSER connection are a driver error.
+    let mut p = iser_pair(limits(), iser_params());
+    p.conn.handle_input(&[0u8; 48], p.now);
+    assert!(p.conn.is_closing());
+}
+
+#[test]
+fn iser_text_responses_are_split_at_initiator_recv_data_segment_length() {
+    let mut cfg = portal_config(limits(), ChapPolicy::default());
+    for i in 0..20 {
+        let mut t = cfg.targets[0].clone();
+        t.name = format!("iqn.2026-11.org.rustgt:a-rather-long-target-name-number-{i:03}");
+        cfg.targets.push(t);
+    }
+    let mut p = Pair::iser(cfg, iser_params());
+    let (lr, _) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("SessionType", "Discovery"),
+            ("AuthMethod", "None"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    let (lr, kv2) = p.login_step(
+        Stage::OPERATIONAL,
+        Stage::FULL_FEATURE,
+        true,
+        &[
+            ("RDMAExtensions", "Yes"),
+            ("InitiatorRecvDataSegmentLength", "512"),
+            ("MaxRecvDataSegmentLength", "65536"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS, "{kv2:?}");
+    let mut text = Vec::new();
+    let mut ttt = RESERVED_TAG;
+    for round in 0..20 {
+        let req = Request {
+            header: RequestHeader::Text(TextRequest {
+                immediate: true,
+                final_bit: true,
+                cont: false,
+                lun: 0,
+                itt: 0x77,
+                ttt,
+                cmd_sn: p.cmd_sn,
+                exp_stat_sn: p.exp_stat_sn,
+            }),
+            data: if round == 0 {
+                encode_text(&[("SendTargets".into(), "All".into())])
+            } else {
+                vec![]
+            },
+        };
+        p.send(&req);
+        let t = match &p.replies()[..] {
+            [Reply::TextResponse(t)] => t.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(t.data.len() <= 512, "chunk of {} bytes", t.data.len());
+        text.extend_from_slice(&t.data);
+        if t.final_bit {
+            break;
+        }
+        ttt = t.ttt;
+    }
+    let kv = parse_text(&text).unwrap();
+    assert_eq!(kv.iter().filter(|(k, _)| k == "TargetName").count(), 21);
 }

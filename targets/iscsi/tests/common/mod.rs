@@ -1,20 +1,32 @@
 //! An in-memory initiator driving a real [`Connection`] over a real SCSI
-//! core with a RAM backstore, with simulated time. No sockets: bytes go
-//! straight from the initiator's encoder into `handle_input`.
-
+//! core with a RAM backstore, with simulated time, over either transport:
+//!
+//! - [`Mode::Tcp`]: bytes go straight from the initiator's encoder into
+//!   `handle_input`, and segments from `poll_transmit` back;
+//! - [`Mode::Iser`]: each PDU goes into `handle_message` behind an iSER
+//!   header; the target's Sends are decoded as PDUs, and its RDMA Writes
+//!   and Reads act on the initiator's registered regions here, checked
+//!   against their STags and bounds as a real HCA would.
+//!
+//! The same test bodies run in both modes (see `tests/pair.rs`).
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustgt_backstore::{open, BackstoreSpec, EngineKind};
 use rustgt_iscsi::chap::ChapPolicy;
+use rustgt_iscsi::iser::{ControlHeader, HelloReply, IserMessage, RemoteBuffer};
 use rustgt_iscsi::negotiate::{Limits, Transport};
 use rustgt_iscsi::pdu::*;
 use rustgt_iscsi::text::{encode_text, parse_text};
-use rustgt_iscsi::{Connection, ConnectionSetup, Event, PortalConfig, SessionTable, TargetInfo};
+use rustgt_iscsi::{
+    Connection, ConnectionSetup, Event, IserOp, IserParams, PortalConfig, RdmaRead, SessionTable,
+    TargetInfo,
+};
 use rustgt_scsi::{LunConfig, Response, ScsiTarget};
 
 pub const TARGET: &str = "iqn.2026-11.org.rustgt:test";
@@ -55,8 +67,54 @@ pub fn scsi_target(blocks: u64) -> Arc<ScsiTarget> {
     t
 }
 
+/// Which driver the pair imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Tcp,
+    Iser,
+}
+
+/// The RDMA parameters iSER pairs use unless a test picks its own: small
+/// RDMA operations so that multi-operation transfers are exercised.
+pub fn iser_params() -> IserParams {
+    IserParams {
+        read_depth: 4,
+        max_rdma_len: 4096,
+        remote_invalidate: true,
+    }
+}
+
+/// A buffer the simulated iSER initiator registered.
+#[derive(Debug, Clone)]
+pub struct Region {
+    /// The address its first byte has.
+    pub base: u64,
+    pub bytes: Vec<u8>,
+    /// High-water mark of RDMA Writes into it.
+    pub written: usize,
+    /// Retired by a Send with Invalidate.
+    pub invalidated: bool,
+}
+
+/// What the target posted on an iSER connection, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Posted {
+    /// A Send: the PDU opcode (or None for a HelloReply) and the STag it
+    /// invalidated.
+    Send(Option<Opcode>, Option<u32>),
+    Write {
+        itt: u32,
+        len: usize,
+    },
+    Read {
+        itt: u32,
+        len: u32,
+    },
+}
+
 /// Initiator side state plus the target connection under test.
 pub struct Pair {
+    pub mode: Mode,
     pub conn: Connection,
     pub target: Arc<ScsiTarget>,
     pub now: Instant,
@@ -70,25 +128,82 @@ pub struct Pair {
     done_tx: mpsc::Sender<Response>,
     done_rx: mpsc::Receiver<Response>,
     pub tmf_results: Vec<(u32, rustgt_scsi::TmfResponse)>,
+    /// iSER: registered regions by STag.
+    pub regions: HashMap<u32, Region>,
+    next_stag: u32,
+    /// iSER: the regions of each command, by ITT: (read, write).
+    pub task_regions: HashMap<u32, (Option<u32>, Option<u32>)>,
+    /// iSER: data for the next write command and how much of it the test
+    /// sends unsolicited (immediate data and unsolicited Data-Out).
+    staged_write: Option<(Vec<u8>, usize)>,
+    /// iSER: keep RDMA Reads instead of answering them at once.
+    pub hold_reads: bool,
+    pub held_reads: Vec<RdmaRead>,
+    /// iSER: every operation the target posted.
+    pub posted: Vec<Posted>,
+    /// iSER: Send messages not yet decoded by `replies`.
+    rx_msgs: Vec<Vec<u8>>,
+    pub hello_replies: Vec<HelloReply>,
 }
 
 impl Pair {
     pub fn new(cfg: PortalConfig) -> Pair {
-        Self::with_table(cfg, Arc::new(Mutex::new(SessionTable::new())), 1)
+        Self::with_mode(cfg, Mode::Tcp)
+    }
+
+    pub fn with_mode(cfg: PortalConfig, mode: Mode) -> Pair {
+        Self::with_table_mode(cfg, Arc::new(Mutex::new(SessionTable::new())), 1, mode)
+    }
+
+    pub fn iser(cfg: PortalConfig, params: IserParams) -> Pair {
+        Self::build(
+            cfg,
+            Arc::new(Mutex::new(SessionTable::new())),
+            1,
+            Mode::Iser,
+            params,
+        )
     }
 
     pub fn with_table(cfg: PortalConfig, table: Arc<Mutex<SessionTable>>, conn_id: u64) -> Pair {
+        Self::with_table_mode(cfg, table, conn_id, Mode::Tcp)
+    }
+
+    pub fn with_table_mode(
+        cfg: PortalConfig,
+        table: Arc<Mutex<SessionTable>>,
+        conn_id: u64,
+        mode: Mode,
+    ) -> Pair {
+        Self::build(cfg, table, conn_id, mode, iser_params())
+    }
+
+    fn build(
+        cfg: PortalConfig,
+        table: Arc<Mutex<SessionTable>>,
+        conn_id: u64,
+        mode: Mode,
+        params: IserParams,
+    ) -> Pair {
         let now = Instant::now();
         let setup = ConnectionSetup {
             conn_id,
-            transport: Transport::Tcp,
+            transport: match mode {
+                Mode::Tcp => Transport::Tcp,
+                Mode::Iser => Transport::Iser,
+            },
             local_addr: "127.0.0.1:3260".into(),
             peer_addr: "127.0.0.1:50000".into(),
             random: [7u8; 32],
         };
         let (done_tx, done_rx) = mpsc::channel();
+        let conn = match mode {
+            Mode::Tcp => Connection::new(Arc::new(cfg), table, setup, now),
+            Mode::Iser => Connection::new_iser(Arc::new(cfg), table, setup, params, now),
+        };
         Pair {
-            conn: Connection::new(Arc::new(cfg), table, setup, now),
+            mode,
+            conn,
             target: scsi_target(2048),
             now,
             hd: false,
@@ -101,6 +216,15 @@ impl Pair {
             done_tx,
             done_rx,
             tmf_results: Vec::new(),
+            regions: HashMap::new(),
+            next_stag: 0x1000,
+            task_regions: HashMap::new(),
+            staged_write: None,
+            hold_reads: false,
+            held_reads: Vec::new(),
+            posted: Vec::new(),
+            rx_msgs: Vec::new(),
+            hello_replies: Vec::new(),
         }
     }
 
@@ -109,15 +233,154 @@ impl Pair {
         self.itt
     }
 
-    /// Feed raw bytes to the target and run whatever it asks for.
+    /// Feed raw input to the target (stream bytes, or one whole iSER
+    /// message) and run whatever it asks for.
     pub fn feed(&mut self, bytes: &[u8]) {
-        self.conn.handle_input(bytes, self.now);
+        match self.mode {
+            Mode::Tcp => self.conn.handle_input(bytes, self.now),
+            Mode::Iser => self.conn.handle_message(bytes, self.now),
+        }
         self.pump();
     }
 
     pub fn send(&mut self, req: &Request) {
-        let bytes = req.encode(self.hd, self.dd);
+        self.send_with(req, ControlHeader::default());
+    }
+
+    /// Send a PDU; on iSER behind `remote` as its iSER header.
+    pub fn send_with(&mut self, req: &Request, remote: ControlHeader) {
+        let bytes = match self.mode {
+            Mode::Tcp => req.encode(self.hd, self.dd),
+            Mode::Iser => {
+                let mut msg = remote.encode().to_vec();
+                msg.extend_from_slice(&req.encode(false, false));
+                msg
+            }
+        };
         self.feed(&bytes);
+    }
+
+    /// iSER: register `bytes` as a new region; returns its STag and base.
+    pub fn register(&mut self, bytes: Vec<u8>) -> RemoteBuffer {
+        self.next_stag += 0x100;
+        let stag = self.next_stag;
+        // Distinct, non-zero, unaligned-looking addresses per region.
+        let base = 0x7f00_0000_0000 + u64::from(stag) * 0x10_0000 + 0x40;
+        self.regions.insert(
+            stag,
+            Region {
+                base,
+                bytes,
+                written: 0,
+                invalidated: false,
+            },
+        );
+        RemoteBuffer { stag, base }
+    }
+
+    /// iSER: the data of the next write command, of which the first
+    /// `unsolicited` bytes go as immediate data and unsolicited Data-Out.
+    pub fn stage_write(&mut self, data: Vec<u8>, unsolicited: usize) {
+        self.staged_write = Some((data, unsolicited));
+    }
+
+    fn region_mut(&mut self, stag: u32, addr: u64, len: usize) -> (&mut Region, usize) {
+        let r = self
+            .regions
+            .get_mut(&stag)
+            .unwrap_or_else(|| panic!("RDMA with unknown STag {stag:#x}"));
+        assert!(!r.invalidated, "RDMA with invalidated STag {stag:#x}");
+        let off = addr
+            .checked_sub(r.base)
+            .unwrap_or_else(|| panic!("RDMA below region {stag:#x}")) as usize;
+        assert!(
+            off + len <= r.bytes.len(),
+            "RDMA beyond region {stag:#x}: {off}+{len} > {}",
+            r.bytes.len()
+        );
+        (r, off)
+    }
+
+    /// What an RDMA Read of the target returns.
+    pub fn rdma_read(&mut self, r: &RdmaRead) -> Vec<u8> {
+        let (region, off) = self.region_mut(r.stag, r.remote_addr, r.len as usize);
+        region.bytes[off..off + r.len as usize].to_vec()
+    }
+
+    /// iSER: answer the held RDMA Reads, oldest first.
+    pub fn release_reads(&mut self) {
+        let held = std::mem::take(&mut self.held_reads);
+        for r in held {
+            let data = self.rdma_read(&r);
+            self.conn.data_arrived(r.itt, r.ttt, &data);
+        }
+        self.pump();
+    }
+
+    /// iSER: answer the oldest held RDMA Read; false if none is held.
+    pub fn release_one(&mut self) -> bool {
+        if self.held_reads.is_empty() {
+            return false;
+        }
+        let r = self.held_reads.remove(0);
+        let data = self.rdma_read(&r);
+        self.conn.data_arrived(r.itt, r.ttt, &data);
+        self.pump();
+        true
+    }
+
+    fn run_iser_op(&mut self, op: IserOp) {
+        match op {
+            IserOp::Send(s) => {
+                let opcode = match IserMessage::parse(&s.msg) {
+                    Ok(IserMessage::Control { header, pdu }) => {
+                        assert_eq!(
+                            header,
+                            ControlHeader::default(),
+                            "target Sends carry no STags"
+                        );
+                        pdu.first().map(|b| Opcode(b & 0x3f))
+                    }
+                    Ok(IserMessage::HelloReply(r)) => {
+                        self.hello_replies.push(r);
+                        None
+                    }
+                    other => panic!("target sent {other:?}"),
+                };
+                if let Some(stag) = s.invalidate {
+                    let r = self
+                        .regions
+                        .get_mut(&stag)
+                        .unwrap_or_else(|| panic!("invalidate of unknown STag {stag:#x}"));
+                    r.invalidated = true;
+                }
+                self.posted.push(Posted::Send(opcode, s.invalidate));
+                if opcode.is_some() {
+                    self.rx_msgs.push(s.msg.to_vec());
+                }
+            }
+            IserOp::Write(w) => {
+                self.posted.push(Posted::Write {
+                    itt: w.itt,
+                    len: w.data.len(),
+                });
+                let (region, off) = self.region_mut(w.stag, w.remote_addr, w.data.len());
+                region.bytes[off..off + w.data.len()].copy_from_slice(&w.data);
+                region.written = region.written.max(off + w.data.len());
+            }
+            IserOp::Read(r) => {
+                self.posted.push(Posted::Read {
+                    itt: r.itt,
+                    len: r.len,
+                });
+                if self.hold_reads {
+                    self.held_reads.push(r);
+                } else {
+                    let data = self.rdma_read(&r);
+                    self.conn.data_arrived(r.itt, r.ttt, &data);
+                }
+            }
+        }
     }
 
     /// Run events through the SCSI core until the connection is idle.
@@ -160,6 +423,10 @@ impl Pair {
                 }
                 progressed = true;
             }
+            while let Some(op) = self.conn.poll_op() {
+                self.run_iser_op(op);
+                progressed = true;
+            }
             if !progressed {
                 break;
             }
@@ -168,6 +435,9 @@ impl Pair {
 
     /// Decode every reply the target sent so far.
     pub fn replies(&mut self) -> Vec<Reply> {
+        if self.mode == Mode::Iser {
+            return self.iser_replies();
+        }
         let mut out = Vec::new();
         let mut pos = 0;
         while pos < self.rx.len() {
@@ -184,6 +454,22 @@ impl Pair {
             }
         }
         self.rx.drain(..pos);
+        out
+    }
+
+    /// One PDU per Send, exactly framed, no digests.
+    fn iser_replies(&mut self) -> Vec<Reply> {
+        let mut out = Vec::new();
+        for msg in std::mem::take(&mut self.rx_msgs) {
+            let pdu = &msg[rustgt_iscsi::iser::ISER_HEADER_LEN..];
+            let (r, n) = Reply::decode(pdu, false, false)
+                .unwrap_or_else(|e| panic!("target sent an undecodable PDU: {e}"));
+            assert_eq!(n, pdu.len(), "one PDU per Send");
+            if let Some(sn) = stat_sn_of(&r) {
+                self.exp_stat_sn = sn.wrapping_add(1);
+            }
+            out.push(r);
+        }
         out
     }
 
@@ -238,8 +524,14 @@ impl Pair {
         }
     }
 
-    /// Log in to the test target with no authentication, offering `ops`.
+    /// Log in to the test target with no authentication, offering `ops`
+    /// (and RDMAExtensions=Yes on iSER, as iSER initiators do).
     pub fn login(&mut self, ops: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut ops = ops.to_vec();
+        if self.mode == Mode::Iser && !ops.iter().any(|(k, _)| *k == "RDMAExtensions") {
+            ops.push(("RDMAExtensions", "Yes"));
+        }
+        let ops = &ops[..];
         let (lr, _) = self.login_step(
             Stage::SECURITY,
             Stage::OPERATIONAL,
@@ -274,6 +566,7 @@ impl Pair {
         final_bit: bool,
     ) -> u32 {
         let itt = self.next_itt();
+        let remote = self.command_buffers(itt, read, write, edtl, imm.len());
         let req = Request {
             header: RequestHeader::ScsiCommand(ScsiCommand {
                 immediate: false,
@@ -292,8 +585,107 @@ impl Pair {
             data: imm,
         };
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
-        self.send(&req);
+        self.send_with(&req, remote);
         itt
+    }
+
+    /// iSER: register what a command needs, as Linux's initiator does: a
+    /// read buffer of the expected length, and a write buffer advertised
+    /// from its first solicited byte (when any data is solicited).
+    fn command_buffers(
+        &mut self,
+        itt: u32,
+        read: bool,
+        write: bool,
+        edtl: u32,
+        immediate: usize,
+    ) -> ControlHeader {
+        if self.mode != Mode::Iser {
+            return ControlHeader::default();
+        }
+        let mut h = ControlHeader::default();
+        let mut ids = (None, None);
+        if read && edtl > 0 {
+            let b = self.register(vec![0u8; edtl as usize]);
+            ids.0 = Some(b.stag);
+            h.read = Some(b);
+        }
+        if write && edtl > 0 {
+            let (data, unsolicited) = self
+                .staged_write
+                .take()
+                .unwrap_or_else(|| (vec![0u8; edtl as usize], immediate));
+            if unsolicited < data.len() {
+                let b = self.register(data);
+                ids.1 = Some(b.stag);
+                h.write = Some(RemoteBuffer {
+                    stag: b.stag,
+                    base: b.base + unsolicited as u64,
+                });
+            }
+        }
+        self.task_regions.insert(itt, ids);
+        h
+    }
+
+    /// WRITE(10) of `data` at `lba`, `immediate` bytes as immediate data,
+    /// the rest as the transport solicits it: R2Ts answered with Data-Out
+    /// PDUs of at most `max_pdu` bytes on TCP, RDMA Reads on iSER. Returns
+    /// the SCSI status.
+    pub fn write10(&mut self, lba: u32, data: &[u8], immediate: usize, max_pdu: usize) -> u8 {
+        let blocks = (data.len() / 512) as u16;
+        let imm = data[..immediate].to_vec();
+        if self.mode == Mode::Iser {
+            self.stage_write(data.to_vec(), immediate);
+        }
+        let itt = self.scsi_cmd(
+            &write10_cdb(lba, blocks),
+            false,
+            true,
+            data.len() as u32,
+            imm,
+            true,
+        );
+        let mut status = None;
+        for _round in 0..10_000 {
+            let replies = self.replies();
+            if replies.is_empty() {
+                break;
+            }
+            for r in replies {
+                match r {
+                    Reply::R2t(r2t) => {
+                        assert_eq!(self.mode, Mode::Tcp, "no R2T PDU on iSER");
+                        assert_eq!(r2t.itt, itt);
+                        let mut off = r2t.buffer_offset as usize;
+                        let end = off + r2t.desired_len as usize;
+                        let mut sn = 0;
+                        while off < end {
+                            let n = max_pdu.min(end - off);
+                            self.data_out(
+                                itt,
+                                r2t.ttt,
+                                sn,
+                                off as u32,
+                                &data[off..off + n],
+                                off + n == end,
+                            );
+                            sn += 1;
+                            off += n;
+                        }
+                    }
+                    Reply::ScsiResponse(s) => {
+                        assert_eq!(s.itt, itt);
+                        status = Some(s.status);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            if status.is_some() {
+                break;
+            }
+        }
+        status.expect("write status")
     }
 
     pub fn data_out(
@@ -330,15 +722,27 @@ impl Pair {
         self.collect_result(itt)
     }
 
-    /// Gather Data-In and status for `itt` from the replies so far.
+    /// Gather Data-In and status for `itt` from the replies so far (on
+    /// iSER the data is what RDMA Writes put in the command's read buffer).
     pub fn collect_result(&mut self, itt: u32) -> (u8, Vec<u8>, Vec<u8>) {
         let mut data = Vec::new();
+        if self.mode == Mode::Iser {
+            if let Some(r) = self
+                .task_regions
+                .get(&itt)
+                .and_then(|(r, _)| *r)
+                .and_then(|stag| self.regions.get(&stag))
+            {
+                data = r.bytes[..r.written].to_vec();
+            }
+        }
         let mut status = None;
         let mut sense = Vec::new();
         let mut next_sn = 0;
         for r in self.replies() {
             match r {
                 Reply::DataIn(d) if d.itt == itt => {
+                    assert_eq!(self.mode, Mode::Tcp, "no Data-In PDU on iSER");
                     assert_eq!(d.data_sn, next_sn, "DataSN sequence");
                     assert_eq!(d.buffer_offset as usize, data.len(), "Data-In offset");
                     next_sn += 1;

@@ -1,0 +1,155 @@
+//! The daemon's iSER portals (RFC 7145): an iSER front end beside the TCP
+//! server, serving the same SCSI targets with the same protocol
+//! configuration. Discovery stays on the TCP portals; a target's
+//! `iser_portals` are where it accepts RDMA connections, usually the
+//! address and port of one of its TCP portals on an RDMA-capable
+//! interface.
+//!
+//! Built only with the `iser` cargo feature; without it a configuration
+//! that lists iSER portals is refused at start-up.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::config::Config;
+
+/// Every distinct iSER portal of `cfg`.
+fn wanted(cfg: &Config) -> BTreeSet<SocketAddr> {
+    cfg.targets
+        .iter()
+        .flat_map(|t| t.iser_portals.iter().copied())
+        .collect()
+}
+
+/// The running iSER front end (empty when no portal is configured).
+#[derive(Debug)]
+pub struct IserPortals {
+    #[cfg(feature = "iser")]
+    server: Option<std::sync::Arc<rustgt_iser::IserServer>>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl IserPortals {
+    /// Bind every iSER portal of `cfg` and serve the TCP server's targets
+    /// on them, with its protocol configuration.
+    #[cfg(feature = "iser")]
+    pub fn start(cfg: &Config, tcp: &rustgt_iscsi_tcp::Server) -> Result<IserPortals> {
+        use anyhow::Context;
+        let addrs: Vec<SocketAddr> = wanted(cfg).into_iter().collect();
+        if addrs.is_empty() {
+            return Ok(IserPortals {
+                server: None,
+                addrs,
+            });
+        }
+        let server = rustgt_iser::IserServer::new(
+            (*tcp.config()).clone(),
+            rustgt_iser::IserSettings::default(),
+        );
+        for t in tcp.scsi_targets() {
+            let name = t.name().to_owned();
+            server.add_target(&name, t);
+        }
+        for addr in &addrs {
+            let l = rustgt_iser::bind(*addr).with_context(|| {
+                format!("iSER portal {addr} (needs an RDMA device on that address)")
+            })?;
+            tracing::info!(%addr, "iSER portal up");
+            tokio::spawn(server.clone().serve(l));
+        }
+        Ok(IserPortals {
+            server: Some(server),
+            addrs,
+        })
+    }
+
+    /// Without iSER support: refuse a configuration that asks for it.
+    #[cfg(not(feature = "iser"))]
+    pub fn start(cfg: &Config, _tcp: &rustgt_iscsi_tcp::Server) -> Result<IserPortals> {
+        if let Some(addr) = wanted(cfg).into_iter().next() {
+            anyhow::bail!(
+                "iser_portals ({addr}) need a rustgt built with iSER support: cargo build --features iser"
+            );
+        }
+        Ok(IserPortals { addrs: Vec::new() })
+    }
+
+    /// The bound iSER portals.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Ask iSER sessions to log out, then close them; the SCSI targets are
+    /// left to the TCP server's shutdown.
+    pub async fn stop_sessions(&self, grace: Duration) {
+        #[cfg(feature = "iser")]
+        if let Some(s) = &self.server {
+            s.stop_sessions(grace).await;
+        }
+        #[cfg(not(feature = "iser"))]
+        let _ = grace;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("address")
+    }
+
+    fn config(iser: &[&str]) -> Config {
+        let mut t = Config::default_target();
+        t.iser_portals = iser.iter().map(|a| addr(a)).collect();
+        let mut u = t.clone();
+        u.iqn = "iqn.2026-11.org.rustgt:second".into();
+        for l in &mut u.luns {
+            l.path = Some("second.img".into());
+        }
+        Config {
+            targets: vec![t, u],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn portals_are_collected_once_across_targets() {
+        let c = config(&["192.0.2.1:3260", "192.0.2.2:3260"]);
+        let w: Vec<SocketAddr> = wanted(&c).into_iter().collect();
+        assert_eq!(w, vec![addr("192.0.2.1:3260"), addr("192.0.2.2:3260")]);
+        assert!(wanted(&config(&[])).is_empty());
+    }
+
+    #[test]
+    fn iser_portals_are_validated() {
+        let ok = crate::config::check(&config(&["192.0.2.1:3260"]), "test");
+        assert!(ok.is_ok(), "{ok:?}");
+        for bad in [
+            &["192.0.2.1:3260", "192.0.2.1:3260"][..],
+            &["192.0.2.1:0"][..],
+            &["0.0.0.0:3260"][..],
+        ] {
+            let e = crate::config::check(&config(bad), "test").expect_err("refused");
+            assert!(e.to_string().contains("iser_portals"), "{e}");
+        }
+    }
+
+    #[test]
+    fn no_iser_portal_starts_nothing() {
+        let tcp = rustgt_iscsi_tcp::Server::new(rustgt_iscsi::PortalConfig::default());
+        let p = IserPortals::start(&config(&[]), &tcp).expect("nothing to start");
+        assert!(p.addrs().is_empty());
+    }
+
+    #[cfg(not(feature = "iser"))]
+    #[test]
+    fn iser_portals_need_the_feature() {
+        let tcp = rustgt_iscsi_tcp::Server::new(rustgt_iscsi::PortalConfig::default());
+        let e = IserPortals::start(&config(&["192.0.2.1:3260"]), &tcp).expect_err("refused");
+        assert!(e.to_string().contains("--features iser"), "{e}");
+    }
+}

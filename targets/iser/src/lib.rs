@@ -1,0 +1,52 @@
+//! # rustgt-iser: the iSER driver (RFC 7145)
+//!
+//! Drives the same sans-I/O [`rustgt_iscsi::Connection`] as the TCP driver,
+//! over RDMA: librdmacm accepts connections (with the iSER CM private
+//! data), libibverbs moves the messages and the data. Login, negotiation,
+//! sessions and sequencing stay in the core; this crate only maps the
+//! core's iSER operations (Sends, RDMA Writes for Data-In, RDMA Reads for
+//! Data-Out) to work requests and their completions back.
+//!
+//! Layer: a front end beside `rustgt-iscsi-tcp`, above the SCSI core.
+//!
+//! Guarantees:
+//! - no memory registration on the I/O path: each connection registers
+//!   its receive, send and data buffers once, at accept; the target's
+//!   memory is registered for local access only, never exposed;
+//! - receives are posted for as many unexpected PDUs as the target
+//!   declares (MaxOutstandingUnexpectedPDUs), send and completion queues
+//!   follow the session queue depth, RDMA Reads in flight never exceed the
+//!   initiator depth agreed at accept;
+//! - an idle connection sleeps on its completion channel and CM event
+//!   channel (non-blocking descriptors in tokio's reactor); under load the
+//!   completion queue is polled on without waiting for events;
+//! - a disconnect, a flushed work request or an error completion ends the
+//!   connection: its SCSI tasks are aborted (nexus loss) and its QP, CQ,
+//!   memory regions, PD and CM id are released in order, exactly once;
+//! - every `unsafe` block is in the `verbs` module.
+//!
+//! The RDMA parts need the `rdma` feature (and libibverbs-dev,
+//! librdmacm-dev, libclang-dev to build); without it only the pure
+//! planning and bookkeeping modules are built, which keeps the default
+//! workspace build free of RDMA headers.
+
+#![cfg_attr(not(feature = "rdma"), forbid(unsafe_code))]
+
+pub mod pool;
+pub mod sizing;
+pub mod wrid;
+
+#[cfg(feature = "rdma")]
+mod driver;
+#[cfg(feature = "rdma")]
+mod server;
+#[cfg(feature = "rdma")]
+mod verbs;
+
+#[cfg(feature = "rdma")]
+pub use driver::DriverError;
+#[cfg(feature = "rdma")]
+pub use server::{bind, IserConnSummary, IserListener, IserServer, ISER_CONN_ID_BASE};
+pub use sizing::IserSettings;
+#[cfg(feature = "rdma")]
+pub use verbs::VerbsError;
