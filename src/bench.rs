@@ -45,6 +45,14 @@ pub struct ReadaheadArgs {
     /// I/O threads (backing reads in flight) per LUN.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub io_threads: usize,
+    /// Largest backing read after coalescing.
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    pub io_max: String,
+    /// Turns of the LUNs at the shared device in multi-LUN workloads
+    /// (W2-seed): "auto" (four positioning times of transfer each), "off",
+    /// or bytes per turn such as "16M".
+    #[arg(long, value_name = "V", default_value = "auto")]
+    pub device_slice: String,
     /// Link payload rate in MB/s; 0 for unlimited (default: GbE).
     #[arg(long, value_name = "MBPS", default_value_t = 117)]
     pub link_mbps: u32,
@@ -92,6 +100,13 @@ fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
     o.ctx.max_readahead = parse_size(&a.max_readahead)
         .with_context(|| format!("bad --max-readahead {:?}", a.max_readahead))?;
     o.ctx.io_threads = a.io_threads;
+    o.ctx.max_io = parse_size(&a.io_max).with_context(|| format!("bad --io-max {:?}", a.io_max))?;
+    o.ctx.device_slice = a.device_slice.parse().map_err(|()| {
+        anyhow::anyhow!(
+            "bad --device-slice {:?}: expected auto, off or a size such as 16M",
+            a.device_slice
+        )
+    })?;
     o.ctx.validate()?;
     o.link = Link {
         rate: f64::from(a.link_mbps) * 1e6,

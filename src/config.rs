@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use figment::providers::{Env, Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
-use rustgt_backstore::{ContextMode, EngineKind, ReadaheadPolicy};
+use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Name of the target served when no config file is given.
@@ -272,6 +272,18 @@ pub struct LunSettings {
     /// Largest readahead window, e.g. "4M".
     #[serde(default = "default_readahead_max")]
     pub readahead_max: String,
+    /// Threads issuing the context's backing reads (its I/O depth),
+    /// 1..=256; default 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readahead_io_threads: Option<u32>,
+    /// Largest backing read after coalescing, e.g. "1M" (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readahead_io_max: Option<String>,
+    /// Turns at a device shared with other LUNs' I/O contexts: "auto"
+    /// (the default: on a seeking device, four positioning times of
+    /// transfer per turn), "off", or a size per turn such as "16M".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_slice: Option<String>,
     /// hddsim: name of the simulated device; LUNs naming the same device
     /// share its disks (default "md0").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -397,6 +409,9 @@ impl Config {
                 hddsim_offset: None,
                 hddsim_disks: None,
                 hddsim_speedup: None,
+                readahead_io_threads: None,
+                readahead_io_max: None,
+                device_slice: None,
             }],
         }
     }
@@ -1170,6 +1185,7 @@ fn check_lun(
     for (name, value) in [
         ("readahead_cache", Some(&lun.readahead_cache)),
         ("readahead_max", Some(&lun.readahead_max)),
+        ("readahead_io_max", lun.readahead_io_max.as_ref()),
         ("hddsim_offset", lun.hddsim_offset.as_ref()),
         ("sanitize_rate", lun.sanitize_rate.as_ref()),
     ] {
@@ -1190,6 +1206,27 @@ fn check_lun(
                 format!(
                     "{p} must be a power of two, at least block_size ({}) and at most 1M",
                     lun.block_size
+                ),
+            );
+        }
+    }
+    if let Some(t) = lun.readahead_io_threads {
+        c.range(key.key("readahead_io_threads"), t, 1, 256);
+    }
+    if let Some(m) = lun.readahead_io_max.as_deref().and_then(parse_size) {
+        if !(4096..=64 << 20).contains(&m) {
+            c.fail(
+                key.key("readahead_io_max"),
+                format!("{m} bytes: must be 4K..=64M"),
+            );
+        }
+    }
+    if let Some(d) = &lun.device_slice {
+        if d.parse::<DeviceSlice>().is_err() {
+            c.fail(
+                key.key("device_slice"),
+                format!(
+                    "{d:?}: expected \"auto\", \"off\" or a size of at least 4K such as \"16M\""
                 ),
             );
         }

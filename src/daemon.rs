@@ -167,13 +167,11 @@ pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
 /// Opens a LUN's engine and wraps it in its I/O context, keeping a handle
 /// on the context for the admin path (policy switches, statistics).
 ///
-/// Follows `rustgt_backstore::build`'s rules (hddsim device hints; `kernel`
-/// is a counting passthrough except on hddsim, which has no page cache)
-/// but builds the context here, because `build` returns only the
-/// `dyn Backstore`. What `build` also does and this cannot: advising
-/// POSIX_FADV_RANDOM on a buffered file's fd when a rustgt policy runs
-/// (the fd is private to the backstore crate), so on `file` LUNs with a
-/// rustgt policy the kernel's readahead still runs underneath.
+/// Opens a LUN's engine and wraps it in its I/O context, by
+/// `rustgt_backstore::open_engine` and `attach_context` (the rules of
+/// `build`: hddsim device hints, kernel readahead off under a rustgt
+/// policy, `kernel` a counting passthrough except on hddsim), keeping the
+/// context's handle for stats and live policy changes.
 pub(crate) fn open_lun_store(cfg: &Config, l: &LunSettings) -> Result<Current> {
     let spec = lun_store_spec(cfg, l)?;
     let engine = rustgt_backstore::open_engine(&spec)?;
@@ -238,6 +236,7 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
             .hddsim_speedup
             .map_or(defaults.time_scale, |x| 1.0 / f64::from(x.max(1))),
     };
+    let defaults_ctx = IoContextOptions::default();
     let io_context = IoContextOptions {
         policy: l
             .readahead
@@ -249,7 +248,20 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
             .map_err(|_| anyhow::anyhow!("io_context {:?}", l.io_context))?,
         cache_bytes: size(&l.readahead_cache)?,
         max_readahead: size(&l.readahead_max)?,
-        ..IoContextOptions::default()
+        io_threads: l
+            .readahead_io_threads
+            .map_or(defaults_ctx.io_threads, |t| t as usize),
+        max_io: match &l.readahead_io_max {
+            Some(m) => size(m)?,
+            None => defaults_ctx.max_io,
+        },
+        device_slice: match &l.device_slice {
+            Some(d) => d
+                .parse()
+                .map_err(|_| anyhow::anyhow!("device_slice {d:?}"))?,
+            None => defaults_ctx.device_slice,
+        },
+        ..defaults_ctx
     };
     Ok(LunStoreSpec {
         backstore,

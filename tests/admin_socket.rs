@@ -408,3 +408,55 @@ fn prometheus_metrics_carry_the_stats_figures() {
     );
     assert!(get("/other").starts_with("HTTP/1.1 404"));
 }
+
+/// Two hddsim LUNs on one simulated device, configured with the readahead
+/// I/O keys: both are read (one session each, one after the other), and
+/// the stats show their contexts taking turns at the shared device, with
+/// the configured keys in the running configuration.
+#[test]
+fn luns_on_one_simulated_disk_take_turns_and_show_them() {
+    let lun = |id: u32, offset: &str| {
+        format!(
+            "[[targets.luns]]\nid = {id}\nbackstore = \"hddsim\"\nsize = \"256M\"\n\
+             hddsim_device = \"turns-test\"\nhddsim_offset = \"{offset}\"\nhddsim_speedup = 1000\n\
+             readahead = \"streams\"\nreadahead_io_threads = 2\nreadahead_io_max = \"512K\"\n\
+             device_slice = \"8M\"\n"
+        )
+    };
+    let cfg = format!(
+        "[[targets]]\niqn = \"{A}\"\n{}{}",
+        lun(0, "0"),
+        lun(1, "1G")
+    );
+    let d = Daemon::start_with_config(&cfg, 1);
+    let mut s = Session::login(d.portal, A, INITIATOR, 9);
+    s.settle(0);
+    s.settle(1);
+    for l in 0..2u64 {
+        for i in 0..64u32 {
+            assert!(s.read(l, i * 128, 128).good(), "LUN {l} read {i}");
+        }
+    }
+    let mut a = Admin::connect(&d);
+    for l in 0..2u64 {
+        let st = a.ok(json!({"cmd": "lun_stats", "target": A, "lun": l}))[0].clone();
+        let turns = &st["readahead"]["device_turns"];
+        assert_eq!(turns["device"], "hddsim:turns-test", "{st}");
+        assert!(turns["turns"].as_u64().unwrap_or(0) >= 2, "{st}");
+        // readahead_io_max: backing reads of 512 KiB at most.
+        let reads = st["readahead"]["backing_requests"].as_u64().unwrap_or(0);
+        let bytes = st["readahead"]["backing_bytes"].as_u64().unwrap_or(0);
+        assert!(reads > 0 && bytes / reads <= 512 << 10, "{st}");
+    }
+    let saved = a.saved();
+    for key in [
+        "readahead_io_threads = 2",
+        "readahead_io_max = \"512K\"",
+        "device_slice = \"8M\"",
+    ] {
+        assert!(saved.contains(key), "{key} in {saved}");
+    }
+    let table = cli(&d, &["stats", "lun", A, "1"]);
+    table.assert_success();
+    assert!(table.stdout.contains("device hddsim:turns-test"), "{table}");
+}

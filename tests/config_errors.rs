@@ -123,3 +123,19 @@ fn bad_listen_address_is_a_usage_error() {
     );
     assert!(out.stderr.contains("--listen"), "{out}");
 }
+
+#[test]
+fn bad_readahead_io_settings_name_their_keys() {
+    assert_rejected(
+        &target("device_slice = \"sometimes\""),
+        "targets[0].luns[0].device_slice",
+    );
+    assert_rejected(
+        &target("readahead_io_threads = 0"),
+        "targets[0].luns[0].readahead_io_threads",
+    );
+    assert_rejected(
+        &target("readahead_io_max = \"1G\""),
+        "targets[0].luns[0].readahead_io_max",
+    );
+}

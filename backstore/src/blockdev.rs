@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
 use crate::common::{validate_block_size, AlignedBuf};
 use crate::fdio::{is_unsupported, FdIo};
-use crate::{Backstore, BackstoreError, Geometry, Result};
+use crate::{Backstore, BackstoreError, DeviceKey, Geometry, Result};
 
 /// How to open a block device store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -146,6 +146,10 @@ impl BlockDevBackstore {
 impl Backstore for BlockDevBackstore {
     fn kind(&self) -> &'static str {
         "blockdev"
+    }
+
+    fn device_key(&self) -> Option<DeviceKey> {
+        self.io.device_key(true)
     }
 
     fn geometry(&self) -> Geometry {

@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use crate::common::{fill_pattern, invalid_input, len_u64, AlignedBuf, BATCH};
-use crate::{BackstoreError, Result};
+use crate::{BackstoreError, DeviceKey, Result};
 
 /// One open file or device plus how it must be driven.
 #[derive(Debug)]
@@ -34,6 +34,33 @@ impl FdIo {
 
     pub(crate) fn file(&self) -> &File {
         &self.file
+    }
+
+    /// The disk under this fd: the device itself for a block device, the
+    /// filesystem's device for a file; a partition counts as its whole
+    /// disk. Whether it seeks comes from sysfs's `queue/rotational`.
+    /// `None` when the device is not a block device (tmpfs, overlay).
+    pub(crate) fn device_key(&self, block_device: bool) -> Option<DeviceKey> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = self.file.metadata().ok()?;
+        let dev = if block_device {
+            meta.rdev()
+        } else {
+            meta.dev()
+        };
+        let base = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
+        let disk = if std::path::Path::new(&base).join("partition").exists() {
+            format!("{base}/..")
+        } else {
+            base
+        };
+        let id = std::fs::read_to_string(format!("{disk}/dev")).ok()?;
+        let seeks = std::fs::read_to_string(format!("{disk}/queue/rotational"))
+            .is_ok_and(|v| v.trim() == "1");
+        Some(DeviceKey {
+            key: format!("block:{}", id.trim()),
+            seeks,
+        })
     }
 
     pub(crate) fn is_direct(&self) -> bool {

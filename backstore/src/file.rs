@@ -22,7 +22,7 @@ use crate::common::push_extent;
 use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
 use crate::common::{validate_block_size, AlignedBuf};
 use crate::fdio::{is_unsupported, FdIo};
-use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
+use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
 
 /// How to open or create a file store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,6 +208,10 @@ impl Backstore for FileBackstore {
 
     fn kind(&self) -> &'static str {
         "file"
+    }
+
+    fn device_key(&self) -> Option<DeviceKey> {
+        self.io.device_key(false)
     }
 
     fn geometry(&self) -> Geometry {

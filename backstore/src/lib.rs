@@ -44,7 +44,8 @@ pub use builder::{attach_context, build, open_engine, LunStoreSpec};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
 pub use ioctx::{
-    set_worker_index, ContextMode, IoContext, IoContextOptions, IoStats, ReadaheadPolicy,
+    set_worker_index, ContextMode, DeviceSlice, IoContext, IoContextOptions, IoStats,
+    ReadaheadPolicy,
 };
 pub use null::NullBackstore;
 pub use ram::RamBackstore;
@@ -100,6 +101,15 @@ pub struct Extent {
     pub mapped: bool,
 }
 
+/// Names the device under a store (see [`Backstore::device_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceKey {
+    /// Equal for stores on the same device, e.g. "block:8:0" or "hddsim:md0".
+    pub key: String,
+    /// Whether the device seeks (rotational), so turns pay off.
+    pub seeks: bool,
+}
+
 /// A backing store shared by all the workers of one LUN.
 ///
 /// Offsets and lengths are in bytes and are multiples of the block size.
@@ -129,6 +139,13 @@ pub trait Backstore: Send + Sync + Debug {
     /// (`false`). Engines without a page cache have nothing to switch.
     fn kernel_readahead(&self, _on: bool) -> Result<()> {
         Ok(())
+    }
+
+    /// The device this store's reads queue on, if the engine can tell:
+    /// the I/O contexts of LUNs on one device take turns at it
+    /// ([`ioctx::DeviceGate`]). `None` for stores of memory.
+    fn device_key(&self) -> Option<DeviceKey> {
+        None
     }
 
     /// Deallocate `len` bytes from `offset`; later reads return zeros.

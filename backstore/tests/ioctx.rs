@@ -195,3 +195,130 @@ fn builder_wraps_engines_and_switches_kernel_readahead() {
     store.read_at(&mut b, 0).expect("read");
     assert!(b.iter().all(|&x| x == 0));
 }
+
+/// An engine that checks the gate's promise: while one context reads ahead
+/// from the shared device, no other context does. (Demand reads go at
+/// once, so they are not counted.)
+#[derive(Debug)]
+struct Probe {
+    inner: Arc<dyn Backstore>,
+    lun: usize,
+    /// Reads in flight per LUN, and reads that overlapped another LUN's.
+    busy: Arc<std::sync::Mutex<([u32; 2], u32)>>,
+    key: &'static str,
+}
+
+impl Backstore for Probe {
+    fn kind(&self) -> &'static str {
+        "probe"
+    }
+    fn geometry(&self) -> rustgt_backstore::Geometry {
+        self.inner.geometry()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> rustgt_backstore::Result<()> {
+        let ahead = rustgt_backstore::ioctx::is_readahead_io();
+        if ahead {
+            let mut b = self.busy.lock().expect("probe lock");
+            b.0[self.lun] += 1;
+            if b.0[1 - self.lun] > 0 {
+                b.1 += 1;
+            }
+        }
+        // Long enough for the other context's threads to try to get in.
+        thread::sleep(std::time::Duration::from_micros(300));
+        let r = self.inner.read_at(buf, offset);
+        if ahead {
+            self.busy.lock().expect("probe lock").0[self.lun] -= 1;
+        }
+        r
+    }
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> rustgt_backstore::Result<()> {
+        self.inner.write_at(buf, offset, fua)
+    }
+    fn flush(&self) -> rustgt_backstore::Result<()> {
+        Ok(())
+    }
+    fn device_key(&self) -> Option<rustgt_backstore::DeviceKey> {
+        Some(rustgt_backstore::DeviceKey {
+            key: self.key.into(),
+            seeks: true,
+        })
+    }
+}
+
+/// Two LUNs on one seeking device, each read by its own sequential stream:
+/// with turns (the default on a seeking device) the contexts never have
+/// backing reads at the device at the same time, and both streams finish
+/// with every byte right.
+#[test]
+fn contexts_on_one_seeking_device_take_turns() {
+    let busy = Arc::new(std::sync::Mutex::new(([0u32; 2], 0u32)));
+    let ctxs: Vec<Arc<IoContext>> = (0..2)
+        .map(|lun| {
+            let probe = Probe {
+                inner: filled_ram(8 * MIB),
+                lun,
+                busy: Arc::clone(&busy),
+                key: "it:turns",
+            };
+            let o = IoContextOptions {
+                device_slice: rustgt_backstore::DeviceSlice::Bytes(MIB),
+                ..opts(ReadaheadPolicy::Streams, ContextMode::Shared)
+            };
+            Arc::new(IoContext::new(Arc::new(probe), &o).expect("ctx"))
+        })
+        .collect();
+    let readers: Vec<_> = ctxs
+        .iter()
+        .map(|ctx| {
+            let ctx = Arc::clone(ctx);
+            thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                for i in 0..128u64 {
+                    ctx.read_at(&mut buf, i * 65536).expect("read");
+                    assert!(buf == pattern(65536, 0, 0, i * 65536), "data at {i}");
+                }
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().expect("reader");
+    }
+    let overlaps = busy.lock().expect("probe lock").1;
+    assert_eq!(overlaps, 0, "two contexts read ahead at once");
+    let (key, gs) = ctxs[0].device_turns().expect("takes turns");
+    assert_eq!(key, "it:turns");
+    assert!(gs.turns >= 2, "{gs:?}");
+    for c in &ctxs {
+        assert_eq!(c.stats().requests, 128);
+    }
+}
+
+#[test]
+fn turns_can_be_switched_off_and_memory_stores_never_take_them() {
+    let off = IoContextOptions {
+        device_slice: rustgt_backstore::DeviceSlice::Off,
+        ..opts(ReadaheadPolicy::Streams, ContextMode::Shared)
+    };
+    let probe = Probe {
+        inner: filled_ram(MIB),
+        lun: 0,
+        busy: Arc::new(std::sync::Mutex::new(([0; 2], 0))),
+        key: "it:off",
+    };
+    let ctx = IoContext::new(Arc::new(probe), &off).expect("ctx");
+    assert!(ctx.device_turns().is_none());
+    let auto = opts(ReadaheadPolicy::Streams, ContextMode::Shared);
+    let ctx = IoContext::new(filled_ram(MIB), &auto).expect("ctx");
+    assert!(ctx.device_turns().is_none(), "RAM has no device");
+    let hdd = HddSimOptions {
+        device: "it-turns-auto".into(),
+        time_scale: 1e-4,
+        ..HddSimOptions::default()
+    };
+    let inner: Arc<dyn Backstore> =
+        Arc::new(HddSimBackstore::open(4 * MIB, 512, false, None, &hdd).expect("hddsim"));
+    let ctx = IoContext::new(inner, &auto).expect("ctx");
+    let (key, _) = ctx.device_turns().expect("hddsim seeks");
+    assert_eq!(key, "hddsim:it-turns-auto");
+}

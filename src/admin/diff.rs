@@ -268,6 +268,9 @@ fn lun_change(a: &LunSettings, b: &LunSettings, ca: &Config, cb: &Config) -> Lun
     fixed.io_context = a.io_context.clone();
     fixed.readahead_cache = a.readahead_cache.clone();
     fixed.readahead_max = a.readahead_max.clone();
+    fixed.readahead_io_threads = a.readahead_io_threads;
+    fixed.readahead_io_max = a.readahead_io_max.clone();
+    fixed.device_slice = a.device_slice.clone();
     if fixed != a {
         return LunChange::Replace;
     }
@@ -275,7 +278,10 @@ fn lun_change(a: &LunSettings, b: &LunSettings, ca: &Config, cb: &Config) -> Lun
     let policy_only = !resized
         && a.io_context == b2.io_context
         && a.readahead_cache == b2.readahead_cache
-        && a.readahead_max == b2.readahead_max;
+        && a.readahead_max == b2.readahead_max
+        && a.readahead_io_threads == b2.readahead_io_threads
+        && a.readahead_io_max == b2.readahead_io_max
+        && a.device_slice == b2.device_slice;
     LunChange::Update(Box::new(LunUpdate {
         lun: b.clone(),
         resized,

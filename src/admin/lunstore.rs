@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use rustgt_backstore::{Backstore, Extent, Geometry, IoContext, Result};
 
-use super::proto::{ReadaheadStatsView, StoreStatsView};
+use super::proto::{DeviceTurnsView, ReadaheadStatsView, StoreStatsView};
 use super::stats::{AtomicLog2, Histogram};
 
 /// Longest wait in [`LunStore::replace`] for calls on the old store.
@@ -164,6 +164,11 @@ impl LunStore {
             latency: Histogram::from_backstore("us", &s.latency_ns, 1000),
             cache_bytes,
             cache_limit_bytes,
+            device_turns: ctx.device_turns().map(|(device, g)| DeviceTurnsView {
+                device,
+                turns: g.turns,
+                budget_ends: g.preemptions,
+            }),
         })
     }
 

@@ -387,6 +387,20 @@ pub struct ReadaheadStatsView {
     pub latency: Histogram,
     pub cache_bytes: u64,
     pub cache_limit_bytes: u64,
+    /// Turns at a device shared with other LUNs; absent when the context
+    /// does not take turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_turns: Option<DeviceTurnsView>,
+}
+
+/// A seeking device's turn-taking, counted for all its LUNs together.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceTurnsView {
+    pub device: String,
+    /// Turns granted to a context.
+    pub turns: u64,
+    /// Turns that ended on their byte budget while another context waited.
+    pub budget_ends: u64,
 }
 
 /// `lun_stats` items.

@@ -480,6 +480,13 @@ pub fn lun_stats(v: &[LunStatsView]) -> String {
                     latency(&r.latency)
                 );
                 histogram_lines(&mut out, "backing read sizes", &r.backing_sizes, bytes);
+                if let Some(d) = &r.device_turns {
+                    let _ = writeln!(
+                        out,
+                        "  device {} (all its LUNs): {} turns, {} ended on budget",
+                        d.device, d.turns, d.budget_ends
+                    );
+                }
             }
         }
     }

@@ -11,6 +11,11 @@
 //!   backing reads fill them;
 //! - at most `io_threads` coalesced backing reads are out at the device at a
 //!   time; each is queued on the disks' actuators by the model;
+//! - a workload may have several LUNs on the device (W2-seed), each with
+//!   its own worker pool and I/O context core; their readahead takes turns
+//!   at the device by the same rules as served LUNs (`TurnState`), and a
+//!   backing read waiting for its turn holds one of its LUN's I/O slots,
+//!   as a waiting I/O thread does;
 //! - read data goes back over one shared link (GbE by default), then half a
 //!   round trip later the initiator sees completion and issues more.
 
@@ -20,7 +25,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::rng::SplitMix64;
 use super::workload::{Pattern, Workload};
 use crate::hddsim::{ArrayParams, ArrayState};
-use crate::ioctx::{Batch, Core, IoContextOptions, Ticket};
+use crate::ioctx::{Batch, Core, IoContextOptions, Ticket, TurnState};
 
 /// The front-end link between initiator and target.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,6 +75,8 @@ pub struct SimResult {
     pub backing_bytes: u64,
     /// Readahead bytes evicted unused, or still unused at the end.
     pub wasted_bytes: u64,
+    /// Turns at the device (workloads with several LUNs; else 0).
+    pub device_turns: u64,
 }
 
 impl SimResult {
@@ -141,6 +148,7 @@ enum Event {
 #[derive(Debug, Clone, Copy)]
 struct Cmd {
     stream: usize,
+    lun: usize,
     offset: u64,
     len: u64,
     issued: u64,
@@ -216,21 +224,41 @@ struct Waiter {
     worker: usize,
 }
 
+/// One LUN: its workers, its command queue and its I/O context core.
+struct Lun {
+    /// Byte offset of the LUN on the device.
+    base: u64,
+    core: Core<()>,
+    idle: VecDeque<usize>,
+    queue: VecDeque<usize>,
+    waiters: Vec<Waiter>,
+    /// Backing reads at the device.
+    in_flight: usize,
+    /// Readahead taken from the queue, waiting for the LUN's turn.
+    parked: VecDeque<Batch>,
+}
+
+/// Ids at the device's turns: one per LUN and owner, as served contexts
+/// use one per context and worker.
+fn turn_id(lun: usize, owner: usize) -> u64 {
+    ((lun as u64) << 16) | owner as u64
+}
+
 struct Sim {
     cfg: SimConfig,
     now: u64,
     seq: u64,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     cmds: Vec<Cmd>,
-    core: Core<()>,
+    luns: Vec<Lun>,
+    /// Turn-taking and bytes per turn, with several LUNs.
+    turns: Option<(TurnState, u64)>,
     array: ArrayState,
-    idle: VecDeque<usize>,
-    lun_queue: VecDeque<usize>,
-    waiters: Vec<Waiter>,
-    slots: Vec<Option<Batch>>,
-    in_flight: usize,
+    /// Backing reads at the device: LUN, read, and whether it took a turn.
+    slots: Vec<Option<(usize, Batch, bool)>>,
     link_free: u64,
     gens: Vec<Gen>,
+    stream_luns: Vec<usize>,
     stream_bytes: Vec<u64>,
     latencies: Vec<u64>,
 }
@@ -238,24 +266,47 @@ struct Sim {
 /// Runs `workload` under `cfg` and returns what it measured.
 pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
     let size = cfg.array.capacity();
+    let lun_spans = if workload.luns.is_empty() {
+        vec![(0, size)]
+    } else {
+        workload.luns.clone()
+    };
+    let luns: Vec<Lun> = lun_spans
+        .iter()
+        .map(|&(base, len)| Lun {
+            base,
+            core: Core::new(cfg.ctx.core_config(len)),
+            idle: (0..workload.workers.max(1)).collect(),
+            queue: VecDeque::new(),
+            waiters: Vec::new(),
+            in_flight: 0,
+            parked: VecDeque::new(),
+        })
+        .collect();
+    let turns = match (luns.len() > 1).then(|| cfg.ctx.turn_budget(true)) {
+        Some(Some(budget)) => Some((TurnState::default(), budget)),
+        _ => None,
+    };
     let mut sim = Sim {
         now: 0,
         seq: 0,
         events: BinaryHeap::new(),
         cmds: Vec::new(),
-        core: Core::new(cfg.ctx.core_config(size)),
+        luns,
+        turns,
         array: ArrayState::new(cfg.array),
-        idle: (0..workload.workers.max(1)).collect(),
-        lun_queue: VecDeque::new(),
-        waiters: Vec::new(),
         slots: Vec::new(),
-        in_flight: 0,
         link_free: 0,
         gens: workload
             .streams
             .iter()
             .enumerate()
             .map(|(i, p)| Gen::new(p.clone(), cfg.seed.wrapping_add(i as u64 * 7919)))
+            .collect(),
+        stream_luns: workload
+            .streams
+            .iter()
+            .map(|p| workload.lun_of(p.start()))
             .collect(),
         stream_bytes: vec![0; workload.streams.len()],
         latencies: Vec::new(),
@@ -275,7 +326,16 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
             Event::Complete(c) => sim.complete(c),
         }
     }
-    let stats = sim.core.stats();
+    let mut totals = crate::ioctx::IoStats::default();
+    let mut wasted = 0;
+    for lun in &sim.luns {
+        let st = lun.core.stats();
+        totals.bytes += st.bytes;
+        totals.hit_bytes += st.hit_bytes;
+        totals.backing_requests += st.backing_requests;
+        totals.backing_bytes += st.backing_bytes;
+        wasted += lun.core.wasted_including_unused();
+    }
     SimResult {
         sequential: workload
             .streams
@@ -286,11 +346,12 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
         duration_ns: cfg.duration_ns,
         requests: sim.latencies.len() as u64,
         latencies: sim.latencies,
-        demand_bytes: stats.bytes,
-        hit_bytes: stats.hit_bytes,
-        backing_requests: stats.backing_requests,
-        backing_bytes: stats.backing_bytes,
-        wasted_bytes: sim.core.wasted_including_unused(),
+        demand_bytes: totals.bytes,
+        hit_bytes: totals.hit_bytes,
+        backing_requests: totals.backing_requests,
+        backing_bytes: totals.backing_bytes,
+        wasted_bytes: wasted,
+        device_turns: sim.turns.as_ref().map_or(0, |(t, _)| t.stats().turns),
     }
 }
 
@@ -310,9 +371,12 @@ impl Sim {
 
     fn issue_at(&mut self, stream: usize, offset: u64, len: u64) {
         let id = self.cmds.len();
+        let lun = self.stream_luns.get(stream).copied().unwrap_or(0);
+        let base = self.luns.get(lun).map_or(0, |l| l.base);
         self.cmds.push(Cmd {
             stream,
-            offset,
+            lun,
+            offset: offset.saturating_sub(base),
             len,
             issued: self.now,
         });
@@ -352,82 +416,163 @@ impl Sim {
     }
 
     fn arrive(&mut self, c: usize) {
-        match self.idle.pop_front() {
-            Some(w) => self.serve(c, w),
-            None => self.lun_queue.push_back(c),
+        let Some(lun) = self.cmds.get(c).map(|cmd| cmd.lun) else {
+            return;
+        };
+        let Some(l) = self.luns.get_mut(lun) else {
+            return;
+        };
+        match l.idle.pop_front() {
+            Some(w) => self.serve(lun, c, w),
+            None => l.queue.push_back(c),
         }
     }
 
-    fn serve(&mut self, c: usize, worker: usize) {
+    fn serve(&mut self, lun: usize, c: usize, worker: usize) {
         let Some(cmd) = self.cmds.get(c).copied() else {
             return;
         };
-        let ticket = self
-            .core
-            .start_read(self.now, Some(worker), cmd.offset, cmd.len);
-        if self.core.all_ready(&ticket) {
-            self.respond(c, worker);
+        let now = self.now;
+        let Some(l) = self.luns.get_mut(lun) else {
+            return;
+        };
+        let ticket = l.core.start_read(now, Some(worker), cmd.offset, cmd.len);
+        if l.core.all_ready(&ticket) {
+            self.respond(lun, c, worker);
         } else {
-            self.waiters.push(Waiter {
+            l.waiters.push(Waiter {
                 ticket,
                 cmd: c,
                 worker,
             });
         }
-        self.dispatch();
+        self.dispatch_all();
     }
 
-    /// Starts backing reads while I/O slots are free.
-    fn dispatch(&mut self) {
-        while self.in_flight < self.cfg.ctx.io_threads.max(1) {
-            let Some(batch) = self.core.pop_batch() else {
-                break;
-            };
-            let (start, len) = self.core.batch_range(&batch);
-            let done = self.array.submit(self.now, start, len);
-            let slot = match self.slots.iter().position(Option::is_none) {
-                Some(i) => i,
-                None => {
-                    self.slots.push(None);
-                    self.slots.len() - 1
-                }
-            };
-            if let Some(s) = self.slots.get_mut(slot) {
-                *s = Some(batch);
+    /// Starts backing reads on every LUN until nothing more can start (a
+    /// LUN's turn ending lets another's waiting readahead go).
+    fn dispatch_all(&mut self) {
+        for _ in 0..=self.luns.len() {
+            let mut started = false;
+            for lun in 0..self.luns.len() {
+                started |= self.dispatch(lun);
             }
-            self.in_flight += 1;
-            self.schedule(done, Event::BackingDone(slot));
+            if !started {
+                break;
+            }
         }
     }
 
-    fn backing_done(&mut self, slot: usize) {
-        let Some(batch) = self.slots.get_mut(slot).and_then(Option::take) else {
+    /// Starts `lun`'s backing reads while it has free I/O slots: demand
+    /// reads at once, readahead when its turn allows. True if any started.
+    fn dispatch(&mut self, lun: usize) -> bool {
+        let io_threads = self.cfg.ctx.io_threads.max(1);
+        let mut started = false;
+        loop {
+            let Some(l) = self.luns.get_mut(lun) else {
+                return started;
+            };
+            if let Some(b) = l.parked.front() {
+                let (_, len) = l.core.batch_range(b);
+                let id = turn_id(lun, b.owner);
+                let Some((turns, budget)) = self.turns.as_mut() else {
+                    return started;
+                };
+                if !turns.try_enter(id, *budget, len) {
+                    return started;
+                }
+                let Some(b) = l.parked.pop_front() else {
+                    return started;
+                };
+                self.submit(lun, b, true);
+                started = true;
+                continue;
+            }
+            if l.in_flight + l.parked.len() >= io_threads {
+                return started;
+            }
+            let Some(batch) = l.core.pop_batch() else {
+                return started;
+            };
+            match self.turns.as_mut() {
+                Some((turns, budget)) if !batch.sync => {
+                    let (_, len) = l.core.batch_range(&batch);
+                    if turns.try_enter(turn_id(lun, batch.owner), *budget, len) {
+                        self.submit(lun, batch, true);
+                        started = true;
+                    } else {
+                        l.parked.push_back(batch);
+                    }
+                }
+                _ => {
+                    self.submit(lun, batch, false);
+                    started = true;
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, lun: usize, batch: Batch, turn: bool) {
+        let Some(l) = self.luns.get_mut(lun) else {
             return;
         };
-        self.in_flight -= 1;
-        self.core.complete(&batch, |_| ());
+        let (start, len) = l.core.batch_range(&batch);
+        l.in_flight += 1;
+        let done = self.array.submit(self.now, l.base + start, len);
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = Some((lun, batch, turn));
+        }
+        self.schedule(done, Event::BackingDone(slot));
+    }
+
+    fn backing_done(&mut self, slot: usize) {
+        let Some((lun, batch, turn)) = self.slots.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        let Some(l) = self.luns.get_mut(lun) else {
+            return;
+        };
+        l.in_flight -= 1;
+        l.core.complete(&batch, |_| ());
         let mut ready = Vec::new();
-        let mut still = Vec::with_capacity(self.waiters.len());
-        for w in std::mem::take(&mut self.waiters) {
-            if self.core.all_ready(&w.ticket) {
+        let mut still = Vec::with_capacity(l.waiters.len());
+        for w in std::mem::take(&mut l.waiters) {
+            if l.core.all_ready(&w.ticket) {
                 ready.push(w);
             } else {
-                if self.core.any_absent(&w.ticket) {
+                if l.core.any_absent(&w.ticket) {
                     // Evicted before this worker could copy it: read again.
-                    self.core.ensure(&w.ticket);
+                    l.core.ensure(&w.ticket);
                 }
                 still.push(w);
             }
         }
-        self.waiters = still;
-        for w in ready {
-            self.respond(w.cmd, w.worker);
+        l.waiters = still;
+        let queued =
+            l.core.has_queued_for(batch.owner) || l.parked.iter().any(|b| b.owner == batch.owner);
+        if let Some((turns, _)) = self.turns.as_mut() {
+            let id = turn_id(lun, batch.owner);
+            if turn {
+                turns.leave(id, queued);
+            } else {
+                turns.settle(id, queued);
+            }
         }
-        self.dispatch();
+        for w in ready {
+            self.respond(lun, w.cmd, w.worker);
+        }
+        self.dispatch_all();
     }
 
     /// The worker hands the data to the link and takes the next command.
-    fn respond(&mut self, c: usize, worker: usize) {
+    fn respond(&mut self, lun: usize, c: usize, worker: usize) {
         let len = self.cmds.get(c).map_or(0, |cmd| cmd.len);
         let transfer = if self.cfg.link.rate > 0.0 {
             (len as f64 * 1e9 / self.cfg.link.rate) as u64
@@ -438,9 +583,12 @@ impl Sim {
         self.link_free = start + transfer;
         let at = self.link_free + self.cfg.link.rtt_ns / 2;
         self.schedule(at, Event::Complete(c));
-        match self.lun_queue.pop_front() {
-            Some(next) => self.serve(next, worker),
-            None => self.idle.push_back(worker),
+        let Some(l) = self.luns.get_mut(lun) else {
+            return;
+        };
+        match l.queue.pop_front() {
+            Some(next) => self.serve(lun, next, worker),
+            None => l.idle.push_back(worker),
         }
     }
 

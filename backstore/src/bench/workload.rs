@@ -5,6 +5,7 @@
 //! |---|---|
 //! | W1-qd1, W1-qd4 | one sequential stream of 64 KiB reads at QD1 / QD4 |
 //! | W2-2 | the seed: two streams at 0% and 90% of the RAID-0, 64 KiB, QD1 each |
+//! | W2-seed | the seed as it was served: two LUNs, the first and last 10% of the RAID-0, each with its own I/O context, one 64 KiB QD1 stream each |
 //! | W2-4, -8, -16 | that many streams at evenly spaced offsets, 64 KiB, QD1 each |
 //! | W3-N (N = 1, 5, 8, 32) | one stream read N chunks of 64 KiB at a time (as NFS splits a read into rsize chunks), the chunks reaching the N workers in shuffled order; `W3-N-inorder` is the same in order |
 //! | W4-uniform | 4 KiB random reads over the LUN, QD4 |
@@ -37,6 +38,14 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// The device byte where the stream starts.
+    pub fn start(&self) -> u64 {
+        match self {
+            Pattern::Sequential { start, .. } | Pattern::Batched { start, .. } => *start,
+            Pattern::Random { lo, .. } => *lo,
+        }
+    }
+
     /// Whether this stream is one of the sequential ones.
     pub fn is_sequential(&self) -> bool {
         !matches!(self, Pattern::Random { .. })
@@ -52,8 +61,12 @@ pub struct Workload {
     pub group: &'static str,
     pub title: String,
     pub streams: Vec<Pattern>,
-    /// Workers of the LUN (W3 uses N).
+    /// Workers of each LUN (W3 uses N).
     pub workers: usize,
+    /// LUNs as `(offset on the device, bytes)`, each with its own I/O
+    /// context and workers; a stream belongs to the LUN holding its first
+    /// byte. Empty: one LUN spanning the device.
+    pub luns: Vec<(u64, u64)>,
 }
 
 const KIB: u64 = 1024;
@@ -74,7 +87,16 @@ impl Workload {
             title: title.into(),
             streams,
             workers,
+            luns: Vec::new(),
         }
+    }
+
+    /// The LUN serving a request at device byte `offset`.
+    pub fn lun_of(&self, offset: u64) -> usize {
+        self.luns
+            .iter()
+            .position(|&(base, len)| offset >= base && offset - base < len)
+            .unwrap_or(0)
     }
 }
 
@@ -112,6 +134,18 @@ pub fn standard(size: u64, workers: usize) -> Vec<Workload> {
             workers,
         ),
     ];
+    // The seed's LUNs: the first and last 10%, whole 64 KiB chunks.
+    let tenth = size / 10 / SEQ_REQ * SEQ_REQ;
+    let last = size / 10 * 9 / SEQ_REQ * SEQ_REQ;
+    let mut seed = Workload::new(
+        "W2-seed",
+        "W2",
+        "seed as served: two LUNs (first and last 10% of the RAID-0), one 64 KiB QD1 stream each",
+        vec![seq(0, 1), seq(last, 1)],
+        workers,
+    );
+    seed.luns = vec![(0, tenth), (last, tenth)];
+    w.push(seed);
     for n in [4u64, 8, 16] {
         w.push(Workload::new(
             &format!("W2-{n}"),
@@ -206,5 +240,14 @@ mod tests {
         );
         let w3 = set.iter().find(|w| w.id == "W3-32").expect("W3-32");
         assert_eq!(w3.workers, 32);
+        // The end-to-end LUNs (tests/bench/seed-e2e): 49 999 970 304 bytes
+        // each, the second at byte 449 999 994 880.
+        let two = set.iter().find(|w| w.id == "W2-seed").expect("W2-seed");
+        assert_eq!(
+            two.luns,
+            vec![(0, 49_999_970_304), (449_999_994_880, 49_999_970_304)]
+        );
+        assert_eq!(two.lun_of(449_999_994_880), 1);
+        assert_eq!(two.lun_of(1 << 20), 0);
     }
 }

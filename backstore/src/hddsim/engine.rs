@@ -18,7 +18,7 @@ use super::model::{ArrayParams, ArrayState};
 use crate::common::{check_range, check_write, len_u64};
 use crate::file::{FileBackstore, FileOptions};
 use crate::ram::RamBackstore;
-use crate::{Backstore, BackstoreError, BackstoreSpec, Extent, Geometry, Result};
+use crate::{Backstore, BackstoreError, BackstoreSpec, DeviceKey, Extent, Geometry, Result};
 
 /// Where an hddsim LUN sits and on what.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,6 +202,13 @@ impl HddSimBackstore {
 impl Backstore for HddSimBackstore {
     fn kind(&self) -> &'static str {
         "hddsim"
+    }
+
+    fn device_key(&self) -> Option<DeviceKey> {
+        Some(DeviceKey {
+            key: format!("hddsim:{}", self.device.name()),
+            seeks: true,
+        })
     }
 
     fn geometry(&self) -> Geometry {

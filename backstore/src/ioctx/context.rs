@@ -9,19 +9,28 @@
 //! - a read that cannot get its pages cached after a few tries (failing
 //!   backing reads, concurrent writes, a thrashing cache) reads directly
 //!   from the engine, so it always ends, with the engine's own error;
+//! - on a device shared with other LUNs' contexts, backing reads start
+//!   only during this context's turn (see [`DeviceGate`]);
 //! - dropping the context stops and joins its I/O threads.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::cache::PAGE;
-use super::{worker_index, Batch, Core, IoContextOptions, IoStats, ReadaheadPolicy, Ticket};
+use super::gate::{next_context_id, DeviceGate, GateStats};
+use super::{
+    set_readahead_io, worker_index, Batch, Core, IoContextOptions, IoStats, ReadaheadPolicy, Ticket,
+};
 use crate::common::{check_range, check_write, len_u64};
-use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
+use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
 
 /// Attempts to get a read's pages cached before reading directly.
 const MAX_RETRIES: u32 = 3;
+
+/// Gate ids per context: one per owner (worker), see `io_loop`.
+const OWNER_IDS: u64 = 1 << 16;
 
 #[derive(Debug)]
 struct State {
@@ -41,6 +50,20 @@ struct Shared {
     work: Condvar,
     /// Pages filled or dropped, or a write ended.
     done: Condvar,
+    /// Turn-taking with the other contexts on the same seeking device.
+    gate: Option<Turns>,
+    /// Set with `State::stopping`, readable without the state lock (threads
+    /// waiting at the gate poll it).
+    stop: AtomicBool,
+}
+
+/// This context's place at its device's gate.
+#[derive(Debug)]
+struct Turns {
+    gate: Arc<DeviceGate>,
+    id: u64,
+    /// Bytes per turn.
+    budget: u64,
 }
 
 /// One LUN's I/O context (see the [module docs](super)).
@@ -73,6 +96,11 @@ impl IoContext {
     ) -> Result<Self> {
         opts.validate()?;
         let geometry = inner.geometry();
+        let gate = if passthrough {
+            None
+        } else {
+            turns(inner.as_ref(), opts)
+        };
         let shared = Arc::new(Shared {
             geometry,
             passthrough,
@@ -83,6 +111,8 @@ impl IoContext {
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            gate,
+            stop: AtomicBool::new(false),
             inner,
         });
         let ctx = IoContext {
@@ -113,6 +143,13 @@ impl IoContext {
             st.core.cached_pages() * PAGE,
             st.core.cache_capacity_pages() * PAGE,
         )
+    }
+
+    /// The device this context takes turns on, and its gate's counters;
+    /// `None` when it does not share a seeking device through a gate.
+    pub fn device_turns(&self) -> Option<(String, GateStats)> {
+        let t = self.shared.gate.as_ref()?;
+        Some((t.gate.key().to_owned(), t.gate.stats()))
     }
 
     /// The running policy.
@@ -218,9 +255,25 @@ fn copy_out(core: &Core<Box<[u8]>>, t: &Ticket, buf: &mut [u8], offset: u64) -> 
     true
 }
 
+/// Whether the context should take turns at a device gate, and how many
+/// bytes a turn may start.
+fn turns(inner: &dyn Backstore, opts: &IoContextOptions) -> Option<Turns> {
+    let device = inner.device_key()?;
+    Some(Turns {
+        budget: opts.turn_budget(device.seeks)?,
+        gate: DeviceGate::of_device(&device.key),
+        id: next_context_id(),
+    })
+}
+
 /// An I/O thread: takes a coalesced backing read, does it without the
-/// lock, and fills (or drops) its pages.
+/// lock, and fills (or drops) its pages. On a device where contexts take
+/// turns, readahead waits for this context's turn; a synchronous read
+/// (someone waits for it, and it is small) goes at once, as deadline
+/// scheduling serves sync reads, so misses keep their latency and a RAID's
+/// members keep serving two LUNs' misses in parallel.
 fn io_loop(sh: &Shared) {
+    let stopping = || sh.stop.load(Ordering::Relaxed);
     loop {
         let (batch, start, len) = {
             let mut st = lock(&sh.state);
@@ -235,7 +288,23 @@ fn io_loop(sh: &Shared) {
                 st = sh.work.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
         };
+        // Per-worker mode stands for the pre-fix threads, each with its own
+        // io_context, so each worker's readahead takes its own turns.
+        let turn = sh.gate.as_ref().map(|t| {
+            (
+                t,
+                t.id.wrapping_mul(OWNER_IDS)
+                    .wrapping_add(batch.owner as u64),
+            )
+        });
+        if let Some((t, id)) = turn.filter(|_| !batch.sync) {
+            if !t.gate.enter(id, t.budget, len, &stopping) {
+                return;
+            }
+        }
+        set_readahead_io(!batch.sync);
         let result = read_batch(sh, &batch, start, len);
+        set_readahead_io(false);
         let mut st = lock(&sh.state);
         match result {
             Ok(data) => st.core.complete(&batch, |page| {
@@ -248,7 +317,14 @@ fn io_loop(sh: &Shared) {
                 st.core.fail(&batch);
             }
         }
+        let queued = st.core.has_queued_for(batch.owner);
         drop(st);
+        match turn {
+            Some((t, id)) if !batch.sync => t.gate.leave(id, queued),
+            // A demand read needed no turn, but it may end an idle one.
+            Some((t, id)) => t.gate.settle(id, queued),
+            None => {}
+        }
         sh.done.notify_all();
     }
 }
@@ -263,11 +339,16 @@ fn read_batch(sh: &Shared, _batch: &Batch, start: u64, len: u64) -> Result<Vec<u
 impl Drop for IoContext {
     fn drop(&mut self) {
         lock(&self.shared.state).stopping = true;
+        self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.work.notify_all();
         for handle in lock(&self.threads).drain(..) {
             if handle.join().is_err() {
                 tracing::error!("I/O context thread panicked");
             }
+        }
+        if let Some(t) = &self.shared.gate {
+            let first = t.id.wrapping_mul(OWNER_IDS);
+            t.gate.forget(first..first.wrapping_add(OWNER_IDS));
         }
     }
 }
@@ -324,6 +405,10 @@ impl Backstore for IoContext {
 
     fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
         self.shared.inner.extents(offset, len)
+    }
+
+    fn device_key(&self) -> Option<DeviceKey> {
+        self.shared.inner.device_key()
     }
 
     fn supports_write_same(&self) -> bool {

@@ -12,7 +12,10 @@
 //!   writes (a read that starts after a write returned sees its data);
 //! - a backing-read queue that coalesces adjacent requests into large
 //!   reads, served by a few I/O threads so readahead runs ahead of demand;
-//! - per-LUN statistics ([`IoStats`]).
+//! - per-LUN statistics ([`IoStats`]);
+//! - on a seeking device shared with other LUNs, turns at the device
+//!   ([`DeviceGate`]), so that the contexts' streams do not interleave at
+//!   the disk.
 //!
 //! Policies are pure state machines ([`Readahead`]) over a view of the
 //! cache ([`RaView`]); the benchmark's simulation runs the same code in
@@ -21,6 +24,7 @@
 mod cache;
 mod context;
 mod core;
+mod gate;
 mod linux;
 mod policy;
 mod queue;
@@ -31,6 +35,7 @@ use std::cell::Cell;
 
 pub use cache::PAGE;
 pub use context::IoContext;
+pub use gate::{DeviceGate, GateStats};
 pub use linux::LinuxReadahead;
 pub use policy::{
     new_policy, ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadPolicy,
@@ -40,6 +45,7 @@ pub use stats::{IoStats, Log2Histogram};
 pub use streams::{StreamParams, Streams};
 
 pub(crate) use self::core::{Core, CoreConfig, Ticket};
+pub(crate) use gate::TurnState;
 pub(crate) use queue::Batch;
 
 use crate::hddsim::ArrayParams;
@@ -47,6 +53,18 @@ use crate::{BackstoreError, Result};
 
 thread_local! {
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
+    static READAHEAD_IO: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the backing read the calling thread is doing is readahead that
+/// nobody waits for yet (Linux's REQ_RAHEAD), as opposed to a demand read.
+/// Engines may use it; the tests use it to check the device turns.
+pub fn is_readahead_io() -> bool {
+    READAHEAD_IO.with(Cell::get)
+}
+
+pub(crate) fn set_readahead_io(on: bool) {
+    READAHEAD_IO.with(|r| r.set(on));
 }
 
 /// Tells the I/O contexts which worker the calling thread is. The SCSI
@@ -94,6 +112,35 @@ impl Default for DeviceHints {
     }
 }
 
+/// How a context takes turns with the other LUNs' contexts on its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSlice {
+    /// Take turns on a device that seeks (a rotating disk, hddsim), with a
+    /// budget of four positioning times of transfer per turn.
+    #[default]
+    Auto,
+    /// Never take turns.
+    Off,
+    /// Take turns on any device the engine can name, this many bytes each.
+    Bytes(u64),
+}
+
+impl std::str::FromStr for DeviceSlice {
+    type Err = ();
+
+    /// "auto", "off", or a size such as "16M".
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "off" => Ok(Self::Off),
+            _ => match crate::parse_size(s) {
+                Some(n) if n >= PAGE => Ok(Self::Bytes(n)),
+                _ => Err(()),
+            },
+        }
+    }
+}
+
 /// Configuration of one LUN's I/O context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoContextOptions {
@@ -109,11 +156,13 @@ pub struct IoContextOptions {
     /// Threads issuing backing reads (the context's I/O depth).
     pub io_threads: usize,
     pub device: DeviceHints,
+    /// Turns at a device shared with other LUNs.
+    pub device_slice: DeviceSlice,
 }
 
 impl Default for IoContextOptions {
     /// `streams`, shared, 64 MiB cache, 4 MiB readahead, 1 MiB backing
-    /// reads, 4 I/O threads.
+    /// reads, 4 I/O threads, turns on seeking devices.
     fn default() -> Self {
         Self {
             policy: ReadaheadPolicy::Streams,
@@ -123,6 +172,7 @@ impl Default for IoContextOptions {
             max_io: 1 << 20,
             io_threads: 4,
             device: DeviceHints::default(),
+            device_slice: DeviceSlice::Auto,
         }
     }
 }
@@ -138,6 +188,8 @@ impl IoContextOptions {
             Some("maximum backing read must be at least 4 KiB")
         } else if self.io_threads == 0 || self.io_threads > 256 {
             Some("I/O threads must be 1..=256")
+        } else if matches!(self.device_slice, DeviceSlice::Bytes(n) if n < PAGE) {
+            Some("device slice must be at least 4 KiB")
         } else {
             None
         };
@@ -147,12 +199,24 @@ impl IoContextOptions {
         }
     }
 
+    /// Bytes per turn at a shared device that `seeks` (or not), or `None`
+    /// when the context should not take turns there.
+    pub fn turn_budget(&self, seeks: bool) -> Option<u64> {
+        match self.device_slice {
+            DeviceSlice::Off => None,
+            DeviceSlice::Auto if !seeks => None,
+            DeviceSlice::Auto => Some(4 * self.device.competitive_bytes().max(PAGE)),
+            DeviceSlice::Bytes(n) => Some(n),
+        }
+    }
+
     /// The policy sizes in pages.
     pub fn policy_params(&self) -> PolicyParams {
         PolicyParams {
             max_pages: (self.max_readahead / PAGE).max(1),
             cache_pages: (self.cache_bytes / PAGE).max(1),
             competitive_pages: self.device.competitive_bytes() / PAGE,
+            io_pages: (self.max_io / PAGE).max(1),
         }
     }
 

@@ -161,6 +161,9 @@ pub struct PolicyParams {
     /// One seek plus rotation worth of transfer on the backing device: the
     /// competitive rule's lower bound for `streams`' maximum distance.
     pub competitive_pages: u64,
+    /// The largest backing read: `streams` ends its top-ups on multiples
+    /// of it, so that they split into whole backing reads.
+    pub io_pages: u64,
 }
 
 /// Makes a fresh state machine for `policy`.

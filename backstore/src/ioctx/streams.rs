@@ -23,8 +23,10 @@
 //!   per-worker tables that do not know of each other cannot thrash it;
 //! - prefetch is issued in large pieces, at the real frontier: the first
 //!   page ahead of the stream that is not cached or being read (so per-worker
-//!   tables cooperate through the shared cache instead of fragmenting), and
-//!   only when less than a third of the distance remains ahead;
+//!   tables cooperate through the shared cache instead of fragmenting),
+//!   only when less than a third of the distance remains ahead, and ending
+//!   on a multiple of the largest backing read, so that a top-up splits
+//!   into whole backing reads;
 //! - idle streams expire.
 
 use super::policy::{PolicyParams, RaView, Readahead};
@@ -50,6 +52,8 @@ pub struct StreamParams {
     pub expiry_ns: u64,
     /// Table size; the least recently used entry is replaced.
     pub slots: usize,
+    /// The largest backing read; top-ups end on its multiples.
+    pub io_pages: u64,
 }
 
 impl StreamParams {
@@ -60,6 +64,7 @@ impl StreamParams {
             reorder_pages: 1024,
             expiry_ns: 2_000_000_000,
             slots: 64,
+            io_pages: p.io_pages.max(1),
         }
     }
 }
@@ -204,7 +209,20 @@ impl Readahead for Streams {
         // waits.
         let want = target - from;
         let room = budget.saturating_sub(view.unused_pages());
-        let n = want.min(room);
+        let mut n = want.min(room);
+        // End on a backing-read boundary, so that the top-up splits into
+        // whole backing reads: round up when the cache has room (and the
+        // LUN has pages), else down.
+        let io = self.p.io_pages;
+        let up = (from + n).div_ceil(io) * io;
+        let down = (from + n) / io * io;
+        if n >= io {
+            if up - from <= room && up <= view.num_pages() {
+                n = up - from;
+            } else if down > from {
+                n = down - from;
+            }
+        }
         if n > 0 && n >= want.min(MIN_TOPUP) {
             view.read(from, n, None, false);
             s.pf_end = from + n;
@@ -222,6 +240,7 @@ mod tests {
             max_pages: 1024,
             cache_pages: 16384,
             competitive_pages: 128,
+            io_pages: 64,
         })
     }
 
