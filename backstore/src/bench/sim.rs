@@ -12,9 +12,9 @@
 //! - at most `io_threads` coalesced backing reads are out at the device at a
 //!   time; each is queued on the disks' actuators by the model;
 //! - a workload may have several LUNs on the device (W2-seed), each with
-//!   its own worker pool and I/O context core; their readahead takes turns
-//!   at the device by the same rules as served LUNs (`TurnState`), and a
-//!   backing read waiting for its turn holds one of its LUN's I/O slots,
+//!   its own worker pool and I/O context core; the LUNs' readahead takes
+//!   turns at the device by the same rules as on served LUNs (`TurnState`).
+//!   A backing read waiting for its turn holds one of its LUN's I/O slots,
 //!   as a waiting I/O thread does;
 //! - read data goes back over one shared link (GbE by default), then half a
 //!   round trip later the initiator sees completion and issues more.
@@ -75,7 +75,7 @@ pub struct SimResult {
     pub backing_bytes: u64,
     /// Readahead bytes evicted unused, or still unused at the end.
     pub wasted_bytes: u64,
-    /// Turns at the device (workloads with several LUNs; else 0).
+    /// Turns at the device (0 with turns off).
     pub device_turns: u64,
 }
 
@@ -238,10 +238,9 @@ struct Lun {
     parked: VecDeque<Batch>,
 }
 
-/// Ids at the device's turns: one per LUN and owner, as served contexts
-/// use one per context and worker.
-fn turn_id(lun: usize, owner: usize) -> u64 {
-    ((lun as u64) << 16) | owner as u64
+/// A LUN's id at the device's turns (one per context, as served).
+fn turn_id(lun: usize) -> u64 {
+    lun as u64
 }
 
 struct Sim {
@@ -251,7 +250,7 @@ struct Sim {
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     cmds: Vec<Cmd>,
     luns: Vec<Lun>,
-    /// Turn-taking and bytes per turn, with several LUNs.
+    /// Turn-taking and bytes per turn, unless turns are off.
     turns: Option<(TurnState, u64)>,
     array: ArrayState,
     /// Backing reads at the device: LUN, read, and whether it took a turn.
@@ -283,10 +282,11 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
             parked: VecDeque::new(),
         })
         .collect();
-    let turns = match (luns.len() > 1).then(|| cfg.ctx.turn_budget(true)) {
-        Some(Some(budget)) => Some((TurnState::default(), budget)),
-        _ => None,
-    };
+    // The simulated disks seek, so turns run as on served hddsim LUNs.
+    let turns = cfg
+        .ctx
+        .turn_budget(true)
+        .map(|budget| (TurnState::default(), budget));
     let mut sim = Sim {
         now: 0,
         seq: 0,
@@ -474,7 +474,7 @@ impl Sim {
             };
             if let Some(b) = l.parked.front() {
                 let (_, len) = l.core.batch_range(b);
-                let id = turn_id(lun, b.owner);
+                let id = turn_id(lun);
                 let Some((turns, budget)) = self.turns.as_mut() else {
                     return started;
                 };
@@ -497,7 +497,7 @@ impl Sim {
             match self.turns.as_mut() {
                 Some((turns, budget)) if !batch.sync => {
                     let (_, len) = l.core.batch_range(&batch);
-                    if turns.try_enter(turn_id(lun, batch.owner), *budget, len) {
+                    if turns.try_enter(turn_id(lun), *budget, len) {
                         self.submit(lun, batch, true);
                         started = true;
                     } else {
@@ -555,10 +555,9 @@ impl Sim {
             }
         }
         l.waiters = still;
-        let queued =
-            l.core.has_queued_for(batch.owner) || l.parked.iter().any(|b| b.owner == batch.owner);
+        let queued = l.core.has_queued() || !l.parked.is_empty();
         if let Some((turns, _)) = self.turns.as_mut() {
-            let id = turn_id(lun, batch.owner);
+            let id = turn_id(lun);
             if turn {
                 turns.leave(id, queued);
             } else {

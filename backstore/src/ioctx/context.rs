@@ -29,9 +29,6 @@ use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
 /// Attempts to get a read's pages cached before reading directly.
 const MAX_RETRIES: u32 = 3;
 
-/// Gate ids per context: one per owner (worker), see `io_loop`.
-const OWNER_IDS: u64 = 1 << 16;
-
 #[derive(Debug)]
 struct State {
     core: Core<Box<[u8]>>,
@@ -288,17 +285,11 @@ fn io_loop(sh: &Shared) {
                 st = sh.work.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
         };
-        // Per-worker mode stands for the pre-fix threads, each with its own
-        // io_context, so each worker's readahead takes its own turns.
-        let turn = sh.gate.as_ref().map(|t| {
-            (
-                t,
-                t.id.wrapping_mul(OWNER_IDS)
-                    .wrapping_add(batch.owner as u64),
-            )
-        });
-        if let Some((t, id)) = turn.filter(|_| !batch.sync) {
-            if !t.gate.enter(id, t.budget, len, &stopping) {
+        // One id per context: its I/O threads carry only its own reads, so
+        // a thread waiting for the turn never holds up the turn's owner.
+        let turn = sh.gate.as_ref();
+        if let Some(t) = turn.filter(|_| !batch.sync) {
+            if !t.gate.enter(t.id, t.budget, len, &stopping) {
                 return;
             }
         }
@@ -317,12 +308,12 @@ fn io_loop(sh: &Shared) {
                 st.core.fail(&batch);
             }
         }
-        let queued = st.core.has_queued_for(batch.owner);
+        let queued = st.core.has_queued();
         drop(st);
         match turn {
-            Some((t, id)) if !batch.sync => t.gate.leave(id, queued),
+            Some(t) if !batch.sync => t.gate.leave(t.id, queued),
             // A demand read needed no turn, but it may end an idle one.
-            Some((t, id)) => t.gate.settle(id, queued),
+            Some(t) => t.gate.settle(t.id, queued),
             None => {}
         }
         sh.done.notify_all();
@@ -347,8 +338,7 @@ impl Drop for IoContext {
             }
         }
         if let Some(t) = &self.shared.gate {
-            let first = t.id.wrapping_mul(OWNER_IDS);
-            t.gate.forget(first..first.wrapping_add(OWNER_IDS));
+            t.gate.forget(t.id..t.id.wrapping_add(1));
         }
     }
 }

@@ -171,12 +171,6 @@ impl<D> Core<D> {
         !self.queue.is_empty()
     }
 
-    /// Whether `owner` (a worker in per-worker mode; 0 when shared) has
-    /// backing reads waiting.
-    pub(crate) fn has_queued_for(&self, owner: usize) -> bool {
-        self.queue.has_owner(owner)
-    }
-
     /// Takes the next coalesced backing read.
     pub(crate) fn pop_batch(&mut self) -> Option<Batch> {
         let batch = self.queue.pop()?;

@@ -27,8 +27,6 @@ pub(crate) struct Batch {
     /// The ids whose pages this read fills.
     pub(crate) ids: Vec<u64>,
     pub(crate) sync: bool,
-    /// Whose runs these are (0 in shared mode; the worker in per-worker).
-    pub(crate) owner: usize,
 }
 
 impl Batch {
@@ -60,11 +58,6 @@ impl SubmitQueue {
         self.runs.len()
     }
 
-    /// Whether `owner` has runs waiting.
-    pub(crate) fn has_owner(&self, owner: usize) -> bool {
-        self.runs.iter().any(|r| r.owner == owner)
-    }
-
     /// Queues a run, split into pieces no larger than a backing read.
     pub(crate) fn push(&mut self, run: Run) {
         let mut first = run.first;
@@ -91,7 +84,6 @@ impl SubmitQueue {
             count: head.count,
             ids: vec![head.id],
             sync: head.sync,
-            owner: head.owner,
         };
         loop {
             let next = self.runs.iter().position(|r| {
