@@ -424,7 +424,7 @@ fn luns_on_one_simulated_disk_take_turns_and_show_them() {
         )
     };
     let cfg = format!(
-        "[[targets]]\niqn = \"{A}\"\n{}{}",
+        "metrics_listen = \"127.0.0.1:0\"\n[[targets]]\niqn = \"{A}\"\n{}{}",
         lun(0, "0"),
         lun(1, "1G")
     );
@@ -459,4 +459,23 @@ fn luns_on_one_simulated_disk_take_turns_and_show_them() {
     let table = cli(&d, &["stats", "lun", A, "1"]);
     table.assert_success();
     assert!(table.stdout.contains("device hddsim:turns-test"), "{table}");
+    // Prometheus: one series for the device, not one per LUN.
+    let addr = a.ok(json!({"cmd": "status"}))["metrics"]
+        .as_str()
+        .expect("metrics address")
+        .to_owned();
+    let mut sock = std::net::TcpStream::connect(&addr).expect("connect metrics");
+    write!(sock, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    let mut text = String::new();
+    sock.read_to_string(&mut text).expect("read");
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("rustgt_device_turns_total{"))
+        .collect();
+    assert_eq!(series.len(), 1, "{text}");
+    let turns: u64 = series[0]
+        .strip_prefix("rustgt_device_turns_total{device=\"hddsim:turns-test\"} ")
+        .and_then(|v| v.parse().ok())
+        .expect("turns of the device");
+    assert!(turns >= 2, "{text}");
 }

@@ -152,6 +152,10 @@ impl Backstore for BlockDevBackstore {
         self.io.device_key(true)
     }
 
+    fn kernel_readahead(&self, on: bool) -> Result<()> {
+        self.io.kernel_readahead(on)
+    }
+
     fn geometry(&self) -> Geometry {
         self.geometry
     }

@@ -3,9 +3,9 @@
 //! [`IoContext`] around it.
 //!
 //! Kernel readahead and ours never run together: with a rustgt policy on a
-//! buffered file the fd gets POSIX_FADV_RANDOM (Linux stops reading ahead
-//! on it); with `kernel` it gets POSIX_FADV_NORMAL and the context passes
-//! reads straight through, counting them.
+//! buffered file or block device the fd gets POSIX_FADV_RANDOM (Linux stops
+//! reading ahead on it); with `kernel` it gets POSIX_FADV_NORMAL and the
+//! context passes reads straight through, counting them.
 
 use std::sync::Arc;
 
@@ -55,7 +55,7 @@ pub fn open_engine(spec: &LunStoreSpec) -> Result<Arc<dyn Backstore>> {
 
 /// Wraps an open engine in the LUN's I/O context as `spec` says, and tells
 /// the engine whether the kernel's readahead stays on: with a rustgt policy
-/// it goes off (POSIX_FADV_RANDOM on a buffered file), so that only one
+/// it goes off (POSIX_FADV_RANDOM on a buffered fd), so that only one
 /// readahead is at work. `None` when the spec has no I/O context.
 ///
 /// `kernel` leaves readahead to Linux: the context then passes reads

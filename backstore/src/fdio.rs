@@ -36,6 +36,29 @@ impl FdIo {
         &self.file
     }
 
+    /// Switches the kernel's readahead on this fd on (POSIX_FADV_NORMAL) or
+    /// off (POSIX_FADV_RANDOM), for a regular file or a block device alike;
+    /// an O_DIRECT fd bypasses the page cache, so there is nothing to
+    /// advise.
+    pub(crate) fn kernel_readahead(&self, on: bool) -> Result<()> {
+        if self.is_direct() {
+            return Ok(());
+        }
+        let advice = if on {
+            libc::POSIX_FADV_NORMAL
+        } else {
+            libc::POSIX_FADV_RANDOM
+        };
+        // SAFETY: posix_fadvise only reads its scalar arguments; the fd is
+        // borrowed from the open `File` for the duration of the call.
+        let rc = unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, advice) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(BackstoreError::Io(io::Error::from_raw_os_error(rc)))
+        }
+    }
+
     /// The disk under this fd: the device itself for a block device, the
     /// filesystem's device for a file; a partition counts as its whole
     /// disk. Whether it seeks comes from sysfs's `queue/rotational`.

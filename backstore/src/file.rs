@@ -14,7 +14,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -120,11 +119,6 @@ impl FileBackstore {
         })
     }
 
-    /// The open file, for advice calls (posix_fadvise) by the builder.
-    pub(crate) fn raw_file(&self) -> &File {
-        self.io.file()
-    }
-
     /// The file's path as given.
     pub fn path(&self) -> &Path {
         &self.path
@@ -192,18 +186,8 @@ impl FileBackstore {
 }
 
 impl Backstore for FileBackstore {
-    /// POSIX_FADV_NORMAL or POSIX_FADV_RANDOM on the fd; O_DIRECT files
-    /// bypass the page cache, so there is nothing to advise.
     fn kernel_readahead(&self, on: bool) -> Result<()> {
-        if self.is_direct() {
-            return Ok(());
-        }
-        let advice = if on {
-            libc::POSIX_FADV_NORMAL
-        } else {
-            libc::POSIX_FADV_RANDOM
-        };
-        fadvise(self.raw_file(), advice)
+        self.io.kernel_readahead(on)
     }
 
     fn kind(&self) -> &'static str {
@@ -387,17 +371,5 @@ fn probe_direct(path: &Path, io: &FdIo, block_size: u32) -> Result<()> {
             &format!("O_DIRECT I/O is refused at block size {block_size}"),
         )),
         Err(e) => Err(e),
-    }
-}
-
-/// posix_fadvise over the whole file.
-fn fadvise(file: &File, advice: libc::c_int) -> Result<()> {
-    // SAFETY: posix_fadvise only reads its scalar arguments; the fd is
-    // borrowed from an open `File` for the duration of the call.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(BackstoreError::Io(std::io::Error::from_raw_os_error(rc)))
     }
 }

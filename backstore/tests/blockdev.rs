@@ -119,6 +119,15 @@ fn loop_device_round_trip_unmap_and_write_same() {
     store.flush().expect("flush");
     assert_eq!(read(&store, MIB, payload.len()), payload);
     assert_eq!(read(&store, 16 * MIB - 512, 512), data(512, 2));
+    // Kernel readahead can be switched off and on for the device's fd
+    // (posix_fadvise; an error here would refuse the LUN's policy), and
+    // reads still return the data.
+    store.kernel_readahead(false).expect("fadvise random");
+    assert_eq!(read(&store, MIB, payload.len()), payload);
+    store.kernel_readahead(true).expect("fadvise normal");
+    // A loop device names itself as its disk.
+    let key = store.device_key().expect("a block device names its disk");
+    assert!(key.key.starts_with("block:7:"), "{key:?}");
     // The data reached the device: the loop device's backing file has it.
     let backing = std::fs::read(&lo.backing).expect("read backing file");
     assert_eq!(&backing[MIB as usize..4 * MIB as usize], &payload[..]);

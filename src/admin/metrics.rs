@@ -241,6 +241,32 @@ fn readahead_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
             r.cache_bytes,
         );
     }
+    // Turns are counted per device, for all its LUNs: one series each.
+    let mut devices: Vec<&super::proto::DeviceTurnsView> = with
+        .iter()
+        .filter_map(|(_, r)| r.device_turns.as_ref())
+        .collect();
+    devices.sort_by(|a, b| a.device.cmp(&b.device));
+    devices.dedup_by(|a, b| a.device == b.device);
+    if !devices.is_empty() {
+        for (name, help, f) in [
+            (
+                "rustgt_device_turns_total",
+                "Turns granted to LUNs' I/O contexts at a shared seeking device.",
+                (|d: &super::proto::DeviceTurnsView| d.turns) as fn(&_) -> u64,
+            ),
+            (
+                "rustgt_device_turn_budget_ends_total",
+                "Turns that ended on their byte budget while another LUN waited.",
+                |d| d.budget_ends,
+            ),
+        ] {
+            out.header(name, help, "counter");
+            for d in &devices {
+                out.sample(name, &[("device", d.device.clone())], f(d));
+            }
+        }
+    }
     let name = "rustgt_lun_readahead_backing_read_size_bytes";
     out.header(
         name,
