@@ -5,6 +5,8 @@
 
 mod admin_common;
 mod common;
+#[path = "common/initiator.rs"]
+mod initiator;
 
 use std::os::unix::fs::PermissionsExt;
 

@@ -6,6 +6,8 @@
 
 mod admin_common;
 mod common;
+#[path = "common/initiator.rs"]
+mod initiator;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

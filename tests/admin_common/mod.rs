@@ -1,14 +1,14 @@
 //! Helpers of the admin black-box tests: a client of the admin socket (raw
-//! JSON lines and the `rustgt admin` command), and a minimal blocking
-//! iSCSI initiator built on `rustgt_iscsi::pdu` that holds one session
-//! open across admin changes and sends single SCSI commands.
+//! JSON lines and the `rustgt admin` command), and a session over
+//! `initiator::Wire` that holds one connection open across admin changes,
+//! sends single SCSI commands and notices async messages and closes.
 //!
 //! Every wait is bounded; nothing depends on timing beyond those bounds.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use rustgt_iscsi::text::encode_text;
 use serde_json::Value;
 
 use crate::common::{run_tool, Daemon, ToolOutput};
+use crate::initiator::{nop_out, Wire};
 
 // ---------------------------------------------------------------------------
 // Admin socket
@@ -142,8 +143,7 @@ impl Outcome {
 
 /// One logged-in session over one TCP connection.
 pub struct Session {
-    sock: TcpStream,
-    buf: Vec<u8>,
+    wire: Wire,
     cmd_sn: u32,
     exp_stat_sn: u32,
     itt: u32,
@@ -164,12 +164,8 @@ fn sam_lun(lun: u64) -> u64 {
 impl Session {
     /// Logs in to `target` as `initiator` (no authentication).
     pub fn login(portal: SocketAddr, target: &str, initiator: &str, isid_tail: u8) -> Session {
-        let sock = TcpStream::connect(portal).expect("connect");
-        sock.set_read_timeout(Some(Duration::from_millis(200)))
-            .expect("timeout");
         let mut s = Session {
-            sock,
-            buf: Vec::new(),
+            wire: Wire::connect(portal),
             cmd_sn: 1,
             exp_stat_sn: 0,
             itt: 0x100,
@@ -215,54 +211,20 @@ impl Session {
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.sock.write_all(bytes).expect("send");
+        self.wire.send(bytes);
     }
 
     /// Next reply, `None` on timeout, `Err` when the target closed.
     fn recv(&mut self, within: Duration) -> Result<Option<Reply>, ()> {
-        let deadline = Instant::now() + within;
-        loop {
-            match Reply::decode(&self.buf, false, false) {
-                Ok((r, n)) => {
-                    self.buf.drain(..n);
-                    return Ok(Some(r));
-                }
-                Err(PduError::Incomplete(_)) => {}
-                Err(e) => panic!("undecodable reply: {e}"),
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            let mut tmp = [0u8; 65536];
-            match self.sock.read(&mut tmp) {
-                Ok(0) => return Err(()),
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => return Err(()),
-            }
-        }
+        self.wire.try_recv(within).map_err(|_| ())
     }
 
     /// Answers a target NOP-In ping; records async messages.
     fn housekeeping(&mut self, r: &Reply) -> bool {
         match r {
             Reply::NopIn(n) if n.ttt != RESERVED_TAG => {
-                let req = Request {
-                    header: RequestHeader::NopOut(NopOut {
-                        immediate: true,
-                        lun: n.lun,
-                        itt: RESERVED_TAG,
-                        ttt: n.ttt,
-                        cmd_sn: self.cmd_sn,
-                        exp_stat_sn: self.exp_stat_sn,
-                    }),
-                    data: vec![],
-                };
-                self.send(&req.encode(false, false));
+                let pdu = nop_out(n.lun, RESERVED_TAG, n.ttt, self.cmd_sn, self.exp_stat_sn);
+                self.send(&pdu);
                 true
             }
             Reply::AsyncMessage(a) => {
@@ -397,18 +359,8 @@ impl Session {
     pub fn ping(&mut self) -> bool {
         self.itt = self.itt.wrapping_add(1);
         let itt = self.itt;
-        let req = Request {
-            header: RequestHeader::NopOut(NopOut {
-                immediate: true,
-                lun: 0,
-                itt,
-                ttt: RESERVED_TAG,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-            }),
-            data: vec![],
-        };
-        self.send(&req.encode(false, false));
+        let pdu = nop_out(0, itt, RESERVED_TAG, self.cmd_sn, self.exp_stat_sn);
+        self.send(&pdu);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             match self.recv(Duration::from_millis(200)) {

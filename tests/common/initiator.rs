@@ -94,10 +94,99 @@ impl std::fmt::Display for CmdResult {
     }
 }
 
-/// One logged-in session on one connection.
-pub struct Session {
+/// The target closed the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+/// An immediate NOP-Out (§11.18): a ping of ours (`itt`, TTT reserved) or
+/// the answer to the target's (`itt` reserved, its TTT and LUN).
+pub fn nop_out(lun: u64, itt: u32, ttt: u32, cmd_sn: u32, exp_stat_sn: u32) -> Vec<u8> {
+    Request {
+        header: RequestHeader::NopOut(NopOut {
+            immediate: true,
+            lun,
+            itt,
+            ttt,
+            cmd_sn,
+            exp_stat_sn,
+        }),
+        data: Vec::new(),
+    }
+    .encode(false, false)
+}
+
+/// One TCP connection to a target: raw bytes out, decoded replies in. Also
+/// used bare by tests that send malformed or out-of-place PDUs.
+pub struct Wire {
     sock: TcpStream,
     buf: Vec<u8>,
+}
+
+impl Wire {
+    pub fn connect(portal: SocketAddr) -> Wire {
+        let sock = TcpStream::connect(portal).unwrap_or_else(|e| panic!("connect {portal}: {e}"));
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("read timeout");
+        let _ = sock.set_nodelay(true);
+        Wire {
+            sock,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.sock
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("send: {e}"));
+    }
+
+    /// The next reply within `within`: `Ok(None)` on timeout, `Err` once
+    /// the target has closed. An undecodable reply fails the test.
+    pub fn try_recv(&mut self, within: Duration) -> Result<Option<Reply>, Closed> {
+        let deadline = Instant::now() + within;
+        loop {
+            match Reply::decode(&self.buf, false, false) {
+                Ok((reply, used)) => {
+                    self.buf.drain(..used);
+                    return Ok(Some(reply));
+                }
+                Err(PduError::Incomplete(_)) => {}
+                Err(e) => panic!("undecodable PDU from the target: {e}"),
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.sock.read(&mut chunk) {
+                Ok(0) => return Err(Closed),
+                Ok(n) => self
+                    .buf
+                    .extend_from_slice(chunk.get(..n).unwrap_or_default()),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return Err(Closed),
+            }
+        }
+    }
+
+    /// Reads until the target closes (bounded); false if it never does.
+    pub fn closes_within(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.try_recv(Duration::from_millis(200)).is_err() {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// One logged-in session on one connection.
+pub struct Session {
+    wire: Wire,
     cmd_sn: u32,
     exp_stat_sn: u32,
     next_itt: u32,
@@ -114,13 +203,8 @@ impl Session {
     /// Connects and logs in to `target` (no authentication) as `initiator`
     /// with ISID `isid`, negotiating InitialR2T=Yes and ImmediateData=Yes.
     pub fn login(portal: SocketAddr, target: &str, initiator: &str, isid: [u8; 6]) -> Session {
-        let sock = TcpStream::connect(portal).unwrap_or_else(|e| panic!("connect {portal}: {e}"));
-        sock.set_read_timeout(Some(Duration::from_millis(200)))
-            .expect("read timeout");
-        let _ = sock.set_nodelay(true);
         let mut s = Session {
-            sock,
-            buf: Vec::new(),
+            wire: Wire::connect(portal),
             cmd_sn: 1,
             exp_stat_sn: 0,
             next_itt: 1,
@@ -219,42 +303,38 @@ impl Session {
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.sock
-            .write_all(bytes)
-            .unwrap_or_else(|e| panic!("{}: send: {e}", self.initiator));
+        self.wire.send(bytes);
     }
 
     /// The next PDU from the target (bounded wait).
     fn recv(&mut self) -> Reply {
-        let deadline = Instant::now() + REPLY_TIMEOUT;
-        loop {
-            match Reply::decode(&self.buf, false, false) {
-                Ok((reply, used)) => {
-                    self.buf.drain(..used);
-                    return reply;
-                }
-                Err(PduError::Incomplete(_)) => {}
-                Err(e) => panic!("{}: undecodable PDU from the target: {e}", self.initiator),
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: no reply within {REPLY_TIMEOUT:?}",
-                self.initiator
-            );
-            let mut chunk = [0u8; 65536];
-            match self.sock.read(&mut chunk) {
-                Ok(0) => panic!("{}: the target closed the connection", self.initiator),
-                Ok(n) => self
-                    .buf
-                    .extend_from_slice(chunk.get(..n).unwrap_or_default()),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => panic!("{}: receive: {e}", self.initiator),
-            }
+        match self.wire.try_recv(REPLY_TIMEOUT) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => panic!("{}: no reply within {REPLY_TIMEOUT:?}", self.initiator),
+            Err(Closed) => panic!("{}: the target closed the connection", self.initiator),
         }
+    }
+
+    /// Raw bytes on the session's connection (malformed PDUs), and the
+    /// replies to them.
+    pub fn wire(&mut self) -> &mut Wire {
+        &mut self.wire
+    }
+
+    /// The CmdSN the next command would carry.
+    pub fn cmd_sn(&self) -> u32 {
+        self.cmd_sn
+    }
+
+    /// An immediate NOP-Out with `itt` (§11.18); true when the target
+    /// echoes it in a NOP-In.
+    pub fn ping(&mut self, itt: u32) -> bool {
+        let pdu = nop_out(0, itt, RESERVED_TAG, self.cmd_sn, self.exp_stat_sn);
+        self.send(&pdu);
+        matches!(
+            self.wire.try_recv(REPLY_TIMEOUT),
+            Ok(Some(Reply::NopIn(n))) if n.itt == itt
+        )
     }
 
     /// Answers a NOP-In ping (§11.19: a TTT other than 0xffffffff wants a
@@ -263,18 +343,14 @@ impl Session {
         if nop.ttt == RESERVED_TAG {
             return;
         }
-        let out = Request {
-            header: RequestHeader::NopOut(NopOut {
-                immediate: true,
-                lun: nop.lun,
-                itt: RESERVED_TAG,
-                ttt: nop.ttt,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-            }),
-            data: Vec::new(),
-        };
-        self.send(&out.encode(false, false));
+        let pdu = nop_out(
+            nop.lun,
+            RESERVED_TAG,
+            nop.ttt,
+            self.cmd_sn,
+            self.exp_stat_sn,
+        );
+        self.send(&pdu);
     }
 
     fn take_itt(&mut self) -> u32 {
