@@ -445,6 +445,7 @@ fn luns_on_one_simulated_disk_take_turns_and_show_them() {
         let turns = &st["readahead"]["device_turns"];
         assert_eq!(turns["device"], "hddsim:turns-test", "{st}");
         assert!(turns["turns"].as_u64().unwrap_or(0) >= 2, "{st}");
+        assert_eq!(turns["stale_turns"], 0, "{st}");
         // readahead_io_max: backing reads of 512 KiB at most.
         let reads = st["readahead"]["backing_requests"].as_u64().unwrap_or(0);
         let bytes = st["readahead"]["backing_bytes"].as_u64().unwrap_or(0);

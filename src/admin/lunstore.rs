@@ -168,6 +168,7 @@ impl LunStore {
                 device,
                 turns: g.turns,
                 budget_ends: g.preemptions,
+                stale_turns: g.stale_turns,
             }),
         })
     }

@@ -260,6 +260,11 @@ fn readahead_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
                 "Turns that ended on their byte budget while another LUN waited.",
                 |d| d.budget_ends,
             ),
+            (
+                "rustgt_device_stale_turns_total",
+                "Turns taken from an owner that started nothing for 500 ms (should stay 0).",
+                |d| d.stale_turns,
+            ),
         ] {
             out.header(name, help, "counter");
             for d in &devices {

@@ -401,6 +401,10 @@ pub struct DeviceTurnsView {
     pub turns: u64,
     /// Turns that ended on their byte budget while another context waited.
     pub budget_ends: u64,
+    /// Turns taken from an owner that started nothing for 500 ms while
+    /// others waited: the gate's safety valve. Non-zero means a bug.
+    #[serde(default)]
+    pub stale_turns: u64,
 }
 
 /// `lun_stats` items.

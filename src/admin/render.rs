@@ -483,8 +483,8 @@ pub fn lun_stats(v: &[LunStatsView]) -> String {
                 if let Some(d) = &r.device_turns {
                     let _ = writeln!(
                         out,
-                        "  device {} (all its LUNs): {} turns, {} ended on budget",
-                        d.device, d.turns, d.budget_ends
+                        "  device {} (all its LUNs): {} turns, {} ended on budget, {} stale",
+                        d.device, d.turns, d.budget_ends, d.stale_turns
                     );
                 }
             }
