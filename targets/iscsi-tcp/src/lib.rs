@@ -18,12 +18,14 @@ use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rustgt_iscsi::negotiate::Transport;
-use rustgt_iscsi::{Connection, ConnectionSetup, Event, PortalConfig, SessionInfo, SessionTable};
+use rustgt_iscsi::{
+    Connection, ConnectionSetup, Directory, Event, PortalConfig, SessionInfo, SessionTable,
+};
 use rustgt_scsi::{Nexus, Response, ScsiTarget, TmfResponse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -161,8 +163,7 @@ struct ConnEntry {
 /// The iSCSI/TCP front end: listeners, connections and the target table.
 #[derive(Debug)]
 pub struct Server {
-    config: RwLock<Arc<PortalConfig>>,
-    targets: RwLock<HashMap<String, Arc<ScsiTarget>>>,
+    dir: Directory,
     sessions: Arc<Mutex<SessionTable>>,
     conns: Mutex<HashMap<u64, ConnEntry>>,
     next_conn: AtomicU64,
@@ -173,8 +174,7 @@ impl Server {
     pub fn new(config: PortalConfig) -> Arc<Server> {
         let (shutdown, _) = watch::channel(false);
         Arc::new(Server {
-            config: RwLock::new(Arc::new(config)),
-            targets: RwLock::new(HashMap::new()),
+            dir: Directory::new(config),
             sessions: Arc::new(Mutex::new(SessionTable::new())),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
@@ -184,45 +184,29 @@ impl Server {
 
     /// Replace the protocol configuration; new logins see it at once.
     pub fn set_config(&self, config: PortalConfig) {
-        if let Ok(mut c) = self.config.write() {
-            *c = Arc::new(config);
-        }
+        self.dir.set_config(config);
     }
 
     pub fn config(&self) -> Arc<PortalConfig> {
-        match self.config.read() {
-            Ok(c) => c.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.dir.config()
     }
 
     /// Attach the SCSI target device that serves iSCSI target `name`.
     pub fn add_target(&self, name: &str, target: Arc<ScsiTarget>) {
-        if let Ok(mut t) = self.targets.write() {
-            t.insert(name.to_ascii_lowercase(), target);
-        }
+        self.dir.add_target(name, target);
     }
 
     pub fn remove_target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
-        self.targets
-            .write()
-            .ok()
-            .and_then(|mut t| t.remove(&name.to_ascii_lowercase()))
+        self.dir.remove_target(name)
     }
 
     fn target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
-        self.targets
-            .read()
-            .ok()
-            .and_then(|t| t.get(&name.to_ascii_lowercase()).cloned())
+        self.dir.target(name)
     }
 
     /// All SCSI target devices.
     pub fn scsi_targets(&self) -> Vec<Arc<ScsiTarget>> {
-        self.targets
-            .read()
-            .map(|t| t.values().cloned().collect())
-            .unwrap_or_default()
+        self.dir.scsi_targets()
     }
 
     /// Live connections.

@@ -20,6 +20,7 @@
 pub mod chap;
 pub mod config;
 pub mod conn;
+mod directory;
 pub mod discovery;
 pub mod iser;
 mod login;
@@ -34,4 +35,5 @@ pub use conn::{
     Connection, ConnectionSetup, Event, IserOp, IserParams, IserSend, RdmaRead, RdmaWrite,
     SessionInfo,
 };
+pub use directory::Directory;
 pub use session::SessionTable;

@@ -13,14 +13,15 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdma_sys::rdma_cm_event_type as cm_event;
 use rustgt_iscsi::iser::CmPrivateData;
 use rustgt_iscsi::negotiate::Transport;
 use rustgt_iscsi::{
-    Connection, ConnectionSetup, Event, IserParams, PortalConfig, SessionInfo, SessionTable,
+    Connection, ConnectionSetup, Directory, Event, IserParams, PortalConfig, SessionInfo,
+    SessionTable,
 };
 use rustgt_scsi::{Nexus, Response, ScsiTarget, TmfResponse};
 use tokio::sync::{mpsc, watch};
@@ -88,9 +89,8 @@ pub fn bind(addr: SocketAddr) -> Result<IserListener, VerbsError> {
 /// The iSER front end.
 #[derive(Debug)]
 pub struct IserServer {
-    config: RwLock<Arc<PortalConfig>>,
+    dir: Directory,
     settings: IserSettings,
-    targets: RwLock<HashMap<String, Arc<ScsiTarget>>>,
     sessions: Arc<Mutex<SessionTable>>,
     conns: Mutex<HashMap<u64, ConnEntry>>,
     next_conn: AtomicU64,
@@ -111,9 +111,8 @@ impl IserServer {
     ) -> Arc<IserServer> {
         let (shutdown, _) = watch::channel(false);
         Arc::new(IserServer {
-            config: RwLock::new(Arc::new(iser_config(config))),
+            dir: Directory::new(iser_config(config)),
             settings,
-            targets: RwLock::new(HashMap::new()),
             sessions,
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(ISER_CONN_ID_BASE),
@@ -123,45 +122,29 @@ impl IserServer {
 
     /// Replace the protocol configuration; new logins see it at once.
     pub fn set_config(&self, config: PortalConfig) {
-        if let Ok(mut c) = self.config.write() {
-            *c = Arc::new(iser_config(config));
-        }
+        self.dir.set_config(iser_config(config));
     }
 
     /// The configuration in force, with the MaxOutstandingUnexpectedPDUs
     /// the driver declares (as many as it posts receives for).
     pub fn config(&self) -> Arc<PortalConfig> {
-        match self.config.read() {
-            Ok(c) => c.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.dir.config()
     }
 
     pub fn add_target(&self, name: &str, target: Arc<ScsiTarget>) {
-        if let Ok(mut t) = self.targets.write() {
-            t.insert(name.to_ascii_lowercase(), target);
-        }
+        self.dir.add_target(name, target);
     }
 
     pub fn remove_target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
-        self.targets
-            .write()
-            .ok()
-            .and_then(|mut t| t.remove(&name.to_ascii_lowercase()))
+        self.dir.remove_target(name)
     }
 
     fn target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
-        self.targets
-            .read()
-            .ok()
-            .and_then(|t| t.get(&name.to_ascii_lowercase()).cloned())
+        self.dir.target(name)
     }
 
     pub fn scsi_targets(&self) -> Vec<Arc<ScsiTarget>> {
-        self.targets
-            .read()
-            .map(|t| t.values().cloned().collect())
-            .unwrap_or_default()
+        self.dir.scsi_targets()
     }
 
     pub fn connections(&self) -> Vec<IserConnSummary> {

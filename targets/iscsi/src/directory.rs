@@ -1,0 +1,92 @@
+//! What a portal serves: the protocol configuration logins see and the
+//! SCSI target devices by iSCSI name. One per transport driver, changed
+//! live by the daemon while connections look names up. No I/O.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use rustgt_scsi::ScsiTarget;
+
+use crate::PortalConfig;
+
+#[derive(Debug)]
+pub struct Directory {
+    config: RwLock<Arc<PortalConfig>>,
+    /// Keyed by lower-case name: iSCSI names compare case-insensitively
+    /// (the stringprep profile of RFC 3722 folds case).
+    targets: RwLock<HashMap<String, Arc<ScsiTarget>>>,
+}
+
+impl Directory {
+    pub fn new(config: PortalConfig) -> Directory {
+        Directory {
+            config: RwLock::new(Arc::new(config)),
+            targets: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Replaces the configuration; new logins see it at once.
+    pub fn set_config(&self, config: PortalConfig) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+    }
+
+    pub fn config(&self) -> Arc<PortalConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Attaches the SCSI target device that serves iSCSI target `name`.
+    pub fn add_target(&self, name: &str, target: Arc<ScsiTarget>) {
+        self.targets
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_ascii_lowercase(), target);
+    }
+
+    pub fn remove_target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
+        self.targets
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&name.to_ascii_lowercase())
+    }
+
+    pub fn target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
+        self.targets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+    }
+
+    /// All SCSI target devices.
+    pub fn scsi_targets(&self) -> Vec<Arc<ScsiTarget>> {
+        self.targets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_case_insensitive_and_config_is_replaced() {
+        let d = Directory::new(PortalConfig::default());
+        let t = ScsiTarget::new("iqn.2026-11.org.rustgt:Mixed");
+        d.add_target("iqn.2026-11.org.rustgt:Mixed", Arc::clone(&t));
+        let found = d.target("IQN.2026-11.ORG.RUSTGT:MIXED").expect("found");
+        assert!(Arc::ptr_eq(&found, &t));
+        assert_eq!(d.scsi_targets().len(), 1);
+        assert!(d.remove_target("iqn.2026-11.org.rustgt:mixed").is_some());
+        assert!(d.target("iqn.2026-11.org.rustgt:mixed").is_none());
+        let before = d.config();
+        d.set_config(PortalConfig::default());
+        assert!(!Arc::ptr_eq(&before, &d.config()));
+    }
+}
