@@ -57,7 +57,7 @@ fn config_apply_changes_one_target_and_leaves_another_session_alone() {
     let mut s = Session::login(d.portal, B, INITIATOR, 1);
     s.settle(0);
     let pattern = vec![0xa5u8; 4096];
-    assert!(s.write(0, 100, &pattern).good());
+    assert!(s.write(0, 100, &pattern).is_good());
     let mut a = Admin::connect(&d);
     let before_tsih = tsihs(&mut a, B);
     assert_eq!(before_tsih.len(), 1);
@@ -96,11 +96,11 @@ fn config_apply_changes_one_target_and_leaves_another_session_alone() {
     assert!(s.ping(), "B's session must survive the apply");
     let tur = s.test_unit_ready(0).expect("alive");
     assert!(
-        tur.good(),
+        tur.is_good(),
         "no unit attention on an untouched target: {tur:?}"
     );
     let r = s.read(0, 100, 8);
-    assert!(r.good() && r.data == pattern, "B's data after apply");
+    assert!(r.is_good() && r.data == pattern, "B's data after apply");
 
     // A's new LUN answers our (allowed) initiator; libiscsi's default
     // initiator is not in A's new ACL any more.

@@ -94,7 +94,7 @@ fn adding_a_lun_raises_reported_luns_changed_and_the_lun_answers() {
     let o = s.test_unit_ready(0).expect("session alive");
     assert_eq!(o.sense_code(), Some(REPORTED_LUNS_CHANGED), "{o:?}");
     assert!(
-        s.test_unit_ready(0).expect("alive").good(),
+        s.test_unit_ready(0).expect("alive").is_good(),
         "UA reported once"
     );
     // Each LUN reports it once to each nexus, the new one included.
@@ -145,7 +145,7 @@ fn sessions_show_initiator_isid_tsih_address_and_parameters() {
     let mut s = Session::login(d.portal, B, INITIATOR, 7);
     s.settle(0);
     let w = s.write(0, 8, &[0x5a; 4096]);
-    assert!(w.good(), "{w:?}");
+    assert!(w.is_good(), "{w:?}");
 
     let mut a = Admin::connect(&d);
     let sessions = a.ok(json!({"cmd": "list_sessions", "target": B}));
@@ -267,7 +267,7 @@ fn wrong_requests_get_clear_errors_and_change_nothing() {
     let busy = a.err(json!({"cmd": "remove_lun", "target": A, "lun": 0}));
     assert!(busy.contains(INITIATOR), "the session is named: {busy}");
     // Still exported and answering on the old session.
-    assert!(s.test_unit_ready(0).expect("alive").good());
+    assert!(s.test_unit_ready(0).expect("alive").is_good());
     assert!(s.ping());
 
     // The CLI prints the daemon's error and exits 1.
@@ -304,7 +304,7 @@ fn readahead_policy_change_shows_in_lun_stats() {
 
     // 64 sequential 32 KiB reads with no readahead: every byte is a miss.
     for i in 0..64u32 {
-        assert!(s.read(0, i * 64, 64).good());
+        assert!(s.read(0, i * 64, 64).is_good());
     }
     let st = stats(&mut a);
     assert_eq!(st["readahead"]["policy"], "none", "{st}");
@@ -323,7 +323,7 @@ fn readahead_policy_change_shows_in_lun_stats() {
     // The same pattern on a fresh region is now read ahead.
     let base = 16 << 11; // 16 MiB in blocks
     for i in 0..64u32 {
-        assert!(s.read(0, base + i * 64, 64).good());
+        assert!(s.read(0, base + i * 64, 64).is_good());
     }
     let st = stats(&mut a);
     assert_eq!(st["readahead"]["policy"], "streams", "{st}");
@@ -352,20 +352,20 @@ fn readahead_policy_change_shows_in_lun_stats() {
     let mut sb = Session::login(d.portal, B, INITIATOR, 6);
     sb.settle(0);
     let pattern = vec![0x3cu8; 8192];
-    assert!(sb.write(0, 40, &pattern).good());
+    assert!(sb.write(0, 40, &pattern).is_good());
     let before = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}))[0].clone();
     assert_eq!(before["readahead"]["passthrough"], true, "{before}");
     a.ok(json!({"cmd": "set_readahead", "target": B, "lun": 0, "policy": "context"}));
     let r = sb.read(0, 40, 16);
     assert!(
-        r.good() && r.data == pattern,
+        r.is_good() && r.data == pattern,
         "data kept across the context swap"
     );
     let after = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}))[0].clone();
     assert_eq!(after["readahead"]["policy"], "context", "{after}");
     assert_eq!(after["readahead"]["passthrough"], false, "{after}");
     assert!(
-        sb.test_unit_ready(0).expect("alive").good(),
+        sb.test_unit_ready(0).expect("alive").is_good(),
         "no unit attention for a policy switch"
     );
 }
@@ -376,7 +376,7 @@ fn prometheus_metrics_carry_the_stats_figures() {
     let d = Daemon::start_with_config(&cfg, 2);
     let mut s = Session::login(d.portal, B, INITIATOR, 5);
     s.settle(0);
-    assert!(s.read(0, 0, 8).good());
+    assert!(s.read(0, 0, 8).is_good());
     let mut a = Admin::connect(&d);
     let addr = a.ok(json!({"cmd": "status"}))["metrics"]
         .as_str()
@@ -436,7 +436,7 @@ fn luns_on_one_simulated_disk_take_turns_and_show_them() {
     s.settle(1);
     for l in 0..2u64 {
         for i in 0..64u32 {
-            assert!(s.read(l, i * 128, 128).good(), "LUN {l} read {i}");
+            assert!(s.read(l, i * 128, 128).is_good(), "LUN {l} read {i}");
         }
     }
     let mut a = Admin::connect(&d);

@@ -117,29 +117,8 @@ pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 // A raw iSCSI initiator
 // ---------------------------------------------------------------------------
 
-/// SCSI status and sense of one command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub status: u8,
-    pub sense: Vec<u8>,
-    pub data: Vec<u8>,
-}
-
-impl Outcome {
-    pub fn good(&self) -> bool {
-        self.status == 0
-    }
-
-    /// (sense key, ASC, ASCQ) of fixed or descriptor sense data.
-    pub fn sense_code(&self) -> Option<(u8, u8, u8)> {
-        let s = &self.sense;
-        match s.first()? & 0x7f {
-            0x70 | 0x71 => Some((s.get(2)? & 0x0f, *s.get(12)?, *s.get(13)?)),
-            0x72 | 0x73 => Some((s.get(1)? & 0x0f, *s.get(2)?, *s.get(3)?)),
-            _ => None,
-        }
-    }
-}
+/// SCSI status, sense and data of one command.
+pub use crate::initiator::CmdResult as Outcome;
 
 /// One logged-in session over one TCP connection.
 pub struct Session {
@@ -315,7 +294,7 @@ impl Session {
     /// TEST UNIT READY until GOOD (clears pending unit attentions).
     pub fn settle(&mut self, lun: u64) {
         for _ in 0..16 {
-            if self.test_unit_ready(lun).expect("session alive").good() {
+            if self.test_unit_ready(lun).expect("session alive").is_good() {
                 return;
             }
         }
@@ -329,7 +308,7 @@ impl Session {
         cdb[1] = 0x10;
         cdb[13] = 32;
         let o = self.command(lun, &cdb, 32, &[]).expect("session alive");
-        assert!(o.good(), "READ CAPACITY(16) failed: {o:?}");
+        assert!(o.is_good(), "READ CAPACITY(16) failed: {o:?}");
         let last = u64::from_be_bytes(o.data[0..8].try_into().expect("8 bytes"));
         let bs = u32::from_be_bytes(o.data[8..12].try_into().expect("4 bytes"));
         (last + 1) * u64::from(bs)
