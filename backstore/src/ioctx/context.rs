@@ -338,7 +338,7 @@ impl Drop for IoContext {
             }
         }
         if let Some(t) = &self.shared.gate {
-            t.gate.forget(t.id..t.id.wrapping_add(1));
+            t.gate.forget(t.id);
         }
     }
 }

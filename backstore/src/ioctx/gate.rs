@@ -144,10 +144,10 @@ impl TurnState {
         true
     }
 
-    /// The ids in `ids` wait no more, and their turn ends.
-    pub(crate) fn forget(&mut self, ids: &std::ops::Range<u64>) {
-        self.waiting.retain(|w| !ids.contains(w));
-        if self.owner.is_some_and(|o| ids.contains(&o)) {
+    /// `id` waits no more, and its turn ends.
+    fn forget(&mut self, id: u64) {
+        self.withdraw(id);
+        if self.owner == Some(id) {
             self.end_turn();
         }
     }
@@ -267,10 +267,9 @@ impl DeviceGate {
         }
     }
 
-    /// The ids in `ids` (a context's) are going away: they wait no more,
-    /// and their turn ends.
-    pub(crate) fn forget(&self, ids: std::ops::Range<u64>) {
-        self.lock().forget(&ids);
+    /// Context `id` is going away: it waits no more, and its turn ends.
+    pub(crate) fn forget(&self, id: u64) {
+        self.lock().forget(id);
         self.turn.notify_all();
     }
 }
@@ -343,7 +342,7 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         assert!(!waiter.join().unwrap_or(true));
         assert!(g.lock().waiting.is_empty());
-        g.forget(1..2);
+        g.forget(1);
         assert_eq!(g.lock().owner, None);
         assert!(g.enter(3, 10, 0, &never));
     }
