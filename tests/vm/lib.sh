@@ -1,3 +1,7 @@
+# shellcheck shell=bash
+# CACHE_ROOT and the like are read by the scripts that source this file.
+# shellcheck disable=SC2034
+#
 # tests/vm/lib.sh: host-side helpers shared by build-guest and
 # run-guest-suite. Sourced, never run. Needs bash.
 
@@ -33,7 +37,7 @@ installed_version() {
 
 # Candidate version of a package in the host's apt lists, empty if unknown.
 candidate_version() {
-    apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" && $2 != "(none)" { print $2; exit }'
+    apt-cache policy "$1" 2>/dev/null | awk '!found && $1 == "Candidate:" && $2 != "(none)" { print $2; found = 1 }'
 }
 
 # Debian codename of the host (the guest userland uses the same release,

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The checks of the qemu guest suite: the Linux initiator (open-iscsi +
 # the kernel's iscsi_tcp) against rustgt, all on the guest's loopback.
 #
@@ -9,6 +10,7 @@
 # CODE), never that the check was skipped for convenience.
 
 # name:time limit in seconds, in running order.
+# shellcheck disable=SC2034 # read by /init, which sources this file
 CHECKS=(
     discovery-sendtargets:120
     login-none:120
@@ -137,7 +139,7 @@ fs_roundtrip() {
     blockdev --flushbufs "$dev"
     mount -t "$fs" "$dev" "$mnt" || fail "remount of $fs failed"
     sums=$(cd "$mnt" && sha256sum -c --quiet /tmp/manifest 2>&1) ||
-        fail "data changed after remount: $(echo "$sums" | head -n3 | tr '\n' ' ')"
+        fail "data changed after remount: $(echo "$sums" | sed -n 1,3p | tr '\n' ' ')"
     [ "$(manifest "$mnt" | wc -l)" -eq "$count" ] || fail "file count changed after remount"
     umount "$mnt" || fail "final umount failed"
     fsck_of "$fs" "$dev" >/tmp/fsck.out 2>&1 ||
@@ -165,15 +167,15 @@ check_discovery_sendtargets() {
     out=$(timeout 60 iscsiadm -m discovery -t st -p "$PORTAL" -I default) || rc=$?
     [ "$rc" -eq 0 ] || fail "SendTargets discovery failed: iscsiadm exit $rc"
     for t in $ALL_TARGETS; do
-        echo "$out" | grep -qxF "$PORTAL,1 $t" || fail "discovery lacks '$PORTAL,1 $t': got $(echo "$out" | tr '\n' ' ')"
+        grep -qxF "$PORTAL,1 $t" <<<"$out" || fail "discovery lacks '$PORTAL,1 $t': got $(echo "$out" | tr '\n' ' ')"
     done
     n=$(echo "$out" | wc -l)
     # A target's ACL also hides it from other initiators' discovery.
     rc=0
     out=$(timeout 60 iscsiadm -m discovery -t st -p "$PORTAL" -I "$IFACE_B") || rc=$?
     [ "$rc" -eq 0 ] || fail "SendTargets discovery as $INITIATOR_B failed: iscsiadm exit $rc"
-    echo "$out" | grep -qF " $T_OPEN" || fail "discovery as $INITIATOR_B lacks $T_OPEN"
-    ! echo "$out" | grep -qF " $T_ACL" || fail "discovery as $INITIATOR_B lists $T_ACL, whose ACL excludes it"
+    grep -qF " $T_OPEN" <<<"$out" || fail "discovery as $INITIATOR_B lacks $T_OPEN"
+    ! grep -qF " $T_ACL" <<<"$out" || fail "discovery as $INITIATOR_B lists $T_ACL, whose ACL excludes it"
     pass "$n targets listed, each with portal $PORTAL,1; $T_ACL hidden from $INITIATOR_B"
 }
 
@@ -294,7 +296,7 @@ login_with_digests() {
     login_ok "$T_FIO"
     hd=$(session_param "$T_FIO" HeaderDigest)
     dd=$(session_param "$T_FIO" DataDigest)
-    [ "$hd" = CRC32C ] && [ "$dd" = CRC32C ] ||
+    { [ "$hd" = CRC32C ] && [ "$dd" = CRC32C ]; } ||
         fail "negotiated HeaderDigest=$hd DataDigest=$dd, asked for CRC32C"
     dev_of "$T_FIO" 0
 }
@@ -422,11 +424,11 @@ check_sg_inq() {
     login_ok "$T_OPEN"
     dev=$(dev_of "$T_OPEN" 0) || exit 1
     out=$(sg_inq "$dev" 2>&1) || fail "sg_inq failed: $(echo "$out" | tail -n1)"
-    pdt=$(echo "$out" | grep -m1 -o 'Peripheral device type: [a-z ]*' | cut -d: -f2 | sed 's/^ *//;s/ *$//')
+    pdt=$(grep -o 'Peripheral device type: [a-z ]*' <<<"$out" | sed -n 1p | cut -d: -f2 | sed 's/^ *//;s/ *$//')
     [ "$pdt" = disk ] || fail "peripheral device type '$pdt', want disk"
     vendor=$(echo "$out" | awk -F: '/Vendor identification/ { gsub(/^ +| +$/, "", $2); print $2 }')
     product=$(echo "$out" | awk -F: '/Product identification/ { gsub(/^ +| +$/, "", $2); print $2 }')
-    [ -n "$vendor" ] && [ -n "$product" ] || fail "empty vendor or product identification"
+    { [ -n "$vendor" ] && [ -n "$product" ]; } || fail "empty vendor or product identification"
     pass "disk, vendor '$vendor', product '$product'"
 }
 
@@ -454,8 +456,8 @@ check_sg_vpd() {
         sg_vpd -p "$p" "$dev" >/tmp/vpd.out 2>&1 ||
             fail "sg_vpd -p $p failed: $(tail -n1 /tmp/vpd.out)"
     done
-    sg_vpd -p di "$dev" 2>&1 | grep -q 'NAA' || fail "device identification page has no NAA designator"
-    sg_vpd -p sn "$dev" 2>&1 | grep -q 'Unit serial number: .' || fail "empty unit serial number"
+    grep -q 'NAA' <<<"$(sg_vpd -p di "$dev" 2>&1)" || fail "device identification page has no NAA designator"
+    grep -q 'Unit serial number: .' <<<"$(sg_vpd -p sn "$dev" 2>&1)" || fail "empty unit serial number"
     pass "pages ${pages% } all decode; NAA id and serial present"
 }
 
@@ -467,7 +469,7 @@ readcap_check() {
     n10=$(echo "$out10" | grep -o 'Number of logical blocks=[0-9]*' | cut -d= -f2)
     n16=$(echo "$out16" | grep -o 'Number of logical blocks=[0-9]*' | cut -d= -f2)
     l16=$(echo "$out16" | grep -o 'Logical block length=[0-9]*' | cut -d= -f2)
-    [ "$n10" = "$2" ] && [ "$n16" = "$2" ] || fail "$dev: blocks (10)=$n10 (16)=$n16, want $2"
+    { [ "$n10" = "$2" ] && [ "$n16" = "$2" ]; } || fail "$dev: blocks (10)=$n10 (16)=$n16, want $2"
     [ "$l16" = "$3" ] || fail "$dev: block length $l16, want $3"
 }
 
@@ -501,7 +503,7 @@ check_pr_two_initiators() {
     b=$(dev_of "$T_SHARED" 0 "$IFACE_B") || exit 1
 
     out=$(pr -i -k "$a") || rc=$?
-    if [ "$rc" -eq 9 ] || echo "$out" | grep -qi 'invalid opcode\|invalid command operation code'; then
+    if [ "$rc" -eq 9 ] || grep -qi 'invalid opcode\|invalid command operation code' <<<"$out"; then
         pending "target answers PERSISTENT RESERVE IN with INVALID COMMAND OPERATION CODE: persistent reservations not implemented"
     fi
     [ "$rc" -eq 0 ] || fail "PR IN READ KEYS failed (exit $rc): $(echo "$out" | tail -n1)"
@@ -509,13 +511,13 @@ check_pr_two_initiators() {
     pr -o -G -S 0xa1 "$a" >/tmp/pr.out || fail "REGISTER key 0xa1 via $INITIATOR_A failed: $(tail -n1 /tmp/pr.out)"
     pr -o -G -S 0xb2 "$b" >/tmp/pr.out || fail "REGISTER key 0xb2 via $INITIATOR_B failed: $(tail -n1 /tmp/pr.out)"
     out=$(pr -i -k "$a") || fail "READ KEYS failed"
-    echo "$out" | grep -q '0xa1' && echo "$out" | grep -q '0xb2' || fail "READ KEYS lacks a key: $(echo "$out" | tr '\n' ' ')"
+    { grep -q '0xa1' <<<"$out" && grep -q '0xb2' <<<"$out"; } || fail "READ KEYS lacks a key: $(echo "$out" | tr '\n' ' ')"
     pr -o -R -K 0xa1 -T 1 "$a" >/tmp/pr.out || fail "RESERVE (Write Exclusive) by A failed: $(tail -n1 /tmp/pr.out)"
     out=$(pr -i -r "$b") || fail "READ RESERVATION failed"
-    echo "$out" | grep -q 'Key=0xa1' && echo "$out" | grep -qi 'write exclusive' ||
+    { grep -q 'Key=0xa1' <<<"$out" && grep -qi 'write exclusive' <<<"$out"; } ||
         fail "READ RESERVATION does not show A's Write Exclusive: $(echo "$out" | tr '\n' ' ')"
     out=$(raw_write "$b") && fail "B wrote through A's Write Exclusive reservation"
-    echo "$out" | grep -qi 'reservation conflict' || fail "B's write failed without RESERVATION CONFLICT: $(echo "$out" | tail -n1)"
+    grep -qi 'reservation conflict' <<<"$out" || fail "B's write failed without RESERVATION CONFLICT: $(echo "$out" | tail -n1)"
     dd if="$b" of=/dev/null bs=4096 count=1 iflag=direct status=none || fail "B could not read under Write Exclusive"
     raw_write "$a" >/tmp/pr.out || fail "the holder A could not write: $(tail -n1 /tmp/pr.out)"
     pr -o -L -K 0xa1 -T 1 "$a" >/tmp/pr.out || fail "RELEASE by A failed: $(tail -n1 /tmp/pr.out)"
@@ -523,7 +525,7 @@ check_pr_two_initiators() {
     pr -o -G -K 0xa1 -S 0 "$a" >/tmp/pr.out || fail "unregister A failed"
     pr -o -G -K 0xb2 -S 0 "$b" >/tmp/pr.out || fail "unregister B failed"
     out=$(pr -i -k "$a") || fail "READ KEYS failed"
-    echo "$out" | grep -qi 'no registered reservation keys\|there are NO registered' ||
+    grep -qi 'no registered reservation keys\|there are NO registered' <<<"$out" ||
         fail "keys left after unregistering: $(echo "$out" | tr '\n' ' ')"
     pass "register from two initiators, Write Exclusive conflicts B's write only, release, unregister"
 }
@@ -539,7 +541,7 @@ check_fstrim_thin() {
         pending "thin=true LUN reports LBPME=0 in READ CAPACITY(16): UNMAP not implemented"
     fi
     [ "$lbpme" = 1 ] || fail "cannot read LBPME from sg_readcap -l: $(echo "$out" | tr '\n' ' ')"
-    sg_vpd -p lbpv "$dev" 2>&1 | grep -q 'Unmap command supported (LBPU): 1' ||
+    grep -q 'Unmap command supported (LBPU): 1' <<<"$(sg_vpd -p lbpv "$dev" 2>&1)" ||
         fail "LBPME=1 but the Logical Block Provisioning VPD page does not announce UNMAP (LBPU)"
     [ "$(cat "/sys/block/${dev#/dev/}/queue/discard_max_bytes")" -gt 0 ] ||
         fail "the kernel did not enable discard on $dev"
@@ -601,10 +603,12 @@ check_seed_two_file_luns_one_disk() { seed_pair "$T_SEED_FILE" file0 file1; }
 check_seed_two_blockdev_regions_one_disk() { seed_pair "$T_SEED_DEV" dev0 dev1; }
 
 # The iSER checks (check_iser_*).
+# shellcheck source=tests/vm/guest/iser.sh
 . /rustgt-vm/iser.sh
 
 # Run as `bash checks.sh NAME`: one check in this process.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    # shellcheck source=tests/vm/guest/lib.sh
     . /rustgt-vm/lib.sh
     set -o pipefail
     fn="check_${1//-/_}"

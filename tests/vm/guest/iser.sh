@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The iSER checks of the qemu guest suite: the kernel's ib_iser initiator
 # against rustgt's iSER portal, over a soft-RoCE device (rdma_rxe) on a
 # dummy interface. Sourced by checks.sh; each check_iser_* runs in its own
@@ -20,7 +21,7 @@ iser_fabric() {
     if [ ! -d /sys/class/infiniband/rxe0 ]; then
         modprobe dummy numdummies=0 || return 1
         ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy || return 1
-        ip -4 addr show dev dummy0 | grep -q "inet $ISER_IP/" ||
+        grep -qF "inet $ISER_IP/" <<<"$(ip -4 addr show dev dummy0)" ||
             ip addr add "$ISER_IP/24" dev dummy0 || return 1
         ip link set dummy0 up || return 1
         # rxe's ICRC needs the crypto API's crc32 (a soft dependency).
@@ -107,7 +108,7 @@ iser_lun_dev() {
 iser_session_transport() {
     iscsiadm -m session -P 1 2>/dev/null | awk -v t="$T_ISER" '
         $1 == "Target:" { cur = $2 }
-        /Iface Transport:/ && cur == t { print $3; exit }'
+        !found && /Iface Transport:/ && cur == t { print $3; found = 1 }'
 }
 
 # Logs in over iSER and prints the LUN 0 disk, or fails the check.
@@ -150,7 +151,7 @@ rdma_proof() {
 iser_target_health() {
     local bad inv
     bad=$(grep -E 'WARN|ERROR' "$STATE/rustgt-iser.log" |
-        grep -E 'work request|posting|RDMA Read|completion|iSER message' | head -n 2)
+        grep -E 'work request|posting|RDMA Read|completion|iSER message' | sed -n 1,2p)
     [ -z "$bad" ] || fail "the iSER target reported: $(echo "$bad" | tr '\n' ' ')"
     inv=$(grep 'iSER connection accepted' "$STATE/rustgt-iser.log" | tail -n 1 |
         grep -oE 'remote_invalidate=(true|false)')
@@ -219,7 +220,7 @@ rdma_objects() {
 }
 
 check_iser_relogin() {
-    local dev want got round idle now
+    local dev want got round idle
     iser_ready
     idle=$(rdma_objects)
     [ -n "$idle" ] || fail "rdma resource show lists nothing for rxe0"
@@ -238,6 +239,7 @@ check_iser_relogin() {
     iser_logout || fail "final logout failed"
     iser_target_health >/dev/null || exit 1
     # Every connection's QP, CQ, MRs and PD are gone again.
+    # shellcheck disable=SC2016 # expanded by eval at each try
     wait_until 10 eval '[ "$(rdma_objects)" = "$idle" ]' ||
         fail "RDMA objects leaked: idle '$idle', after 3 sessions '$(rdma_objects)'"
     pass "16 MiB pattern intact across 2 iSER logout/login rounds; rxe0 back to '$idle' after 3 sessions"
@@ -251,15 +253,18 @@ check_iser_target_restart_crash() {
     local dev want got sid t0
     iser_ready
     dev=$(iser_login_ok) || exit 1
+    # shellcheck disable=SC2034 # read in the eval'd test below
     sid=$(basename "$(iser_session_dir)")
     dd if=/dev/urandom of=/tmp/iser-crash bs=1M count=8 status=none
     want=$(sha256sum </tmp/iser-crash | cut -d' ' -f1)
     dd if=/tmp/iser-crash of="$dev" bs=1M oflag=direct status=none || fail "writing the pattern failed"
     kill -s KILL "$(iser_target_pid)"
+    # shellcheck disable=SC2016 # expanded by eval at each try
     wait_until 10 eval '! pid_alive "$(iser_target_pid)"' || fail "the iSER target survived SIGKILL"
     t0=$SECONDS
     iser_target_start || fail "the iSER target did not start again after SIGKILL"
-    wait_until 90 eval 'iscsiadm -m session -r "${sid#session}" -P 3 2>/dev/null | grep -q "iSCSI Session State: LOGGED_IN"' ||
+    # shellcheck disable=SC2016 # expanded by eval at each try
+    wait_until 90 eval 'grep -q "iSCSI Session State: LOGGED_IN" <<<"$(iscsiadm -m session -r "${sid#session}" -P 3 2>/dev/null)"' ||
         fail "the initiator did not log in again within 90 s of the restart"
     dev=$(iser_lun_dev) || fail "no disk after the reconnect"
     got=$(dev_sum "$dev" 8) || fail "reading back after the reconnect failed"

@@ -1,3 +1,7 @@
+# shellcheck shell=bash
+# The names below are read by checks.sh and iser.sh, which source this file.
+# shellcheck disable=SC2034
+#
 # Guest-side helpers of the qemu suite: names, result markers, the rustgt
 # daemon's lifecycle and the open-iscsi initiator. Sourced by /init and by
 # checks.sh inside the guest; never run on the host.
@@ -203,14 +207,14 @@ lun_sg() {
 session_param() {
     local sid
     sid=$(session_id "$1" "$3") || return 1
-    iscsiadm -m session -r "$sid" -P 2 | awk -v k="$2:" '$1 == k { print $2; exit }'
+    iscsiadm -m session -r "$sid" -P 2 | awk -v k="$2:" '!found && $1 == k { print $2; found = 1 }'
 }
 
 # "iSCSI Session State" of the session (LOGGED_IN when healthy).
 session_state() {
     local sid
     sid=$(session_id "$1" "$2") || return 1
-    iscsiadm -m session -r "$sid" -P 3 | awk -F': ' '/iSCSI Session State/ { print $2; exit }'
+    iscsiadm -m session -r "$sid" -P 3 | awk -F': ' '!found && /iSCSI Session State/ { print $2; found = 1 }'
 }
 
 # The initiator's TCP port of the session's connection: a new one after the
@@ -238,9 +242,9 @@ drop_caches() {
 reset_state() {
     local m
     sync
-    for m in $(awk '$2 ~ /^\/mnt\// { print $2 }' /proc/mounts | sort -r); do
+    while read -r m; do
         timeout 60 umount "$m" || timeout 30 umount -l "$m" || true
-    done
+    done < <(awk '$2 ~ /^\/mnt\// { print $2 }' /proc/mounts | sort -r)
     timeout 120 iscsiadm -m node --logoutall=all >/dev/null 2>&1 || true
     if ! target_alive; then
         say "restarting rustgt after the check"
