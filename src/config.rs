@@ -212,9 +212,9 @@ pub struct TargetSettings {
 pub struct LunSettings {
     /// LUN number, 0..=16383.
     pub id: u64,
-    /// Engine: "file", "blockdev", "ram" or "null".
+    /// Engine: "file", "mmap", "blockdev", "ram", "null" or "hddsim".
     pub backstore: String,
-    /// Backing file or device (file/blockdev only); relative = under data_dir.
+    /// Backing file or device (file/mmap/blockdev only); relative = under data_dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
     /// Capacity such as "1G" or "512M" (binary units).
@@ -1241,14 +1241,15 @@ fn check_lun(
         c.fail(
             key.key("backstore"),
             format!(
-                "unknown backstore {:?}: expected \"file\", \"blockdev\", \"ram\", \"null\" or \"hddsim\"",
+                "unknown backstore {:?}: expected \"file\", \"mmap\", \"blockdev\", \"ram\", \"null\" \
+                 or \"hddsim\"",
                 lun.backstore
             ),
         );
         return;
     };
     match kind {
-        EngineKind::File | EngineKind::BlockDev => {
+        EngineKind::File | EngineKind::Mmap | EngineKind::BlockDev => {
             let Some(path) = lun.resolved_path(data_dir) else {
                 c.fail(
                     key.key("path"),
@@ -1266,7 +1267,8 @@ fn check_lun(
                     format!("{} is already the backing store of {first}", path.display()),
                 );
             }
-            if kind == EngineKind::File && size.is_none() && !path.exists() {
+            let file_backed = matches!(kind, EngineKind::File | EngineKind::Mmap);
+            if file_backed && size.is_none() && !path.exists() {
                 let what = if lun.read_only {
                     "the file must exist for a read-only LUN"
                 } else {
@@ -1982,6 +1984,61 @@ mod tests {
                 Some(dir.path().join("old.img"))
             );
             assert_eq!(lun.size_bytes(), None);
+        });
+    }
+
+    #[test]
+    fn mmap_backstore_is_configured_like_a_file() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let d = dir.path();
+            let mmap = |extra: &str| base_config(d, "", extra).replace("\"ram\"", "\"mmap\"");
+            let (_, res) = load_str(&mmap("path = \"m.img\""));
+            let cfg = res.expect("mmap with a path and a size loads");
+            let lun = cfg
+                .targets
+                .first()
+                .and_then(|t| t.luns.first())
+                .expect("lun");
+            assert_eq!(lun.kind(), Some(EngineKind::Mmap));
+            assert_eq!(lun.resolved_path(&cfg.data_dir), Some(d.join("m.img")));
+            assert_eq!(lun.size_bytes(), Some(64 << 20));
+
+            assert_problem(
+                &mmap(""),
+                "targets[0].luns[0].path",
+                "required for a mmap backstore",
+            );
+            let unsized_new = mmap("path = \"new.img\"").replace("size = \"64M\"\n", "");
+            assert_problem(
+                &unsized_new,
+                "targets[0].luns[0].size",
+                "does not exist yet",
+            );
+            let read_only_new =
+                mmap("path = \"new.img\"\nread_only = true").replace("size = \"64M\"\n", "");
+            assert_problem(
+                &read_only_new,
+                "targets[0].luns[0].size",
+                "must exist for a read-only LUN",
+            );
+            let shared = format!(
+                "{}[[targets.luns]]\nid = 1\nbackstore = \"file\"\npath = \"m.img\"\nsize = \"1M\"\n",
+                mmap("path = \"m.img\"")
+            );
+            assert_problem(
+                &shared,
+                "targets[0].luns[1].path",
+                "targets[0].luns[0].path",
+            );
+            let kind = base_config(d, "", "").replace("\"ram\"", "\"mmapp\"");
+            assert_problem(&kind, "targets[0].luns[0].backstore", "\"mmap\"");
+
+            // An existing file needs no size.
+            std::fs::write(d.join("old.img"), vec![0u8; 4096]).expect("write");
+            let existing = mmap("path = \"old.img\"").replace("size = \"64M\"\n", "");
+            let (_, res) = load_str(&existing);
+            res.expect("existing file without size loads");
         });
     }
 

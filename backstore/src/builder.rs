@@ -5,7 +5,8 @@
 //! Kernel readahead and ours never run together: with a rustgt policy on a
 //! buffered file or block device the fd gets POSIX_FADV_RANDOM (Linux stops
 //! reading ahead on it); with `kernel` it gets POSIX_FADV_NORMAL and the
-//! context passes reads straight through, counting them.
+//! context passes reads straight through, counting them. (The mmap engine
+//! gets MADV_RANDOM / MADV_NORMAL on its mapping instead.)
 
 use std::sync::Arc;
 

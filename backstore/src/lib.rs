@@ -18,8 +18,9 @@
 //! - [`Backstore::extents`] describes every byte of the range it is asked
 //!   about, in order, as runs of mapped or deallocated bytes.
 //!
-//! Engines: [`FileBackstore`] (regular file), [`BlockDevBackstore`] (block
-//! device), [`RamBackstore`] (memory), [`NullBackstore`] (discards writes),
+//! Engines: [`FileBackstore`] (regular file), [`MmapBackstore`] (regular
+//! file, memory-mapped), [`BlockDevBackstore`] (block device),
+//! [`RamBackstore`] (memory), [`NullBackstore`] (discards writes),
 //! [`HddSimBackstore`] (a simulated 7200 rpm disk, see [`hddsim`]).
 //! [`open`] builds one from a [`BackstoreSpec`]; [`build`] also wraps it in
 //! the LUN's I/O context ([`ioctx`]: readahead policies, cache, coalescing,
@@ -35,6 +36,7 @@ mod fdio;
 mod file;
 pub mod hddsim;
 pub mod ioctx;
+mod mmap;
 mod null;
 mod ram;
 mod spec;
@@ -47,6 +49,7 @@ pub use ioctx::{
     set_worker_index, ContextMode, DeviceSlice, IoContext, IoContextOptions, IoStats,
     ReadaheadPolicy,
 };
+pub use mmap::{MappedRange, MmapBackstore};
 pub use null::NullBackstore;
 pub use ram::RamBackstore;
 pub use spec::{open, parse_size, BackstoreSpec, EngineKind};
@@ -114,7 +117,8 @@ pub struct DeviceKey {
 ///
 /// Offsets and lengths are in bytes and are multiples of the block size.
 pub trait Backstore: Send + Sync + Debug {
-    /// Engine name for logs and stats ("file", "blockdev", "ram", "null").
+    /// Engine name for logs and stats ("file", "mmap", "blockdev", "ram",
+    /// "null", "hddsim").
     fn kind(&self) -> &'static str;
 
     /// Current geometry.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::blockdev::{BlockDevBackstore, BlockDevOptions};
 use crate::common::validate_block_size;
 use crate::file::{FileBackstore, FileOptions};
+use crate::mmap::MmapBackstore;
 use crate::null::NullBackstore;
 use crate::ram::RamBackstore;
 use crate::{Backstore, BackstoreError, Result};
@@ -20,6 +21,8 @@ use crate::{Backstore, BackstoreError, Result};
 pub enum EngineKind {
     /// A regular file ([`FileBackstore`]).
     File,
+    /// A regular file, memory-mapped ([`MmapBackstore`]).
+    Mmap,
     /// A block device ([`BlockDevBackstore`]).
     BlockDev,
     /// Memory ([`RamBackstore`]).
@@ -32,10 +35,12 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
-    /// The configuration name: "file", "blockdev", "ram" or "null".
+    /// The configuration name: "file", "mmap", "blockdev", "ram", "null" or
+    /// "hddsim".
     pub fn as_str(&self) -> &'static str {
         match self {
             EngineKind::File => "file",
+            EngineKind::Mmap => "mmap",
             EngineKind::BlockDev => "blockdev",
             EngineKind::Ram => "ram",
             EngineKind::Null => "null",
@@ -57,12 +62,13 @@ impl FromStr for EngineKind {
     fn from_str(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "file" => Ok(EngineKind::File),
+            "mmap" => Ok(EngineKind::Mmap),
             "blockdev" => Ok(EngineKind::BlockDev),
             "ram" => Ok(EngineKind::Ram),
             "null" => Ok(EngineKind::Null),
             "hddsim" => Ok(EngineKind::HddSim),
             _ => Err(BackstoreError::Config(format!(
-                "unknown backstore engine {s:?} (expected file, blockdev, ram, null or hddsim)"
+                "unknown backstore engine {s:?} (expected file, mmap, blockdev, ram, null or hddsim)"
             ))),
         }
     }
@@ -72,19 +78,19 @@ impl FromStr for EngineKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackstoreSpec {
     pub kind: EngineKind,
-    /// File or device path; required for `file` and `blockdev`, refused for
-    /// `ram` and `null`.
+    /// File or device path; required for `file`, `mmap` and `blockdev`,
+    /// refused for `ram` and `null`.
     pub path: Option<PathBuf>,
-    /// Size in bytes. Required for `ram` and `null`; for `file`, required to
-    /// create a missing file and otherwise grows it (never shrinks); for
-    /// `blockdev`, exports only the first `size` bytes.
+    /// Size in bytes. Required for `ram` and `null`; for `file` and `mmap`,
+    /// required to create a missing file and otherwise grows it (never
+    /// shrinks); for `blockdev`, exports only the first `size` bytes.
     pub size: Option<u64>,
     /// Logical block size: 512 or 4096. For `blockdev` only, 0 means "the
     /// device's own block size".
     pub block_size: u32,
     pub read_only: bool,
-    /// `file`/`blockdev`: an all-zero WRITE SAME deallocates instead of
-    /// writing zeros. (`ram` is always thin; `null` holds nothing.)
+    /// `file`/`mmap`/`blockdev`: an all-zero WRITE SAME deallocates instead
+    /// of writing zeros. (`ram` is always thin; `null` holds nothing.)
     pub thin: bool,
 }
 
@@ -108,6 +114,15 @@ impl BackstoreSpec {
             block_size: 512,
             read_only: false,
             thin: false,
+        }
+    }
+
+    /// A writable memory-mapped file store with 512-byte blocks; `size` as
+    /// for [`BackstoreSpec::file`].
+    pub fn mmap(path: impl Into<PathBuf>, size: Option<u64>) -> Self {
+        Self {
+            kind: EngineKind::Mmap,
+            ..Self::file(path, size)
         }
     }
 
@@ -136,6 +151,16 @@ pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
     }
     let store: Arc<dyn Backstore> = match spec.kind {
         EngineKind::File => Arc::new(FileBackstore::open(
+            need_path(spec)?,
+            &FileOptions {
+                size: spec.size,
+                block_size: spec.block_size,
+                read_only: spec.read_only,
+                thin: spec.thin,
+                direct: false,
+            },
+        )?),
+        EngineKind::Mmap => Arc::new(MmapBackstore::open(
             need_path(spec)?,
             &FileOptions {
                 size: spec.size,
@@ -281,6 +306,7 @@ mod tests {
     fn engine_kind_round_trips() {
         for kind in [
             EngineKind::File,
+            EngineKind::Mmap,
             EngineKind::BlockDev,
             EngineKind::Ram,
             EngineKind::Null,
