@@ -76,6 +76,31 @@ pub struct Config {
     /// ADDR:PORT serving Prometheus metrics on `GET /metrics`; none by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<SocketAddr>,
+    /// The threads that serve connections (read at start only).
+    #[serde(default)]
+    pub reactor: ReactorSettings,
+}
+
+/// The data path's threads: reactors that own the connections and run
+/// commands to completion where the LUN allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReactorSettings {
+    /// Reactor threads serving TCP connections; 0 = one per core, 0..=256.
+    pub threads: usize,
+    /// Run a command on its connection's reactor when its LUN can complete
+    /// it without blocking (memory and null stores, page-cache hits of
+    /// buffered files). `false` sends every command to the LUN's workers.
+    pub run_to_completion: bool,
+}
+
+impl Default for ReactorSettings {
+    fn default() -> Self {
+        Self {
+            threads: 0,
+            run_to_completion: true,
+        }
+    }
 }
 
 /// iSCSI operational parameters (RFC 7143 §13) and per-session limits.
@@ -443,6 +468,7 @@ impl Default for Config {
             targets: vec![Self::default_target()],
             admin_socket: None,
             metrics_listen: None,
+            reactor: ReactorSettings::default(),
         }
     }
 }
@@ -657,6 +683,7 @@ fn env_provider() -> Env {
                 || k == "metrics_listen"
                 || k.starts_with("iscsi__")
                 || k.starts_with("discovery__")
+                || k.starts_with("reactor__")
         })
         .split("__")
 }
@@ -919,6 +946,12 @@ fn validate(config: &Config) -> Vec<(KeyPath, String)> {
         }
     }
     check_iscsi(&mut c, &root.key("iscsi"), &config.iscsi);
+    c.range(
+        root.key("reactor").key("threads"),
+        config.reactor.threads,
+        0,
+        256,
+    );
     if let Some(chap) = &config.discovery.chap {
         check_chap(&mut c, &root.key("discovery").key("chap"), chap);
     }
@@ -2039,6 +2072,25 @@ mod tests {
             let existing = mmap("path = \"old.img\"").replace("size = \"64M\"\n", "");
             let (_, res) = load_str(&existing);
             res.expect("existing file without size loads");
+        });
+    }
+
+    #[test]
+    fn reactor_settings_load_from_file_and_environment() {
+        jailed(|jail| {
+            let (_, res) = load_str("[reactor]\nthreads = 2\nrun_to_completion = false\n");
+            let cfg = res.expect("valid reactor table");
+            assert_eq!(
+                (cfg.reactor.threads, cfg.reactor.run_to_completion),
+                (2, false)
+            );
+            let (_, res) = load_str("[reactor]\nthreads = 999\n");
+            let err = res.expect_err("too many reactors");
+            let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, ["reactor.threads"]);
+            jail.set_env("RUSTGT_REACTOR__RUN_TO_COMPLETION", "false");
+            let (_, res) = load_str("");
+            assert!(!res.expect("env override").reactor.run_to_completion);
         });
     }
 

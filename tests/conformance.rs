@@ -120,6 +120,10 @@ enum Lun {
     /// these extra keys. `existing`: the image is created before start
     /// (a read-only store is never created by the daemon).
     File { keys: &'static str, existing: bool },
+    /// LUN 0 of the default IQN, a 1 GiB RAM store, 512-byte blocks, thin,
+    /// with these extra keys: every command the data path allows runs to
+    /// completion on the connection's reactor.
+    Ram { keys: &'static str },
 }
 
 /// One daemon configuration and what libiscsi runs against it.
@@ -160,6 +164,16 @@ const NEEDS_LBPPB: &[&str] = &[
 /// Need the UNMAP command (LBPU), which `thin-4k-physical` leaves out.
 const NEEDS_UNMAP_COMMAND: &[&str] = &["Unmap.*", "GetLBAStatus.UnmapSingle"];
 
+/// What a single-path, writable, fixed-medium LUN with one logical block
+/// per physical block cannot reach (the other configurations do).
+const SKIPS_OF_A_PLAIN_LUN: &[&[&str]] = &[
+    NEEDS_REMOVABLE,
+    NEEDS_READ_ONLY,
+    NEEDS_SANITIZE,
+    NEEDS_MULTIPATH,
+    NEEDS_LBPPB,
+];
+
 /// The matrix. Every configuration gets a fresh daemon and data directory:
 /// libiscsi's tests leave state behind (MultipathIO.CompareAndWrite fails on
 /// a LUN an earlier run already wrote).
@@ -170,13 +184,7 @@ const CONFIGS: &[Config] = &[
         lun: Lun::BuiltIn,
         multipath: false,
         runs: &[RUN_ALL],
-        may_skip: &[
-            NEEDS_REMOVABLE,
-            NEEDS_READ_ONLY,
-            NEEDS_SANITIZE,
-            NEEDS_MULTIPATH,
-            NEEDS_LBPPB,
-        ],
+        may_skip: SKIPS_OF_A_PLAIN_LUN,
         parallel: false,
     },
     Config {
@@ -249,6 +257,27 @@ const CONFIGS: &[Config] = &[
         parallel: false,
     },
     Config {
+        name: "ram-reactor",
+        what: "thin 1 GiB RAM store: reads and writes run to completion on the reactor",
+        lun: Lun::Ram { keys: "" },
+        multipath: false,
+        runs: &[RUN_ALL],
+        may_skip: SKIPS_OF_A_PLAIN_LUN,
+        parallel: false,
+    },
+    Config {
+        name: "workers-only",
+        what: "thin 1 GiB file, run_to_completion = false: every command on the LUN's workers",
+        lun: Lun::File {
+            keys: "thin = true\n\n[reactor]\nrun_to_completion = false",
+            existing: false,
+        },
+        multipath: false,
+        runs: &[RUN_ALL],
+        may_skip: SKIPS_OF_A_PLAIN_LUN,
+        parallel: false,
+    },
+    Config {
         name: "removable",
         what: "thin, 512-byte blocks, removable medium",
         lun: Lun::File {
@@ -276,8 +305,16 @@ impl Config {
 
     /// The generated daemon config, `None` for the built-in default.
     fn toml(&self) -> Option<String> {
-        let Lun::File { keys, existing } = self.lun else {
-            return None;
+        let (keys, existing) = match self.lun {
+            Lun::BuiltIn => return None,
+            Lun::File { keys, existing } => (keys, existing),
+            Lun::Ram { keys } => {
+                return Some(format!(
+                    "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\n\n\
+                     [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"1G\"\n\
+                     block_size = 512\nthin = true\n{keys}\n"
+                ))
+            }
         };
         let portals = if self.multipath {
             r#"["127.0.0.1:0", "127.0.0.2:0"]"#
@@ -778,8 +815,30 @@ fn generated_configs_parse_and_say_what_they_mean() {
             .and_then(|l| l.first())
             .and_then(|l| l.as_table())
             .unwrap_or_else(|| panic!("{}: no LUN", cfg.name));
-        assert_eq!(lun.get("path").and_then(|p| p.as_str()), Some(IMAGE));
+        let (backstore, path) = match cfg.lun {
+            Lun::Ram { .. } => ("ram", None),
+            _ => ("file", Some(IMAGE)),
+        };
+        assert_eq!(
+            lun.get("backstore").and_then(|b| b.as_str()),
+            Some(backstore),
+            "{}",
+            cfg.name
+        );
+        assert_eq!(
+            lun.get("path").and_then(|p| p.as_str()),
+            path,
+            "{}",
+            cfg.name
+        );
         let existing = matches!(cfg.lun, Lun::File { existing: true, .. });
         assert_eq!(lun.contains_key("size"), !existing, "{}", cfg.name);
+        // The workers-only configuration really turns the reactor path off.
+        let rtc = doc
+            .get("reactor")
+            .and_then(|r| r.get("run_to_completion"))
+            .and_then(|v| v.as_bool());
+        let want = (cfg.name == "workers-only").then_some(false);
+        assert_eq!(rtc, want, "{}", cfg.name);
     }
 }

@@ -205,6 +205,10 @@ impl Backstore for BlockDevBackstore {
     fn supports_unmap(&self) -> bool {
         true
     }
+
+    fn nonblocking(&self) -> crate::Nonblocking {
+        self.io.nonblocking()
+    }
 }
 
 fn config(path: &Path, msg: &str) -> BackstoreError {

@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::common::{fill_pattern, invalid_input, len_u64, AlignedBuf, BATCH};
 use crate::{BackstoreError, DeviceKey, Result};
@@ -21,6 +22,8 @@ pub(crate) struct FdIo {
     file: File,
     /// `Some(alignment)` when opened with O_DIRECT.
     direct: Option<usize>,
+    /// `preadv2(RWF_NOWAIT)` was refused as unsupported on this fd.
+    nowait_unsupported: AtomicBool,
 }
 
 impl FdIo {
@@ -29,6 +32,7 @@ impl FdIo {
         Self {
             file,
             direct: direct_align.map(|a| a as usize),
+            nowait_unsupported: AtomicBool::new(false),
         }
     }
 
@@ -92,6 +96,9 @@ impl FdIo {
 
     /// Fills `buf` from `offset`.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if crate::nowait::active() {
+            return self.read_nowait(buf, offset);
+        }
         let Some(align) = self.direct else {
             return self
                 .file
@@ -259,6 +266,50 @@ fn check_direct(align: usize, offset: u64, len: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+impl FdIo {
+    /// How a reactor may use this fd: buffered reads can be tried from the
+    /// page cache; O_DIRECT reads always wait for the device.
+    pub(crate) fn nonblocking(&self) -> crate::Nonblocking {
+        if self.is_direct() || self.nowait_unsupported.load(Ordering::Relaxed) {
+            crate::Nonblocking::Never
+        } else {
+            crate::Nonblocking::TryReads
+        }
+    }
+
+    /// One `preadv2(RWF_NOWAIT)`: succeeds only when the page cache holds
+    /// every byte; anything less is [`crate::nowait::would_block`] (the
+    /// command is run again on a worker, which reads the rest the usual
+    /// way and reports real errors).
+    fn read_nowait(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.is_direct() || buf.is_empty() {
+            return Err(crate::nowait::would_block());
+        }
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast::<libc::c_void>(),
+            iov_len: buf.len(),
+        };
+        let off = to_off_t(offset).map_err(BackstoreError::Read)?;
+        // SAFETY: `iov` describes `buf`, which is borrowed mutably for the
+        // whole call, so the kernel may write up to `buf.len()` bytes into
+        // it; the fd is owned by `self.file`.
+        let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+        if usize::try_from(n).is_ok_and(|n| n == buf.len()) {
+            return Ok(());
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.raw_os_error() == Some(libc::EINVAL)
+            {
+                // A kernel or filesystem without RWF_NOWAIT for buffered
+                // reads: stop trying on this fd.
+                self.nowait_unsupported.store(true, Ordering::Relaxed);
+            }
+        }
+        Err(crate::nowait::would_block())
+    }
 }
 
 /// `pwritev2(RWF_DSYNC)` until every byte is written.

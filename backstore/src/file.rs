@@ -261,6 +261,10 @@ impl Backstore for FileBackstore {
     fn supports_unmap(&self) -> bool {
         true
     }
+
+    fn nonblocking(&self) -> crate::Nonblocking {
+        self.io.nonblocking()
+    }
 }
 
 fn config(path: &Path, msg: &str) -> BackstoreError {

@@ -37,6 +37,7 @@ mod file;
 pub mod hddsim;
 pub mod ioctx;
 mod mmap;
+pub mod nowait;
 mod null;
 mod ram;
 mod spec;
@@ -50,6 +51,7 @@ pub use ioctx::{
     ReadaheadPolicy,
 };
 pub use mmap::{MappedRange, MmapBackstore};
+pub use nowait::Nonblocking;
 pub use null::NullBackstore;
 pub use ram::RamBackstore;
 pub use spec::{open, parse_size, BackstoreSpec, EngineKind};
@@ -91,6 +93,10 @@ pub enum BackstoreError {
     Flush(#[source] std::io::Error),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// Inside a [`nowait::attempt`]: the operation would have had to wait.
+    /// The caller runs it again where it may block; never sent to a peer.
+    #[error("the operation would block")]
+    WouldBlock,
 }
 
 pub type Result<T> = std::result::Result<T, BackstoreError>;
@@ -177,5 +183,12 @@ pub trait Backstore: Send + Sync + Debug {
     /// logical block provisioning).
     fn supports_unmap(&self) -> bool {
         false
+    }
+
+    /// Whether reads (and writes) can run on a thread that must not block,
+    /// inside a [`nowait::attempt`]. The default, [`Nonblocking::Never`],
+    /// keeps every command on the LUN's workers.
+    fn nonblocking(&self) -> Nonblocking {
+        Nonblocking::Never
     }
 }

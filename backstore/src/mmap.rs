@@ -255,6 +255,45 @@ impl MmapBackstore {
     /// Copies from the mapping into `buf`, then checks the range is still
     /// backed. No check of the file size beforehand: this is also the path
     /// on which the file shrinks mid-copy and the SIGBUS guard steps in.
+    /// Whether every page of `len` bytes from `offset` is in memory, so a
+    /// copy from the mapping cannot wait for the disk. False when unsure.
+    fn resident(&self, offset: u64, len: usize) -> bool {
+        const CHUNK: usize = 256;
+        let Ok(start) = self.map_index(offset, len) else {
+            return false;
+        };
+        // SAFETY: sysconf only reads its argument.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0);
+        if page == 0 || len == 0 {
+            return len == 0;
+        }
+        let base = self.map.as_ptr() as usize;
+        let first = (base + start) / page * page;
+        let end = base + start + len;
+        let mut addr = first;
+        let mut vec = [0u8; CHUNK];
+        while addr < end {
+            let pages = (end - addr).div_ceil(page).min(CHUNK);
+            // SAFETY: [addr, addr + pages * page) lies within the mapping
+            // (page-aligned, as mmap returns page-aligned mappings and
+            // `map_index` checked the range), which `&self` keeps mapped;
+            // mincore writes one byte per page into `vec`, which holds
+            // `pages <= CHUNK` bytes.
+            let rc = unsafe {
+                libc::mincore(
+                    addr as *mut libc::c_void,
+                    pages * page,
+                    vec.as_mut_ptr().cast::<libc::c_uchar>(),
+                )
+            };
+            if rc != 0 || vec.iter().take(pages).any(|v| v & 1 == 0) {
+                return false;
+            }
+            addr += pages * page;
+        }
+        true
+    }
+
     fn copy_out(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let start = self.map_index(offset, buf.len())?;
         // SAFETY: `map_index` proved `start + buf.len() <= self.map.len()`,
@@ -390,7 +429,18 @@ impl Backstore for MmapBackstore {
         check_range(&self.geometry, offset, len_u64(buf.len()))?;
         self.check_backed(offset, len_u64(buf.len()))
             .map_err(BackstoreError::Read)?;
+        if crate::nowait::active() && !self.resident(offset, buf.len()) {
+            // A page fault here would wait for the disk on a reactor.
+            return Err(crate::nowait::would_block());
+        }
         self.copy_out(buf, offset)
+    }
+
+    /// Reads can run on a reactor when their pages are resident
+    /// (`mincore`); writes may wait for dirty-page writeback, so they go
+    /// to the workers.
+    fn nonblocking(&self) -> crate::Nonblocking {
+        crate::Nonblocking::TryReads
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {

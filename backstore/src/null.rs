@@ -59,4 +59,8 @@ impl Backstore for NullBackstore {
     fn supports_unmap(&self) -> bool {
         true
     }
+
+    fn nonblocking(&self) -> crate::Nonblocking {
+        crate::Nonblocking::Always
+    }
 }

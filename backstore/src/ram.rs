@@ -244,6 +244,10 @@ impl Backstore for RamBackstore {
     fn supports_unmap(&self) -> bool {
         true
     }
+
+    fn nonblocking(&self) -> crate::Nonblocking {
+        crate::Nonblocking::Always
+    }
 }
 
 /// A broken internal invariant, reported instead of panicking.

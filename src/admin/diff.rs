@@ -300,11 +300,15 @@ fn restart_only(a: &Config, b: &Config) -> Vec<String> {
     if a.metrics_listen != b.metrics_listen {
         out.push("metrics_listen".to_owned());
     }
+    if a.reactor != b.reactor {
+        out.push("reactor".to_owned());
+    }
     // Keys added to Config later are caught here rather than ignored.
     let mut rest = b.clone();
     rest.data_dir = a.data_dir.clone();
     rest.admin_socket = a.admin_socket.clone();
     rest.metrics_listen = a.metrics_listen;
+    rest.reactor = a.reactor.clone();
     rest.iscsi = a.iscsi.clone();
     rest.discovery = a.discovery.clone();
     rest.targets = a.targets.clone();

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
-use rustgt_backstore::{Backstore, Extent, Geometry, IoContext, Result};
+use rustgt_backstore::{
+    Backstore, BackstoreError, Extent, Geometry, IoContext, Nonblocking, Result,
+};
 
 use super::proto::{DeviceTurnsView, ReadaheadStatsView, StoreStatsView};
 use super::stats::{AtomicLog2, Histogram};
@@ -201,6 +203,10 @@ impl Backstore for LunStore {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let started = Instant::now();
         let r = self.store().read_at(buf, offset);
+        if matches!(r, Err(BackstoreError::WouldBlock)) {
+            // A reactor's attempt, run again on a worker: counted there.
+            return r;
+        }
         let c = &self.counters;
         let len = buf.len() as u64;
         add(&c.reads, 1);
@@ -245,6 +251,10 @@ impl Backstore for LunStore {
 
     fn supports_unmap(&self) -> bool {
         self.store().supports_unmap()
+    }
+
+    fn nonblocking(&self) -> Nonblocking {
+        self.store().nonblocking()
     }
 }
 

@@ -118,6 +118,8 @@ impl Runtime {
         let mut empty = cfg.clone();
         empty.targets.clear();
         let server = Server::new(crate::daemon::portal_config(&empty));
+        server.set_reactors(cfg.reactor.threads);
+        server.set_run_to_completion(cfg.reactor.run_to_completion);
         let mut rt = Runtime {
             cfg: empty,
             source,

@@ -360,13 +360,19 @@ impl Backstore for IoContext {
             return Ok(());
         }
         let t0 = Instant::now();
-        let result = if sh.passthrough {
+        if sh.passthrough {
             let r = sh.inner.read_at(buf, offset);
-            lock(&sh.state).core.count_direct(len);
-            r
-        } else {
-            self.cached_read(buf, offset)
-        };
+            if matches!(r, Err(BackstoreError::WouldBlock)) {
+                // A reactor's attempt, run again where it may block.
+                return r;
+            }
+            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let mut state = lock(&sh.state);
+            state.core.count_direct(len);
+            state.core.record_latency(ns);
+            return r;
+        }
+        let result = self.cached_read(buf, offset);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         lock(&sh.state).core.record_latency(ns);
         result
@@ -407,5 +413,15 @@ impl Backstore for IoContext {
 
     fn supports_unmap(&self) -> bool {
         self.shared.inner.supports_unmap()
+    }
+
+    /// A passthrough context is as non-blocking as its engine; rustgt's
+    /// own readahead may wait for its I/O threads, so it never is.
+    fn nonblocking(&self) -> crate::Nonblocking {
+        if self.shared.passthrough {
+            self.shared.inner.nonblocking()
+        } else {
+            crate::Nonblocking::Never
+        }
     }
 }

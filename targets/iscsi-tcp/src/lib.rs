@@ -5,9 +5,15 @@
 //! [`rustgt_scsi::ScsiTarget`] of the session's target, feeds completions
 //! back, and runs the keepalive timer. It holds no protocol logic.
 //!
-//! Guarantees: one task pair (reader/driver + writer) per connection; a
-//! connection's failure never affects another; on shutdown every session is
-//! asked to log out, in-flight commands finish, then sockets close.
+//! Guarantees: a fixed set of reactor threads ([`Reactors`], one per core
+//! by default), each a single-threaded tokio runtime owning a share of the
+//! connections; one task per connection, which reads, runs every PDU that
+//! came in, executes on its own thread each command the LUN can complete
+//! without blocking ([`ScsiTarget::run_inline`]), and writes every response
+//! ready in that turn with one vectored write. Only commands that may block
+//! cross to the LUN's workers, whose completions come back over a channel.
+//! A connection's failure never affects another; on shutdown every session
+//! is asked to log out, in-flight commands finish, then sockets close.
 //!
 //! For the daemon's control path it also offers: per-listener stop
 //! ([`Server::serve_until`]), per-connection statistics ([`ConnStats`]),
@@ -17,8 +23,8 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,7 +33,7 @@ use rustgt_iscsi::{
     Connection, ConnectionSetup, Directory, Event, PortalConfig, SessionInfo, SessionTable,
 };
 use rustgt_scsi::{Nexus, Response, ScsiTarget, TmfResponse};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
@@ -163,6 +169,12 @@ struct ConnEntry {
 /// The iSCSI/TCP front end: listeners, connections and the target table.
 #[derive(Debug)]
 pub struct Server {
+    /// Started at the first accepted connection.
+    reactors: OnceLock<Reactors>,
+    /// How many reactors to start (0: one per core).
+    reactor_count: AtomicUsize,
+    /// Commands may run to completion on the reactor.
+    run_to_completion: AtomicBool,
     dir: Directory,
     sessions: Arc<Mutex<SessionTable>>,
     conns: Mutex<HashMap<u64, ConnEntry>>,
@@ -174,12 +186,38 @@ impl Server {
     pub fn new(config: PortalConfig) -> Arc<Server> {
         let (shutdown, _) = watch::channel(false);
         Arc::new(Server {
+            reactors: OnceLock::new(),
+            reactor_count: AtomicUsize::new(0),
+            run_to_completion: AtomicBool::new(true),
             dir: Directory::new(config),
             sessions: Arc::new(Mutex::new(SessionTable::new())),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutdown,
         })
+    }
+
+    /// How many reactor threads serve connections (0: one per core).
+    /// Takes effect if called before the first connection is accepted.
+    pub fn set_reactors(&self, count: usize) {
+        self.reactor_count.store(count, Ordering::Relaxed);
+    }
+
+    /// Whether commands the LUN can complete without blocking run on the
+    /// connection's reactor (`true`, the default) or all go to the LUN's
+    /// workers. New commands see a change at once.
+    pub fn set_run_to_completion(&self, on: bool) {
+        self.run_to_completion.store(on, Ordering::Relaxed);
+    }
+
+    fn reactors(&self) -> std::io::Result<&Reactors> {
+        if let Some(r) = self.reactors.get() {
+            return Ok(r);
+        }
+        let r = Reactors::start(self.reactor_count.load(Ordering::Relaxed))?;
+        // Another listener may have started a set meanwhile: keep the first
+        // (the spare one stops when dropped).
+        Ok(self.reactors.get_or_init(|| r))
     }
 
     /// Replace the protocol configuration; new logins see it at once.
@@ -267,10 +305,7 @@ impl Server {
             tokio::select! {
                 _ = &mut stop_listener => break,
                 r = listener.accept() => match r {
-                    Ok((sock, peer)) => {
-                        let me = self.clone();
-                        tokio::spawn(async move { me.run_conn(sock, peer).await });
-                    }
+                    Ok((sock, peer)) => self.hand_to_reactor(sock, peer),
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -279,6 +314,34 @@ impl Server {
                 _ = stop.changed() => break,
             }
         }
+    }
+
+    /// Moves an accepted connection to the least loaded reactor, which
+    /// serves it from then on.
+    fn hand_to_reactor(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr) {
+        let reactors = match self.reactors() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, %peer, "cannot start reactor threads; connection refused");
+                return;
+            }
+        };
+        let sock = match sock.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, %peer, "cannot move an accepted connection");
+                return;
+            }
+        };
+        let (handle, load) = reactors.pick();
+        let me = Arc::clone(self);
+        handle.spawn(async move {
+            let _load = load;
+            match TcpStream::from_std(sock) {
+                Ok(sock) => me.run_conn(sock, peer).await,
+                Err(e) => tracing::warn!(error = %e, %peer, "cannot register a connection"),
+            }
+        });
     }
 
     /// Graceful shutdown: stop accepting, ask every session to log out,
@@ -395,14 +458,17 @@ impl Server {
             setup,
             std::time::Instant::now(),
         );
-        let (mut rd, wr) = sock.into_split();
-        let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<Bytes>>();
-        let writer = tokio::spawn(write_loop(wr, out_rx));
+        let mut out = Output::default();
         let mut target: Option<Arc<ScsiTarget>> = None;
         let mut buf = vec![0u8; 256 * 1024];
         let mut killed = false;
 
+        // One turn: send what is ready, wait for input, a completion from a
+        // worker, room in the socket or the timer; then run every PDU that
+        // came in, to completion where the LUN allows, and queue what they
+        // produced. Nothing here waits for another thread.
         loop {
+            out.flush(&sock)?;
             let timeout = conn.poll_timeout();
             let sleep = async {
                 match timeout {
@@ -411,23 +477,32 @@ impl Server {
                 }
             };
             tokio::select! {
-                r = rd.read(&mut buf) => {
-                    let n = r?;
-                    if n == 0 {
-                        break;
+                biased;
+                Some(msg) = rx.recv() => {
+                    on_msg(&mut conn, msg, &mut killed);
+                    while let Ok(msg) = rx.try_recv() {
+                        on_msg(&mut conn, msg, &mut killed);
                     }
-                    conn.handle_input(buf.get(..n).unwrap_or_default(), std::time::Instant::now());
                 }
-                Some(msg) = rx.recv() => match msg {
-                    ConnMsg::Done(resp) => conn.complete(resp),
-                    ConnMsg::Tmf(itt, r) => conn.tmf_done(itt, r),
-                    ConnMsg::Kill => { killed = true; conn.fail(); }
-                    ConnMsg::RequestLogout => conn.request_logout(2),
-                },
+                r = sock.readable() => {
+                    r?;
+                    match read_some(&sock, &mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => conn.handle_input(
+                            buf.get(..n).unwrap_or_default(),
+                            std::time::Instant::now(),
+                        ),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                r = sock.writable(), if out.pending() => r?,
                 _ = sleep => conn.handle_timeout(std::time::Instant::now()),
             }
             while let Some(ev) = conn.poll_event() {
-                self.handle_event(ev, &tx, &mut target, conn_id, &stats);
+                if let Some(resp) = self.handle_event(ev, &tx, &mut target, conn_id, &stats) {
+                    conn.complete(resp);
+                }
             }
             let closing = conn.is_closing();
             if closing && conn.in_flight() == 0 {
@@ -437,9 +512,7 @@ impl Server {
                 self.release_nexus(conn_id).await;
             }
             if let Some(bytes) = conn.poll_transmit() {
-                if out_tx.send(bytes).is_err() {
-                    break;
-                }
+                out.queue.extend(bytes);
             }
             if closing {
                 break;
@@ -456,11 +529,18 @@ impl Server {
                 }
             }
         }
-        drop(out_tx);
-        let _ = writer.await;
+        // What was queued before the end (a Logout Response, a Reject)
+        // still goes out, within a bound.
+        if !killed {
+            let _ = tokio::time::timeout(LINGER, out.flush_all(&sock)).await;
+        }
+        let mut sock = sock;
+        let _ = sock.shutdown().await;
         Ok(())
     }
 
+    /// Acts on one event of the core; a command that ran to completion on
+    /// this thread comes back as its response.
     fn handle_event(
         &self,
         ev: Event,
@@ -468,7 +548,7 @@ impl Server {
         target: &mut Option<Arc<ScsiTarget>>,
         conn_id: u64,
         stats: &Arc<ConnStats>,
-    ) {
+    ) -> Option<Response> {
         match ev {
             Event::LoggedIn(info) => {
                 let span = tracing::Span::current();
@@ -486,28 +566,38 @@ impl Server {
                 self.kill(conn_id);
             }
             Event::Command(cmd) => {
-                let tx = tx.clone();
-                let stats = stats.clone();
                 let started = Instant::now();
                 let data_out = cmd.data_out.len();
-                match target {
-                    Some(t) => t.submit(
-                        cmd,
-                        Box::new(move |resp| {
+                let Some(t) = target else {
+                    tracing::error!("command for a session without a SCSI target");
+                    return None;
+                };
+                let cmd = if self.run_to_completion.load(Ordering::Relaxed) {
+                    match t.run_inline(cmd) {
+                        Ok(resp) => {
                             stats.record(started, data_out, &resp);
-                            let _ = tx.send(ConnMsg::Done(resp));
-                        }),
-                    ),
-                    None => {
-                        tracing::error!("command for a session without a SCSI target");
+                            return Some(resp);
+                        }
+                        Err(cmd) => cmd,
                     }
-                }
+                } else {
+                    cmd
+                };
+                let tx = tx.clone();
+                let stats = stats.clone();
+                t.submit(
+                    cmd,
+                    Box::new(move |resp| {
+                        stats.record(started, data_out, &resp);
+                        let _ = tx.send(ConnMsg::Done(resp));
+                    }),
+                );
             }
             Event::TaskMgmt { itt, lun, function } => {
                 let tx = tx.clone();
                 let Some(t) = target.clone() else {
                     let _ = tx.send(ConnMsg::Tmf(itt, TmfResponse::FunctionRejected));
-                    return;
+                    return None;
                 };
                 let nexus = self.conns.lock().ok().and_then(|c| {
                     c.get(&conn_id)
@@ -515,7 +605,7 @@ impl Server {
                 });
                 let Some(nexus) = nexus else {
                     let _ = tx.send(ConnMsg::Tmf(itt, TmfResponse::FunctionRejected));
-                    return;
+                    return None;
                 };
                 tokio::task::spawn_blocking(move || {
                     let r = t.task_management(&nexus, lun, function);
@@ -523,35 +613,172 @@ impl Server {
                 });
             }
         }
+        None
     }
 }
 
-/// Write queued segments with vectored writes, so read payloads go from
-/// the SCSI core's buffer to the socket without another copy.
-async fn write_loop(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<Bytes>>,
-) {
-    let mut queue: VecDeque<Bytes> = VecDeque::new();
-    while let Some(segs) = rx.recv().await {
-        queue.extend(segs);
-        while let Ok(more) = rx.try_recv() {
-            queue.extend(more);
+/// Acts on a message from outside the connection's thread.
+fn on_msg(conn: &mut Connection, msg: ConnMsg, killed: &mut bool) {
+    match msg {
+        ConnMsg::Done(resp) => conn.complete(resp),
+        ConnMsg::Tmf(itt, r) => conn.tmf_done(itt, r),
+        ConnMsg::Kill => {
+            *killed = true;
+            conn.fail();
         }
-        while !queue.is_empty() {
-            let slices: Vec<IoSlice<'_>> = queue
-                .iter()
-                .take(MAX_IOVECS)
-                .map(|b| IoSlice::new(b))
-                .collect();
-            let n = match wr.write_vectored(&slices).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            advance(&mut queue, n);
+        ConnMsg::RequestLogout => conn.request_logout(2),
+    }
+}
+
+/// How long a closing connection may take to send what it queued.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// One read of what the socket holds, without waiting. A read that did
+/// not fill `buf` drained the socket, so its readiness is cleared at once
+/// rather than by a second read that would only fail with EAGAIN (new data
+/// raises a new edge, which the reactor sees before it sleeps).
+fn read_some(sock: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    let n = sock.try_read(buf)?;
+    if n > 0 && n < buf.len() {
+        let _ = sock.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+        });
+    }
+    Ok(n)
+}
+
+/// The connection's queue of PDU segments to send, written with vectored
+/// writes so read payloads go from the SCSI core's buffer to the socket
+/// without another copy, and every response ready in a turn leaves in one
+/// `writev`.
+#[derive(Debug, Default)]
+struct Output {
+    queue: VecDeque<Bytes>,
+}
+
+impl Output {
+    fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Writes as much as the socket takes now.
+    fn flush(&mut self, sock: &TcpStream) -> std::io::Result<()> {
+        while self.pending() {
+            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+            let mut count = 0;
+            for (slot, b) in slices.iter_mut().zip(self.queue.iter()) {
+                *slot = IoSlice::new(b);
+                count += 1;
+            }
+            match sock.try_write_vectored(slices.get(..count).unwrap_or_default()) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => advance(&mut self.queue, n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes everything, waiting for room as needed.
+    async fn flush_all(&mut self, sock: &TcpStream) -> std::io::Result<()> {
+        while self.pending() {
+            sock.writable().await?;
+            self.flush(sock)?;
+        }
+        Ok(())
+    }
+}
+
+/// The reactor threads: each runs a single-threaded tokio runtime (its own
+/// epoll, timers and tasks), so a connection's reads, inline commands and
+/// writes all happen on one thread and no wake-up crosses to another.
+#[derive(Debug)]
+pub struct Reactors {
+    reactors: Vec<Reactor>,
+}
+
+#[derive(Debug)]
+struct Reactor {
+    handle: tokio::runtime::Handle,
+    /// Connections it serves now.
+    load: Arc<AtomicUsize>,
+    /// Dropped to stop the reactor's thread.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Counts a connection on its reactor while alive.
+#[derive(Debug)]
+struct LoadGuard(Arc<AtomicUsize>);
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Reactors {
+    /// Starts `count` reactor threads (0: one per available core).
+    pub fn start(count: usize) -> std::io::Result<Reactors> {
+        let count = if count == 0 {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            count
+        };
+        let mut reactors = Vec::with_capacity(count);
+        for i in 0..count {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .thread_name(format!("rustgt-reactor{i}-io"))
+                .build()?;
+            let handle = rt.handle().clone();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            std::thread::Builder::new()
+                .name(format!("rustgt-reactor{i}"))
+                .spawn(move || {
+                    rt.block_on(async {
+                        let _ = stopped.await;
+                    });
+                })?;
+            reactors.push(Reactor {
+                handle,
+                load: Arc::new(AtomicUsize::new(0)),
+                _stop: stop,
+            });
+        }
+        tracing::info!(reactors = count, "reactor threads started");
+        Ok(Reactors { reactors })
+    }
+
+    /// How many reactors there are.
+    pub fn len(&self) -> usize {
+        self.reactors.len()
+    }
+
+    /// Whether there are none (never, once started).
+    pub fn is_empty(&self) -> bool {
+        self.reactors.is_empty()
+    }
+
+    /// The reactor with the fewest connections, and a guard counting one
+    /// more there.
+    fn pick(&self) -> (tokio::runtime::Handle, LoadGuard) {
+        let best = self
+            .reactors
+            .iter()
+            .min_by_key(|r| r.load.load(Ordering::Relaxed));
+        match best {
+            Some(r) => {
+                r.load.fetch_add(1, Ordering::Relaxed);
+                (r.handle.clone(), LoadGuard(Arc::clone(&r.load)))
+            }
+            // `start` makes at least one; a caller's runtime otherwise.
+            None => (
+                tokio::runtime::Handle::current(),
+                LoadGuard(Arc::new(AtomicUsize::new(1))),
+            ),
         }
     }
-    let _ = wr.shutdown().await;
 }
 
 /// Most segments handed to one writev (Linux's UIO_MAXIOV is 1024).

@@ -17,9 +17,15 @@
 //! - no deadlock: a command holds at most one range at a time and waits
 //!   only for requests that arrived before it;
 //! - zero-length ranges lock nothing;
-//! - the lock is released when the guard drops, on every path.
+//! - the lock is released when the guard drops, on every path;
+//! - inside a non-blocking attempt (`rustgt_backstore::nowait`) a request
+//!   that would wait is not queued: it fails with the would-block error,
+//!   and the command runs again on a worker;
+//! - a release wakes waiters only when there are any.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use crate::sense::Sense;
 
 /// One request, granted or waiting, in arrival order.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +48,8 @@ impl Request {
 struct State {
     requests: Vec<Request>,
     next_id: u64,
+    /// Requests blocked in `acquire` (so a release knows whether to wake).
+    waiters: usize,
 }
 
 /// The range locks of one logical unit.
@@ -67,31 +75,36 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 impl LbaLocks {
     /// Shared lock on `blocks` blocks from `lba`, for commands that only read.
-    pub(crate) fn shared(&self, lba: u64, blocks: u64) -> LbaGuard<'_> {
+    /// Fails only inside a non-blocking attempt, when it would wait.
+    pub(crate) fn shared(&self, lba: u64, blocks: u64) -> Result<LbaGuard<'_>, Sense> {
         self.acquire(lba, blocks, false)
     }
 
     /// Exclusive lock on `blocks` blocks from `lba`, for commands that write.
-    pub(crate) fn exclusive(&self, lba: u64, blocks: u64) -> LbaGuard<'_> {
+    /// Fails only inside a non-blocking attempt, when it would wait.
+    pub(crate) fn exclusive(&self, lba: u64, blocks: u64) -> Result<LbaGuard<'_>, Sense> {
         self.acquire(lba, blocks, true)
     }
 
-    fn acquire(&self, lba: u64, blocks: u64, exclusive: bool) -> LbaGuard<'_> {
+    fn acquire(&self, lba: u64, blocks: u64, exclusive: bool) -> Result<LbaGuard<'_>, Sense> {
         if blocks == 0 {
-            return LbaGuard {
+            return Ok(LbaGuard {
                 locks: self,
                 id: None,
-            };
+            });
         }
         let mut state = lock(&self.state);
         let id = state.next_id;
-        state.next_id = state.next_id.wrapping_add(1);
         let me = Request {
             id,
             start: lba,
             end: lba.saturating_add(blocks),
             exclusive,
         };
+        if rustgt_backstore::nowait::active() && state.requests.iter().any(|r| r.conflicts(&me)) {
+            return Err(Sense::from(rustgt_backstore::nowait::would_block()));
+        }
+        state.next_id = state.next_id.wrapping_add(1);
         state.requests.push(me);
         while state
             .requests
@@ -99,22 +112,27 @@ impl LbaLocks {
             .take_while(|r| r.id != id)
             .any(|r| r.conflicts(&me))
         {
+            state.waiters += 1;
             state = self
                 .released
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+            state.waiters -= 1;
         }
-        LbaGuard {
+        Ok(LbaGuard {
             locks: self,
             id: Some(id),
-        }
+        })
     }
 
     fn release(&self, id: u64) {
         let mut state = lock(&self.state);
         state.requests.retain(|r| r.id != id);
+        let wake = state.waiters > 0;
         drop(state);
-        self.released.notify_all();
+        if wake {
+            self.released.notify_all();
+        }
     }
 
     /// Requests currently granted or waiting (for tests).
@@ -157,10 +175,10 @@ mod tests {
     #[test]
     fn readers_share_and_disjoint_writers_proceed() {
         let locks = LbaLocks::default();
-        let a = locks.shared(0, 8);
-        let b = locks.shared(4, 8);
-        let c = locks.exclusive(100, 8);
-        let empty = locks.exclusive(4, 0);
+        let a = locks.shared(0, 8).expect("no wait outside an attempt");
+        let b = locks.shared(4, 8).expect("no wait outside an attempt");
+        let c = locks.exclusive(100, 8).expect("no wait outside an attempt");
+        let empty = locks.exclusive(4, 0).expect("no wait outside an attempt");
         assert_eq!(locks.pending(), 3);
         drop((a, b, c, empty));
         assert_eq!(locks.pending(), 0);
@@ -169,12 +187,12 @@ mod tests {
     #[test]
     fn overlapping_writer_waits_for_holder() {
         let locks = Arc::new(LbaLocks::default());
-        let held = locks.exclusive(10, 10);
+        let held = locks.exclusive(10, 10).expect("no wait outside an attempt");
         let entered = Arc::new(AtomicBool::new(false));
         let t = {
             let (locks, entered) = (Arc::clone(&locks), Arc::clone(&entered));
             std::thread::spawn(move || {
-                let _g = locks.shared(19, 1);
+                let _g = locks.shared(19, 1).expect("no wait outside an attempt");
                 entered.store(true, Ordering::SeqCst);
             })
         };
@@ -192,12 +210,12 @@ mod tests {
     #[test]
     fn waiting_writer_is_not_starved_by_later_readers() {
         let locks = Arc::new(LbaLocks::default());
-        let first_reader = locks.shared(0, 4);
+        let first_reader = locks.shared(0, 4).expect("no wait outside an attempt");
         let writer_done = Arc::new(AtomicBool::new(false));
         let writer = {
             let (locks, done) = (Arc::clone(&locks), Arc::clone(&writer_done));
             std::thread::spawn(move || {
-                let _g = locks.exclusive(0, 4);
+                let _g = locks.exclusive(0, 4).expect("no wait outside an attempt");
                 done.store(true, Ordering::SeqCst);
             })
         };
@@ -208,7 +226,7 @@ mod tests {
         let saw_writer = {
             let (locks, done) = (Arc::clone(&locks), Arc::clone(&writer_done));
             std::thread::spawn(move || {
-                let _g = locks.shared(2, 1);
+                let _g = locks.shared(2, 1).expect("no wait outside an attempt");
                 done.load(Ordering::SeqCst)
             })
         };
@@ -231,7 +249,9 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..200u64 {
                         // [0,3), [1,4) and [2,5) all overlap pairwise.
-                        let _g = locks.exclusive((t + i) % 3, 3);
+                        let _g = locks
+                            .exclusive((t + i) % 3, 3)
+                            .expect("no wait outside an attempt");
                         assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
                         inside.fetch_sub(1, Ordering::SeqCst);
                     }
@@ -241,5 +261,21 @@ mod tests {
         for t in threads {
             t.join().expect("worker");
         }
+    }
+
+    #[test]
+    fn attempt_fails_instead_of_waiting_and_queues_nothing() {
+        let locks = LbaLocks::default();
+        let held = locks.exclusive(10, 10).expect("free range");
+        let (r, blocked) = rustgt_backstore::nowait::attempt(|| locks.shared(15, 1).is_err());
+        assert!(
+            r && blocked,
+            "a conflicting request inside an attempt fails at once"
+        );
+        assert_eq!(locks.pending(), 1, "the failed request left nothing queued");
+        let (ok, blocked) = rustgt_backstore::nowait::attempt(|| locks.shared(30, 1).is_ok());
+        assert!(ok && !blocked, "a free range is granted inside an attempt");
+        drop(held);
+        assert_eq!(locks.pending(), 0);
     }
 }

@@ -12,7 +12,13 @@
 //!   task, a HEAD OF QUEUE task is queued first and never waits (ACA is
 //!   treated as SIMPLE: NACA is not supported);
 //! - a panic in a handler cannot lose a completion: it is caught and the
-//!   command ends with HARDWARE ERROR.
+//!   command ends with HARDWARE ERROR;
+//! - a command may instead run to completion on the caller's thread
+//!   ([`LogicalUnit::run_inline`]) when the store says it can without
+//!   blocking: it is in the task set as a running task meanwhile, so task
+//!   management sees it like any other, and a command that would have to
+//!   wait is handed back untouched for the workers;
+//! - a condition variable is signalled only when a thread waits on it.
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -207,6 +213,10 @@ struct TaskSet {
     /// In execution order: HEAD OF QUEUE tasks at the front, others by arrival.
     entries: VecDeque<TaskEntry>,
     stopping: bool,
+    /// Workers blocked on `work`.
+    work_waiters: usize,
+    /// Threads blocked on `idle` (task management waiting for tasks).
+    idle_waiters: usize,
 }
 
 impl TaskSet {
@@ -450,9 +460,92 @@ impl LogicalUnit {
         } else {
             set.entries.push_back(entry);
         }
+        let wake = set.work_waiters > 0;
         drop(set);
-        self.work.notify_one();
+        if wake {
+            self.work.notify_one();
+        }
         Ok(())
+    }
+
+    /// Runs `cmd` to completion on this thread if that cannot block: the
+    /// command is a READ or WRITE (or TEST UNIT READY) the store can serve
+    /// without waiting ([`Backstore::nonblocking`]), a SIMPLE task with no
+    /// ORDERED task in the set, and nothing it needs is held by another
+    /// command. Otherwise, or when the attempt found it would have to
+    /// wait, the command comes back untouched for [`Self::enqueue`].
+    pub(crate) fn run_inline(
+        &self,
+        cmd: Command,
+        target: &TargetShared,
+    ) -> Result<Response, Command> {
+        use rustgt_backstore::Nonblocking;
+        let allowed = match (inline_class(&cmd.cdb), self.backstore.nonblocking()) {
+            (None, _) => false,
+            (Some(InlineClass::NoMedium), _) => true,
+            (Some(InlineClass::Read), nb) => nb != Nonblocking::Never,
+            (Some(InlineClass::Write), nb) => nb == Nonblocking::Always,
+        };
+        if !allowed || cmd.attr != TaskAttr::Simple {
+            return Err(cmd);
+        }
+        let key = TaskKey {
+            nexus: cmd.nexus.id,
+            tag: cmd.tag,
+        };
+        {
+            let mut set = lock(&self.tasks);
+            // Refusals (stopping, overlapped tag, full set) and ORDERED
+            // tasks are the workers' business.
+            if set.stopping
+                || set.entries.len() >= MAX_TASKS_PER_LUN
+                || set
+                    .entries
+                    .iter()
+                    .any(|e| e.key == key || e.attr == TaskAttr::Ordered)
+            {
+                return Err(cmd);
+            }
+            set.entries.push_back(TaskEntry {
+                key,
+                attr: TaskAttr::Simple,
+                state: TaskState::Running { aborted: false },
+            });
+        }
+        let (response, blocked) = rustgt_backstore::nowait::attempt(|| {
+            catch_unwind(AssertUnwindSafe(|| exec::execute(&cmd, Some(self), target)))
+                .unwrap_or_else(|_| {
+                    tracing::error!(lun = self.lun, tag = cmd.tag, "command handler panicked");
+                    let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
+                    exec::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
+                })
+        });
+        let mut set = lock(&self.tasks);
+        let aborted = match set.position(key) {
+            Some(i) => matches!(
+                set.entries.remove(i).map(|e| e.state),
+                Some(TaskState::Running { aborted: true })
+            ),
+            None => false,
+        };
+        // Its removal can only have released an ORDERED task queued
+        // meanwhile; idle workers stay asleep otherwise.
+        let wake_idle = set.idle_waiters > 0;
+        let wake_work = set.work_waiters > 0 && set.next_runnable().is_some();
+        drop(set);
+        if wake_idle {
+            self.idle.notify_all();
+        }
+        if wake_work {
+            self.work.notify_one();
+        }
+        if aborted {
+            Ok(exec::aborted(key.tag))
+        } else if blocked {
+            Err(cmd)
+        } else {
+            Ok(response)
+        }
     }
 
     fn worker_loop(&self, target: &TargetShared) {
@@ -483,7 +576,7 @@ impl LogicalUnit {
                     let key = entry.key;
                     // Wake one more worker if more work is ready: a finished
                     // ORDERED task can release many tasks at once.
-                    if set.next_runnable().is_some() {
+                    if set.work_waiters > 0 && set.next_runnable().is_some() {
                         self.work.notify_one();
                     }
                     return Some((key, pending));
@@ -493,7 +586,9 @@ impl LogicalUnit {
                 self.work.notify_all();
                 return None;
             }
+            set.work_waiters += 1;
             set = self.work.wait(set).unwrap_or_else(PoisonError::into_inner);
+            set.work_waiters -= 1;
         }
     }
 
@@ -514,6 +609,13 @@ impl LogicalUnit {
             }
             None => false,
         };
+        let wakes = |set: &TaskSet| {
+            (
+                set.idle_waiters > 0,
+                set.work_waiters > 0 && set.next_runnable().is_some(),
+            )
+        };
+        let mut wake = wakes(&set);
         drop(set);
         if aborted {
             // Deliver the aborted completion before the waiting task
@@ -523,12 +625,17 @@ impl LogicalUnit {
             if let Some(i) = set.position(key) {
                 set.entries.remove(i);
             }
+            wake = wakes(&set);
         } else {
             call(done, response);
         }
-        self.idle.notify_all();
+        if wake.0 {
+            self.idle.notify_all();
+        }
         // Its removal may have released an ORDERED task or its followers.
-        self.work.notify_one();
+        if wake.1 {
+            self.work.notify_one();
+        }
     }
 
     /// Aborts every task whose key matches: queued ones are removed and
@@ -569,7 +676,9 @@ impl LogicalUnit {
     pub(crate) fn wait_gone(&self, aborted: &Aborted) {
         let mut set = lock(&self.tasks);
         while aborted.running.iter().any(|k| set.position(*k).is_some()) {
+            set.idle_waiters += 1;
             set = self.idle.wait(set).unwrap_or_else(PoisonError::into_inner);
+            set.idle_waiters -= 1;
         }
     }
 
@@ -604,6 +713,29 @@ impl LogicalUnit {
             }
         }
         self.sanitizer.join();
+    }
+}
+
+/// What an inline command touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InlineClass {
+    /// Reads the medium and nothing else.
+    Read,
+    /// Writes the medium.
+    Write,
+    /// Touches neither (TEST UNIT READY).
+    NoMedium,
+}
+
+/// The commands [`LogicalUnit::run_inline`] may run: the data path's reads
+/// and writes, whose handlers have no side effect before their first
+/// possible wait, and TEST UNIT READY.
+fn inline_class(cdb: &[u8]) -> Option<InlineClass> {
+    match cdb.first()? {
+        0x08 | 0x28 | 0xA8 | 0x88 => Some(InlineClass::Read),
+        0x0A | 0x2A | 0xAA | 0x8A => Some(InlineClass::Write),
+        0x00 => Some(InlineClass::NoMedium),
+        _ => None,
     }
 }
 
@@ -656,7 +788,7 @@ mod tests {
     fn set(entries: Vec<TaskEntry>) -> TaskSet {
         TaskSet {
             entries: entries.into(),
-            stopping: false,
+            ..TaskSet::default()
         }
     }
 

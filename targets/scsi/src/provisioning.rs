@@ -93,7 +93,7 @@ fn deallocate(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<(), Sense> {
     let bs = block_size(lu);
     let offset = lba.checked_mul(bs).ok_or_else(lba_out_of_range)?;
     let len = blocks.checked_mul(bs).ok_or_else(lba_out_of_range)?;
-    let _range = lu.lba_locks.exclusive(lba, blocks);
+    let _range = lu.lba_locks.exclusive(lba, blocks)?;
     lu.backstore.unmap(offset, len)?;
     Ok(())
 }
@@ -237,7 +237,7 @@ pub(crate) fn write_same(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     if thin && (ws.unmap || zeros) {
         deallocate(lu, ws.lba, blocks)?;
     } else {
-        let _range = lu.lba_locks.exclusive(ws.lba, blocks);
+        let _range = lu.lba_locks.exclusive(ws.lba, blocks)?;
         replicate(lu, &pattern, offset, len)?;
         if !lu.mode().write_cache {
             lu.backstore.flush()?;

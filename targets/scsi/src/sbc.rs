@@ -162,7 +162,7 @@ pub(crate) fn read(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let bs = block_size(lu);
     // Only what fits the Data-In buffer is transferred, so only that is read.
     let buffer = u64::from(ctx.cmd.data_in_len).div_ceil(bs) * bs;
-    let _range = lu.lba_locks.shared(ext.lba, ext.blocks);
+    let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
     let data = read_medium(lu, offset, bytes.min(buffer))?;
     lu.stats.count_read(data.len() as u64);
     Ok(Outcome::read(data, bytes))
@@ -176,7 +176,7 @@ pub(crate) fn write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let (offset, bytes) = check_range(lu, ext)?;
     let data = whole_blocks(&ctx.cmd.data_out, bytes, block_size(lu));
     if !data.is_empty() {
-        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks);
+        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
         let fua = ctx.cdb.bit(1, 0x08) || !lu.mode().write_cache;
         lu.backstore.write_at(data, offset, fua)?;
     }
@@ -199,7 +199,7 @@ pub(crate) fn verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         0b01 => {
             check_max_transfer(lu, ext)?;
             let (offset, bytes) = check_range(lu, ext)?;
-            let _range = lu.lba_locks.shared(ext.lba, ext.blocks);
+            let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
             compare_medium(lu, offset, whole_blocks(&ctx.cmd.data_out, bytes, bs))?;
             Ok(Outcome::data_out(bytes))
         }
@@ -208,7 +208,7 @@ pub(crate) fn verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
             let (offset, bytes) = check_range(lu, ext)?;
             let want = if ext.blocks == 0 { 0 } else { bs };
             if let Some(pattern) = ctx.cmd.data_out.get(..bs as usize).filter(|_| want > 0) {
-                let _range = lu.lba_locks.shared(ext.lba, ext.blocks);
+                let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
                 compare_pattern(lu, offset, bytes, pattern)?;
             }
             Ok(Outcome::data_out(want))
@@ -226,7 +226,7 @@ pub(crate) fn write_and_verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let (offset, bytes) = check_range(lu, ext)?;
     let data = whole_blocks(&ctx.cmd.data_out, bytes, block_size(lu));
     if !data.is_empty() {
-        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks);
+        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
         lu.backstore.write_at(data, offset, true)?;
         if ctx.cdb.bit(1, 0x02) {
             compare_medium(lu, offset, data)?;

@@ -66,7 +66,7 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         return Err(Sense::invalid_cdb_field(ext.len_at, None));
     }
     let (verify, write) = data.split_at(bytes as usize);
-    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks);
+    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
     let medium = read_medium(lu, offset, bytes)?;
     if let Some(at) = first_difference(&medium, verify) {
         return Err(miscompare(at));
@@ -88,7 +88,7 @@ pub(crate) fn orwrite(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let data = whole_blocks(&ctx.cmd.data_out, bytes, bs);
     if !data.is_empty() {
         let blocks = data.len() as u64 / bs;
-        let _range = lu.lba_locks.exclusive(ext.lba, blocks);
+        let _range = lu.lba_locks.exclusive(ext.lba, blocks)?;
         let mut medium = read_medium(lu, offset, data.len() as u64)?;
         for (m, d) in medium.iter_mut().zip(data) {
             *m |= d;
@@ -166,7 +166,7 @@ pub(crate) fn write_atomic(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let Some(data) = ctx.cmd.data_out.get(..bytes as usize) else {
         return Err(Sense::invalid_cdb_field(ext.len_at, None));
     };
-    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks);
+    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
     write_medium(ctx, lu, data, offset)?;
     Ok(Outcome::data_out(bytes))
 }

@@ -270,7 +270,9 @@ impl From<BackstoreError> for Sense {
             BackstoreError::Write(_) | BackstoreError::Flush(_) => {
                 Sense::new(SenseKey::MEDIUM_ERROR, Asc::WRITE_ERROR)
             }
-            BackstoreError::Config(_) | BackstoreError::Io(_) => {
+            // WouldBlock ends a non-blocking attempt, which is thrown away
+            // and run again on a worker; it never reaches a peer.
+            BackstoreError::Config(_) | BackstoreError::Io(_) | BackstoreError::WouldBlock => {
                 Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE)
             }
         }

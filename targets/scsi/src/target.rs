@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
-use crate::cmd::{Command, Completion, Nexus, TmfFunction, TmfResponse};
+use crate::cmd::{Command, Completion, Nexus, Response, TmfFunction, TmfResponse};
 use crate::exec;
 use crate::lun::{LogicalUnit, LunConfig, LunStats, TaskKey};
 use crate::registry::LunRegistry;
@@ -335,6 +335,22 @@ impl ScsiTarget {
                     done(response);
                 }));
             }
+        }
+    }
+
+    /// Runs `cmd` to completion on the calling thread when its LUN can do
+    /// that without blocking (see `LogicalUnit::run_inline`: reads and
+    /// writes of memory-backed stores, page-cache hits of buffered files);
+    /// a reactor calls this first and hands what comes back to
+    /// [`Self::submit`]. Task management, unit attentions, reservations and
+    /// LBA range locks apply exactly as on the workers.
+    pub fn run_inline(&self, cmd: Command) -> Result<Response, Command> {
+        match self.shared.lu(cmd.lun) {
+            Some(lu) => {
+                self.shared.register(&cmd.nexus);
+                lu.run_inline(cmd, &self.shared)
+            }
+            None => Err(cmd),
         }
     }
 

@@ -390,13 +390,13 @@ fn copy_bytes(
         // One LBA range lock at a time (reads shared, writes exclusive),
         // so a copy within one unit cannot deadlock on itself.
         {
-            let _range = src.lba_locks.shared((from + at) / sbs, len / sbs);
+            let _range = src.lba_locks.shared((from + at) / sbs, len / sbs)?;
             src.backstore
                 .read_at(part, from + at)
                 .map_err(|_| aborted(THIRD_PARTY_DEVICE_FAILURE))?;
         }
         {
-            let _range = dst.lba_locks.exclusive((to + at) / dbs, len / dbs);
+            let _range = dst.lba_locks.exclusive((to + at) / dbs, len / dbs)?;
             dst.backstore
                 .write_at(part, to + at, fua)
                 .map_err(|_| aborted(THIRD_PARTY_DEVICE_FAILURE))?;
