@@ -8,7 +8,10 @@
 //! session's reservation. libiscsi's Sanitize suite does exactly this:
 //! Sanitize.Reservations reserves from a second session and logs it out,
 //! and Sanitize.Reset's SANITIZE, sent right after, fails with RESERVATION
-//! CONFLICT if the release is still pending.
+//! CONFLICT if the release is still pending. The same holds when the
+//! initiator drops its connection without a logout and logs in again at
+//! once (libiscsi's *.ITNexusLoss tests), whichever reactor thread owns the
+//! old socket.
 
 mod common;
 #[path = "common/initiator.rs"]
@@ -72,6 +75,49 @@ fn logout_releases_reserve6_before_the_logout_response() {
         "{} of {ROUNDS} writes right after the reserving session's Logout Response \
          were refused (0x18 = RESERVATION CONFLICT):\n{}",
         late.len(),
+        late.join("\n")
+    );
+}
+
+/// The same without a logout: the initiator drops its connection and at
+/// once logs in again (a new ISID, so a new I_T nexus, as libiscsi's
+/// PreventAllow.ITNexusLoss and Reserve6.ITNexusLoss do). The target has
+/// seen the old socket close by then, whichever reactor owns it, so the new
+/// session must not meet the old nexus's RESERVE(6).
+#[test]
+fn a_dropped_connection_releases_reserve6_before_the_next_login() {
+    let d = Daemon::start();
+    let initiator = "iqn.2026-11.org.rustgt:drop-holder";
+    let mut late = Vec::new();
+    for round in 0..ROUNDS {
+        let mut holder =
+            Session::login(d.portal, DEFAULT_IQN, initiator, [0x80, 0, 0, 1, 0, round]);
+        holder.clear_unit_attentions(LUN);
+        let r = holder.command(LUN, &[0x16, 0, 0, 0, 0, 0], &[], 0);
+        assert_eq!(r.status, GOOD, "round {round}: RESERVE(6): {r}");
+        drop(holder);
+        let mut next = Session::login(d.portal, DEFAULT_IQN, initiator, [0x80, 0, 0, 2, 0, round]);
+        // A new nexus starts with a unit attention; then the write.
+        let mut r = next.command(LUN, &rw16(WRITE_16, 0, 1), &[round; 512], 0);
+        for _ in 0..4 {
+            if r.sense_code().map(|s| s.0) != Some(initiator::UNIT_ATTENTION) {
+                break;
+            }
+            r = next.command(LUN, &rw16(WRITE_16, 0, 1), &[round; 512], 0);
+        }
+        if !r.is_good() {
+            late.push(format!("round {round}: {r}\n{}", d.stderr_tail(40)));
+        }
+        next.logout();
+        if !late.is_empty() {
+            break;
+        }
+    }
+    assert!(d.stop().success());
+    assert!(
+        late.is_empty(),
+        "a write right after the reserving connection was dropped was refused \
+         (0x18 = RESERVATION CONFLICT):\n{}",
         late.join("\n")
     );
 }

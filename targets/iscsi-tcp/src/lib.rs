@@ -23,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -164,6 +165,9 @@ struct ConnEntry {
     local: SocketAddr,
     session: Option<SessionInfo>,
     stats: Arc<ConnStats>,
+    /// A second descriptor of the socket, to see from another thread
+    /// whether the initiator has closed it ([`Server::release_departed`]).
+    probe: Option<std::net::TcpStream>,
 }
 
 /// The iSCSI/TCP front end: listeners, connections and the target table.
@@ -395,7 +399,7 @@ impl Server {
                 tracing::debug!(error = %e, "connection ended with error");
             }
             // Release its nexus (if logout did not already) and forget it.
-            self.release_nexus(conn_id).await;
+            self.release_nexus(conn_id);
             let _ = self.conns.lock().ok().and_then(|mut c| c.remove(&conn_id));
             if let Ok(mut s) = self.sessions.lock() {
                 s.remove_conn(conn_id);
@@ -407,17 +411,55 @@ impl Server {
     }
 
     /// Tell the SCSI core that this connection's I_T nexus is gone (once).
-    async fn release_nexus(&self, conn_id: u64) {
-        let info = self
-            .conns
-            .lock()
-            .ok()
-            .and_then(|mut c| c.get_mut(&conn_id).and_then(|e| e.session.take()));
+    /// Done at once on the connection's own thread: `nexus_lost` only takes
+    /// short locks (it aborts the nexus's tasks without waiting for running
+    /// ones), and an initiator that reconnects right away must find the old
+    /// nexus's state (reservations, medium prevention) already gone.
+    ///
+    /// The connection table stays locked until the SCSI core has dropped
+    /// the nexus, so a new session's [`Self::release_departed`] (which
+    /// takes the same lock) never runs between the two.
+    fn release_nexus(&self, conn_id: u64) {
+        let Ok(mut conns) = self.conns.lock() else {
+            return;
+        };
+        let info = conns.get_mut(&conn_id).and_then(|e| e.session.take());
         if let Some(info) = info {
             if let Some(t) = self.target(&info.target) {
                 let nexus: Arc<Nexus> = info.nexus.clone();
-                let _ = tokio::task::spawn_blocking(move || t.nexus_lost(&nexus)).await;
+                t.nexus_lost(&nexus);
             }
+        }
+        drop(conns);
+    }
+
+    /// Before a new session of `initiator` goes on: the nexuses of its
+    /// earlier connections whose sockets the initiator has already closed
+    /// are released now, so the new session never meets their state
+    /// (reservations, medium prevention) just because the reactor that owns
+    /// the old socket has not yet run. An initiator that disconnects and
+    /// logs in again at once sends its FIN before its new login.
+    fn release_departed(&self, initiator: &str, me: u64) {
+        let departed: Vec<u64> = self
+            .conns
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .filter(|(id, e)| {
+                        **id != me
+                            && e.session.as_ref().is_some_and(|s| s.initiator == initiator)
+                            && e.probe.as_ref().is_some_and(peer_closed)
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in departed {
+            tracing::debug!(
+                conn = id,
+                "initiator closed an earlier connection; its nexus goes now"
+            );
+            self.release_nexus(id);
         }
     }
 
@@ -449,6 +491,11 @@ impl Server {
                     local,
                     session: None,
                     stats: stats.clone(),
+                    probe: sock
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .ok()
+                        .map(std::net::TcpStream::from),
                 },
             );
         }
@@ -487,7 +534,14 @@ impl Server {
                 r = sock.readable() => {
                     r?;
                     match read_some(&sock, &mut buf) {
-                        Ok(0) => break,
+                        Ok(0) => {
+                            // The initiator is gone. With nothing in flight
+                            // its nexus goes now, before anything else.
+                            if conn.in_flight() == 0 {
+                                self.release_nexus(conn_id);
+                            }
+                            break;
+                        }
                         Ok(n) => conn.handle_input(
                             buf.get(..n).unwrap_or_default(),
                             std::time::Instant::now(),
@@ -509,7 +563,7 @@ impl Server {
                 // The session's state (reservations, unit attentions) goes
                 // before the initiator can see a Logout Response, so another
                 // session's next command never meets it.
-                self.release_nexus(conn_id).await;
+                self.release_nexus(conn_id);
             }
             if let Some(bytes) = conn.poll_transmit() {
                 out.queue.extend(bytes);
@@ -551,6 +605,7 @@ impl Server {
     ) -> Option<Response> {
         match ev {
             Event::LoggedIn(info) => {
+                self.release_departed(&info.initiator, conn_id);
                 let span = tracing::Span::current();
                 span.record("initiator", info.initiator.as_str());
                 span.record("isid", format!("{:02x?}", info.isid).as_str());
@@ -627,6 +682,20 @@ fn on_msg(conn: &mut Connection, msg: ConnMsg, killed: &mut bool) {
             conn.fail();
         }
         ConnMsg::RequestLogout => conn.request_logout(2),
+    }
+}
+
+/// Whether the peer has closed (or reset) the connection of `probe`, as far
+/// as the socket can tell without waiting: a peek that sees end of file.
+fn peer_closed(probe: &std::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match probe.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ),
     }
 }
 
