@@ -6,8 +6,8 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use rustgt_backstore::{
-    nowait, Backstore, BackstoreError, FileBackstore, FileOptions, MmapBackstore, Nonblocking,
-    NullBackstore, RamBackstore,
+    nowait, Backstore, FileBackstore, FileOptions, MmapBackstore, Nonblocking, NullBackstore,
+    RamBackstore,
 };
 
 const MIB: u64 = 1 << 20;
@@ -90,14 +90,13 @@ fn buffered_file_reads_hit_the_page_cache_or_give_up() {
     let (r, blocked) = try_read(&store, MIB, 64 * 1024);
     assert_eq!((r, blocked), (Ok(pattern(64 * 1024)), false));
 
-    // Evicted: the attempt must give up rather than wait for the disk.
+    // Evicted: the attempt must give up rather than wait for the disk. (A
+    // refused read may start the kernel's readahead, so the pages can be
+    // back right after it: only the refused read itself is checked.)
     assert!(
         evict_until_refused(&store, &path, MIB, 64 * 1024),
         "an uncached read inside an attempt gives up"
     );
-    let (r, blocked) = try_read(&store, MIB, 64 * 1024);
-    assert!(blocked);
-    assert_eq!(r, Err(BackstoreError::WouldBlock.to_string()));
 
     // A read where blocking is allowed still works, and caches the pages.
     let mut buf = vec![0u8; 64 * 1024];
