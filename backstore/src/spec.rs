@@ -138,6 +138,18 @@ impl BackstoreSpec {
     }
 }
 
+/// The file engine's options for a spec (buffered I/O), shared by the
+/// file and mmap engines.
+fn file_options(spec: &BackstoreSpec) -> FileOptions {
+    FileOptions {
+        size: spec.size,
+        block_size: spec.block_size,
+        read_only: spec.read_only,
+        thin: spec.thin,
+        direct: false,
+    }
+}
+
 /// Opens the store `spec` describes, ready to share between worker threads.
 pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
     if !(spec.kind == EngineKind::BlockDev && spec.block_size == 0) {
@@ -150,26 +162,8 @@ pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
         )));
     }
     let store: Arc<dyn Backstore> = match spec.kind {
-        EngineKind::File => Arc::new(FileBackstore::open(
-            need_path(spec)?,
-            &FileOptions {
-                size: spec.size,
-                block_size: spec.block_size,
-                read_only: spec.read_only,
-                thin: spec.thin,
-                direct: false,
-            },
-        )?),
-        EngineKind::Mmap => Arc::new(MmapBackstore::open(
-            need_path(spec)?,
-            &FileOptions {
-                size: spec.size,
-                block_size: spec.block_size,
-                read_only: spec.read_only,
-                thin: spec.thin,
-                direct: false,
-            },
-        )?),
+        EngineKind::File => Arc::new(FileBackstore::open(need_path(spec)?, &file_options(spec))?),
+        EngineKind::Mmap => Arc::new(MmapBackstore::open(need_path(spec)?, &file_options(spec))?),
         EngineKind::BlockDev => Arc::new(BlockDevBackstore::open(
             need_path(spec)?,
             &BlockDevOptions {
