@@ -30,6 +30,7 @@ use std::fmt::Debug;
 
 pub mod bench;
 mod blockdev;
+pub mod buf;
 mod builder;
 mod common;
 mod fdio;
@@ -43,6 +44,7 @@ mod ram;
 mod spec;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
+pub use buf::IoBuf;
 pub use builder::{attach_context, build, open_engine, LunStoreSpec};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
@@ -130,7 +132,9 @@ pub trait Backstore: Send + Sync + Debug {
     /// Current geometry.
     fn geometry(&self) -> Geometry;
 
-    /// Fill `buf` from byte `offset`.
+    /// Fill `buf` from byte `offset`: on success every byte of `buf` was
+    /// written (unmapped ranges as zeros), because callers hand in reused
+    /// buffers ([`IoBuf`]) that still hold another command's data.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
 
     /// Write `buf` at byte `offset`. With `fua`, the data is durable on return.

@@ -898,7 +898,7 @@ mod tests {
     fn conn_stats_count_commands_bytes_and_errors() {
         let s = ConnStats::default();
         let ok = Response {
-            data_in: vec![0; 4096],
+            data_in: vec![0; 4096].into(),
             ..Response::default()
         };
         let bad = Response {

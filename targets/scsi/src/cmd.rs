@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+pub use rustgt_backstore::IoBuf;
+
 /// One I_T nexus: an initiator port talking to a target port (SAM-5 §4.7).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Nexus {
@@ -80,8 +82,9 @@ pub struct Response {
     pub status: Status,
     /// Sense data, already formatted (fixed or descriptor); empty when none.
     pub sense: Vec<u8>,
-    /// Data-In, at most `data_in_len` bytes.
-    pub data_in: Vec<u8>,
+    /// Data-In, at most `data_in_len` bytes (medium reads come from the
+    /// buffer pool and go back to it when the front end drops them).
+    pub data_in: IoBuf,
     pub residual: Residual,
     /// The task was aborted by task management: the front end sends no
     /// response for it (SAM-5 §7.2, TAS=0).

@@ -17,7 +17,7 @@
 //! no data and no residual.
 
 use crate::cdb::{check_usage, Cdb};
-use crate::cmd::{Command, Residual, Response, Status};
+use crate::cmd::{Command, IoBuf, Residual, Response, Status};
 use crate::lun::LogicalUnit;
 use crate::pr_cmd;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
@@ -50,7 +50,7 @@ impl<'a> Ctx<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
     /// Data-In (may be longer than the initiator's buffer; it is cut here).
-    pub data_in: Vec<u8>,
+    pub data_in: IoBuf,
     /// Bytes the command wanted to transfer in its data direction.
     pub xfer_len: u64,
     /// A status other than GOOD that carries no sense data (RESERVATION
@@ -72,7 +72,7 @@ impl Outcome {
         }
         let xfer_len = data.len() as u64;
         Outcome {
-            data_in: data,
+            data_in: data.into(),
             xfer_len,
             status: Status::GOOD,
         }
@@ -80,7 +80,7 @@ impl Outcome {
 
     /// Medium data: `xfer_len` is what the CDB asked for, `data` may hold
     /// only the part that fits the initiator's buffer.
-    pub(crate) fn read(data: Vec<u8>, xfer_len: u64) -> Outcome {
+    pub(crate) fn read(data: IoBuf, xfer_len: u64) -> Outcome {
         Outcome {
             data_in: data,
             xfer_len,
@@ -91,7 +91,7 @@ impl Outcome {
     /// Data-Out of `xfer_len` bytes expected by the CDB.
     pub(crate) fn data_out(xfer_len: u64) -> Outcome {
         Outcome {
-            data_in: Vec::new(),
+            data_in: IoBuf::default(),
             xfer_len,
             status: Status::GOOD,
         }
@@ -234,7 +234,7 @@ pub(crate) fn check_condition(tag: u64, sense: &Sense, format: SenseFormat) -> R
         tag,
         status: Status::CHECK_CONDITION,
         sense: sense.encode(format),
-        data_in: Vec::new(),
+        data_in: IoBuf::default(),
         residual: Residual::None,
         aborted: false,
     }

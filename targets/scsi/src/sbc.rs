@@ -16,6 +16,8 @@
 //! shared for reads and VERIFY, exclusive for writes, so COMPARE AND WRITE,
 //! ORWRITE and WRITE ATOMIC stay atomic against these commands.
 
+use rustgt_backstore::IoBuf;
+
 use crate::cdb::Cdb;
 use crate::exec::{Ctx, Outcome};
 use crate::lun::LogicalUnit;
@@ -108,9 +110,11 @@ pub(crate) fn whole_blocks(data: &[u8], bytes: u64, bs: u64) -> &[u8] {
 }
 
 /// Reads `len` bytes at `offset` from the medium.
-pub(crate) fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<Vec<u8>, Sense> {
+/// The buffer comes from the pool unzeroed: the store fills all of it or
+/// fails, and a failed read's buffer is never sent.
+pub(crate) fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<IoBuf, Sense> {
     let len = usize::try_from(len).map_err(|_| lba_out_of_range())?;
-    let mut buf = vec![0u8; len];
+    let mut buf = IoBuf::for_overwrite(len);
     if len > 0 {
         lu.backstore.read_at(&mut buf, offset)?;
     }

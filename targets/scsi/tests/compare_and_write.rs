@@ -91,7 +91,7 @@ fn read_blocks(
     cmd.data_in_len = blocks * 512;
     let r = submit_wait(target, cmd);
     assert_eq!(r.status, Status::GOOD);
-    r.data_in
+    r.data_in.into_vec()
 }
 
 fn is_miscompare(r: &Response) -> bool {

@@ -108,7 +108,7 @@ fn write_blocks(h: &Harness, lba: u32, data: Vec<u8>) {
 fn read_blocks(h: &Harness, lba: u32, blocks: u16) -> Vec<u8> {
     let r = h.run(&cdb10(0x28, 0, lba, blocks), u32::from(blocks) * BS, vec![]);
     assert_eq!(r.status, Status::GOOD);
-    r.data_in
+    r.data_in.into_vec()
 }
 
 #[test]

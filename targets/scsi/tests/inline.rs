@@ -95,7 +95,7 @@ fn memory_store_reads_and_writes_run_inline() {
     let r = s
         .inline(s.cmd(&cdb10(0x28, 0, 8, 4), 4 * BS, vec![]))
         .expect("READ(10) runs inline");
-    assert_eq!((r.status, r.data_in), (Status::GOOD, data));
+    assert_eq!((r.status, r.data_in.into_vec()), (Status::GOOD, data));
     let stats = s.h.target.lun_stats(1).unwrap();
     assert_eq!((stats.read_commands, stats.write_commands), (1, 1));
 }
@@ -138,7 +138,7 @@ fn a_read_that_would_block_comes_back_and_is_counted_once() {
     assert_eq!(before, 0, "the failed attempt is not counted");
     // The same command, on a worker, reads the data.
     let r = s.h.exec(back);
-    assert_eq!((r.status, r.data_in), (Status::GOOD, pattern(1)));
+    assert_eq!((r.status, r.data_in.into_vec()), (Status::GOOD, pattern(1)));
     assert_eq!(s.h.target.lun_stats(1).unwrap().read_commands, 1);
 }
 

@@ -70,7 +70,7 @@ impl Lun {
     fn good(&self, cdb: &[u8], data_in_len: u32, data_out: Vec<u8>) -> Vec<u8> {
         let r = self.run(cdb, data_in_len, data_out);
         assert_eq!(r.status, Status::GOOD, "{cdb:02x?}: {r:?}");
-        r.data_in
+        r.data_in.into_vec()
     }
 
     fn write(&self, lba: u64, data: Vec<u8>) {

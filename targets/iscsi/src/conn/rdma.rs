@@ -549,7 +549,7 @@ impl Connection {
         let Wire::Rdma(w) = &mut self.wire else {
             return;
         };
-        let data = Bytes::from(resp.data_in);
+        let data = Bytes::from_owner(resp.data_in);
         let mut status = resp.status;
         let mut sense = resp.sense;
         match task.remote.read {

@@ -15,7 +15,7 @@ use crate::pdu::{
 };
 use crate::task::{data_in_pdus, residual_bits, DataInSlice, InFlight, OpenR2t};
 use rustgt_scsi::sense::SenseKey;
-use rustgt_scsi::{Response, Status};
+use rustgt_scsi::{IoBuf, Response, Status};
 
 /// Payloads up to this size are copied next to their header; larger ones
 /// go out as their own segment, uncopied.
@@ -257,7 +257,16 @@ impl Connection {
             None => return,
         };
         let (over, under, residual) = residual_bits(resp.residual);
-        let data = Bytes::from(std::mem::take(&mut resp.data_in));
+        // Small reads are copied next to their headers and their buffer goes
+        // back to the pool at once; larger ones are shared, uncopied, until
+        // the driver has written them.
+        let buf = std::mem::take(&mut resp.data_in);
+        let (small, shared) = if buf.len() <= SMALL_PAYLOAD {
+            (buf, None)
+        } else {
+            (IoBuf::default(), Some(Bytes::from_owner(buf)))
+        };
+        let data: &[u8] = shared.as_deref().unwrap_or(&small);
         let pdus = data_in_pdus(itt, task.lun, data.len(), max_pdu, max_burst);
         let n_pdus = u32::try_from(pdus.len()).unwrap_or(u32::MAX);
         let status_in_data = !pdus.is_empty() && resp.sense.is_empty();
@@ -280,11 +289,12 @@ impl Connection {
                 return;
             };
             s.out_buf.extend_from_slice(&head);
-            if payload.len() <= SMALL_PAYLOAD {
-                s.out_buf.extend_from_slice(payload);
-            } else {
-                s.flush_out_buf();
-                s.out.push(data.slice(range));
+            match &shared {
+                Some(shared) if payload.len() > SMALL_PAYLOAD => {
+                    s.flush_out_buf();
+                    s.out.push(shared.slice(range));
+                }
+                _ => s.out_buf.extend_from_slice(payload),
             }
             s.out_buf.extend_from_slice(&tail);
         }

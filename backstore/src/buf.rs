@@ -1,0 +1,362 @@
+//! Reused I/O buffers.
+//!
+//! A medium read needs a buffer as long as the transfer; allocating and
+//! freeing one per command costs a zeroing memset and, for large buffers
+//! the allocator hands back to the kernel, page faults on every reuse.
+//! [`IoBuf::for_overwrite`] takes a buffer from a pool instead: first the
+//! calling thread's own small cache, then a cache shared by all threads
+//! (a buffer filled on a LUN worker is often freed on a reactor). Dropping
+//! the buffer gives it back, wherever that happens.
+//!
+//! Guarantees:
+//! - a pooled buffer is never zeroed again: its bytes are whatever the last
+//!   user left (or zeros, when new). The caller must overwrite every byte it
+//!   sends, as every [`crate::Backstore::read_at`] does on success (they fill
+//!   the whole buffer or fail). No uninitialised memory exists: every buffer
+//!   was zero-initialised when first allocated.
+//! - the data starts at a 4 KiB boundary, so O_DIRECT reads need no bounce
+//!   buffer;
+//! - memory is bounded: at most [`THREAD_CACHE_BYTES`] per thread and
+//!   [`SHARED_CACHE_BYTES`] in the shared cache are kept idle; buffers past
+//!   that, and buffers larger than [`MAX_POOLED`], are freed.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Mutex;
+
+/// Alignment of a pooled buffer's first byte.
+pub const ALIGN: usize = 4096;
+/// The smallest size class; smaller requests get a buffer of this size.
+const MIN_SHIFT: u32 = 12;
+/// The largest pooled buffer (16 MiB); larger ones are allocated each time.
+pub const MAX_POOLED: usize = 1 << 24;
+const CLASSES: usize = (24 - MIN_SHIFT + 1) as usize;
+/// Idle bytes one thread keeps.
+pub const THREAD_CACHE_BYTES: usize = 8 << 20;
+/// Idle bytes the shared cache keeps.
+pub const SHARED_CACHE_BYTES: usize = 64 << 20;
+
+/// A byte buffer for medium data: pooled when it came from
+/// [`IoBuf::for_overwrite`], a plain vector otherwise.
+pub struct IoBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+    /// The size class it returns to when dropped.
+    class: Option<usize>,
+}
+
+/// Idle buffers of one cache, by size class.
+struct Cache {
+    free: [Vec<Vec<u8>>; CLASSES],
+    bytes: usize,
+    limit: usize,
+}
+
+impl Cache {
+    const fn new(limit: usize) -> Cache {
+        Cache {
+            free: [const { Vec::new() }; CLASSES],
+            bytes: 0,
+            limit,
+        }
+    }
+
+    fn take(&mut self, class: usize) -> Option<Vec<u8>> {
+        let v = self.free.get_mut(class)?.pop()?;
+        self.bytes = self.bytes.saturating_sub(v.len());
+        Some(v)
+    }
+
+    /// Keeps `v` if there is room; gives it back otherwise.
+    fn put(&mut self, class: usize, v: Vec<u8>) -> Option<Vec<u8>> {
+        if self.bytes.saturating_add(v.len()) > self.limit {
+            return Some(v);
+        }
+        match self.free.get_mut(class) {
+            Some(list) => {
+                self.bytes += v.len();
+                list.push(v);
+                None
+            }
+            None => Some(v),
+        }
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Cache> = const { RefCell::new(Cache::new(THREAD_CACHE_BYTES)) };
+}
+static SHARED: Mutex<Cache> = Mutex::new(Cache::new(SHARED_CACHE_BYTES));
+
+/// The size class of `len` bytes, if it is pooled.
+fn class_of(len: usize) -> Option<usize> {
+    if len > MAX_POOLED {
+        return None;
+    }
+    let bits = len.max(1 << MIN_SHIFT).next_power_of_two().trailing_zeros();
+    usize::try_from(bits.checked_sub(MIN_SHIFT)?).ok()
+}
+
+/// Storage bytes of a class: its size plus room to align the start.
+fn storage_len(class: usize) -> usize {
+    (1usize << (MIN_SHIFT as usize + class)) + ALIGN
+}
+
+fn take_storage(class: usize) -> Vec<u8> {
+    let local = LOCAL
+        .try_with(|c| c.borrow_mut().take(class))
+        .ok()
+        .flatten();
+    local
+        .or_else(|| SHARED.lock().ok().and_then(|mut c| c.take(class)))
+        .unwrap_or_else(|| vec![0u8; storage_len(class)])
+}
+
+fn give_back(class: usize, v: Vec<u8>) {
+    let rest = match LOCAL.try_with(|c| c.borrow_mut().put(class, v)) {
+        Ok(rest) => rest,
+        // The thread is exiting: its cache is gone; the shared one may keep it.
+        Err(_) => return,
+    };
+    if let Some(v) = rest {
+        if let Ok(mut shared) = SHARED.lock() {
+            drop(shared.put(class, v));
+        }
+    }
+}
+
+impl IoBuf {
+    /// A buffer of `len` bytes whose contents the caller overwrites: taken
+    /// from the pool when one is idle, so its bytes are stale (never
+    /// uninitialised). Larger than [`MAX_POOLED`]: a new zeroed buffer.
+    pub fn for_overwrite(len: usize) -> IoBuf {
+        let Some(class) = class_of(len) else {
+            return IoBuf::from(vec![0u8; len]);
+        };
+        let storage = take_storage(class);
+        let start = storage.as_ptr().align_offset(ALIGN);
+        if start.saturating_add(len) > storage.len() {
+            // Cannot happen (the storage has ALIGN spare bytes); stay correct.
+            return IoBuf::from(vec![0u8; len]);
+        }
+        IoBuf {
+            storage,
+            start,
+            len,
+            class: Some(class),
+        }
+    }
+
+    /// A zero-filled buffer of `len` bytes (pooled).
+    pub fn zeroed(len: usize) -> IoBuf {
+        let mut b = IoBuf::for_overwrite(len);
+        b.fill(0);
+        b
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        self.storage
+            .get(self.start..self.start + self.len)
+            .unwrap_or_default()
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.storage
+            .get_mut(self.start..self.start + self.len)
+            .unwrap_or_default()
+    }
+
+    /// Keeps the first `len` bytes (no effect when already shorter).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Whether the buffer goes back to a pool when dropped.
+    pub fn is_pooled(&self) -> bool {
+        self.class.is_some()
+    }
+
+    /// The bytes as a vector (copies a pooled buffer).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        if self.class.is_none() && self.start == 0 {
+            let mut v = std::mem::take(&mut self.storage);
+            v.truncate(self.len);
+            return v;
+        }
+        self.as_slice().to_vec()
+    }
+}
+
+impl Drop for IoBuf {
+    fn drop(&mut self) {
+        if let Some(class) = self.class {
+            give_back(class, std::mem::take(&mut self.storage));
+        }
+    }
+}
+
+impl From<Vec<u8>> for IoBuf {
+    fn from(storage: Vec<u8>) -> IoBuf {
+        IoBuf {
+            len: storage.len(),
+            storage,
+            start: 0,
+            class: None,
+        }
+    }
+}
+
+impl Default for IoBuf {
+    fn default() -> IoBuf {
+        IoBuf::from(Vec::new())
+    }
+}
+
+impl Deref for IoBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl DerefMut for IoBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl AsRef<[u8]> for IoBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for IoBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IoBuf")
+            .field("len", &self.len)
+            .field("pooled", &self.class.is_some())
+            .finish()
+    }
+}
+
+impl PartialEq for IoBuf {
+    fn eq(&self, other: &IoBuf) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for IoBuf {}
+
+impl PartialEq<Vec<u8>> for IoBuf {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl PartialEq<[u8]> for IoBuf {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl<const N: usize> PartialEq<[u8; N]> for IoBuf {
+    fn eq(&self, other: &[u8; N]) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_round_up_to_powers_of_two_from_4k() {
+        assert_eq!(class_of(0), Some(0));
+        assert_eq!(class_of(512), Some(0));
+        assert_eq!(class_of(4096), Some(0));
+        assert_eq!(class_of(4097), Some(1));
+        assert_eq!(class_of(1 << 20), Some(8));
+        assert_eq!(class_of(MAX_POOLED), Some(CLASSES - 1));
+        assert_eq!(class_of(MAX_POOLED + 1), None);
+    }
+
+    #[test]
+    fn a_dropped_buffer_is_reused_by_the_same_thread_without_zeroing() {
+        let mut a = IoBuf::for_overwrite(64 * 1024);
+        assert!(a.is_pooled());
+        assert_eq!(a.as_ptr() as usize % ALIGN, 0);
+        a.fill(0xAB);
+        let addr = a.as_ptr();
+        drop(a);
+        let b = IoBuf::for_overwrite(60 * 1024);
+        assert_eq!(b.as_ptr(), addr, "the same storage came back");
+        assert_eq!(b.len(), 60 * 1024);
+        assert!(b.iter().all(|&x| x == 0xAB), "reuse does not zero");
+        drop(b);
+        let z = IoBuf::zeroed(60 * 1024);
+        assert!(z.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn a_buffer_freed_on_another_thread_reaches_the_shared_cache() {
+        // Fill the other thread's cache first so that the next buffer it
+        // drops overflows to the shared one.
+        let len = 2 << 20;
+        let addr = std::thread::spawn(move || {
+            let keep: Vec<IoBuf> = (0..THREAD_CACHE_BYTES / len)
+                .map(|_| IoBuf::for_overwrite(len))
+                .collect();
+            let extra = IoBuf::for_overwrite(len);
+            let addr = extra.as_ptr() as usize;
+            drop(keep);
+            drop(extra);
+            addr
+        })
+        .join()
+        .expect("thread");
+        // Only this test uses 2 MiB buffers; the shared cache holds a
+        // bounded number of them.
+        let mut held = Vec::new();
+        for _ in 0..=SHARED_CACHE_BYTES / len {
+            held.push(IoBuf::for_overwrite(len));
+        }
+        assert!(
+            held.iter().any(|b| b.as_ptr() as usize == addr),
+            "the overflowed buffer was handed out again"
+        );
+    }
+
+    #[test]
+    fn idle_memory_per_thread_is_bounded() {
+        let len = 1 << 20;
+        let many: Vec<IoBuf> = (0..32).map(|_| IoBuf::for_overwrite(len)).collect();
+        drop(many);
+        let local = LOCAL.with(|c| c.borrow().bytes);
+        assert!(local <= THREAD_CACHE_BYTES, "{local}");
+        let shared = SHARED.lock().map(|c| c.bytes).unwrap_or(0);
+        assert!(shared <= SHARED_CACHE_BYTES, "{shared}");
+    }
+
+    #[test]
+    fn huge_and_plain_buffers_are_not_pooled() {
+        let big = IoBuf::for_overwrite(MAX_POOLED + 1);
+        assert!(!big.is_pooled());
+        assert!(big.iter().all(|&x| x == 0));
+        let v = IoBuf::from(vec![1, 2, 3]);
+        assert!(!v.is_pooled());
+        assert_eq!(v, vec![1, 2, 3]);
+        assert_eq!(v.into_vec(), vec![1, 2, 3]);
+        let mut t = IoBuf::from(vec![1, 2, 3]);
+        t.truncate(2);
+        assert_eq!(t, [1u8, 2]);
+        t.clear();
+        assert!(t.is_empty());
+    }
+}
