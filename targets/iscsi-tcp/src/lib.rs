@@ -565,9 +565,7 @@ impl Server {
                 // session's next command never meets it.
                 self.release_nexus(conn_id);
             }
-            if let Some(bytes) = conn.poll_transmit() {
-                out.queue.extend(bytes);
-            }
+            conn.transmit_into(&mut out.queue);
             if closing {
                 break;
             }

@@ -261,6 +261,14 @@ impl Connection {
         self.inflight.len()
     }
 
+    /// Like [`Connection::poll_transmit`], appending the segments to the
+    /// driver's own queue, so a turn allocates nothing for them.
+    pub fn transmit_into(&mut self, queue: &mut impl Extend<Bytes>) {
+        if let Wire::Stream(s) = &mut self.wire {
+            s.drain_output(queue);
+        }
+    }
+
     /// Byte-stream segments to send, in order, if any. A driver writes them
     /// with one vectored write. Always `None` on an iSER connection (use
     /// [`Connection::poll_op`]).

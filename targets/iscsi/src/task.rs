@@ -88,47 +88,73 @@ pub(crate) struct DataInSlice {
 /// Split `len` bytes of Data-In into PDUs of at most `max_pdu` bytes, with
 /// the F bit at each `max_burst` boundary and on the last PDU (RFC 7143
 /// §11.7.1). Status fields are left for the caller to set on the last PDU.
+/// An iterator, so a read's PDUs cost no allocation.
 pub(crate) fn data_in_pdus(
     itt: u32,
     lun_raw: u64,
     len: usize,
     max_pdu: u32,
     max_burst: u32,
-) -> Vec<DataInSlice> {
-    let max_pdu = max_pdu.max(512) as usize;
-    let max_burst = max_burst.max(512) as usize;
-    let mut out = Vec::with_capacity(len / max_pdu + 1);
-    let mut offset = 0usize;
-    let mut data_sn = 0u32;
-    while offset < len {
+) -> DataInPdus {
+    DataInPdus {
+        itt,
+        lun_raw,
+        len,
+        max_pdu: max_pdu.max(512) as usize,
+        max_burst: max_burst.max(512) as usize,
+        offset: 0,
+        data_sn: 0,
+    }
+}
+
+/// The Data-In PDUs of one read, in order; see [`data_in_pdus`].
+#[derive(Debug, Clone)]
+pub(crate) struct DataInPdus {
+    itt: u32,
+    lun_raw: u64,
+    len: usize,
+    max_pdu: usize,
+    max_burst: usize,
+    offset: usize,
+    data_sn: u32,
+}
+
+impl Iterator for DataInPdus {
+    type Item = DataInSlice;
+
+    fn next(&mut self) -> Option<DataInSlice> {
+        if self.offset >= self.len {
+            return None;
+        }
+        let offset = self.offset;
         // Never let a PDU cross a burst boundary.
-        let burst_left = max_burst - (offset % max_burst);
-        let end = offset + max_pdu.min(burst_left).min(len - offset);
-        out.push(DataInSlice {
+        let burst_left = self.max_burst - (offset % self.max_burst);
+        let end = offset + self.max_pdu.min(burst_left).min(self.len - offset);
+        let slice = DataInSlice {
             pdu: DataIn {
-                final_bit: end == len || end % max_burst == 0,
+                final_bit: end == self.len || end % self.max_burst == 0,
                 ack: false,
                 overflow: false,
                 underflow: false,
                 has_status: false,
                 status: 0,
-                lun: lun_raw,
-                itt,
+                lun: self.lun_raw,
+                itt: self.itt,
                 ttt: crate::pdu::RESERVED_TAG,
                 stat_sn: 0,
                 exp_cmd_sn: 0,
                 max_cmd_sn: 0,
-                data_sn,
+                data_sn: self.data_sn,
                 buffer_offset: u32::try_from(offset).unwrap_or(u32::MAX),
                 residual: 0,
                 data: Vec::new(),
             },
             range: offset..end,
-        });
-        data_sn = data_sn.wrapping_add(1);
-        offset = end;
+        };
+        self.data_sn = self.data_sn.wrapping_add(1);
+        self.offset = end;
+        Some(slice)
     }
-    out
 }
 
 #[cfg(test)]
@@ -138,7 +164,8 @@ mod tests {
     #[test]
     fn data_in_respects_pdu_and_burst_limits() {
         let len = 10_000;
-        let pdus = data_in_pdus(7, 0, len, 1024, 4096);
+        let pdus: Vec<DataInSlice> = data_in_pdus(7, 0, len, 1024, 4096).collect();
+        assert_eq!(pdus.len(), 10);
         let mut off = 0;
         for (i, p) in pdus.iter().enumerate() {
             assert_eq!(p.pdu.data_sn, i as u32);
@@ -150,6 +177,6 @@ mod tests {
             off = end;
         }
         assert_eq!(off, len);
-        assert!(data_in_pdus(1, 0, 0, 1024, 4096).is_empty());
+        assert_eq!(data_in_pdus(1, 0, 0, 1024, 4096).count(), 0);
     }
 }

@@ -13,10 +13,10 @@ proptest! {
             data_sn: 4, buffer_offset: 512, residual: if status { 7 } else { 0 }, data: payload.clone(),
         };
         let whole = Reply::DataIn(pdu.clone()).encode(hd, dd);
-        let (head, tail) = DataIn { data: Vec::new(), ..pdu }.encode_parts(&payload, hd, dd);
-        let mut parts = head;
+        let framing = DataIn { data: Vec::new(), ..pdu }.encode_parts(&payload, hd, dd);
+        let mut parts = framing.head().to_vec();
         parts.extend_from_slice(&payload);
-        parts.extend_from_slice(&tail);
+        parts.extend_from_slice(framing.tail());
         prop_assert_eq!(parts, whole);
     }
 }

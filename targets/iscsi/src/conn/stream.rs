@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::{Connection, Refused, Wire};
 use crate::iser::ControlHeader;
@@ -28,8 +28,10 @@ pub(super) struct StreamWire {
     inbuf: Vec<u8>,
     /// Bytes of a rejected PDU still to skip without buffering.
     discard: usize,
-    /// Encoded PDUs not yet queued as a segment.
-    out_buf: Vec<u8>,
+    /// Encoded PDUs not yet queued as a segment. Its written part leaves as
+    /// `Bytes`; once the driver has sent and dropped those, the allocation
+    /// is reused.
+    out_buf: BytesMut,
     /// Segments to send, in order; read payloads are slices of the
     /// response buffer, never copied here.
     out: Vec<Bytes>,
@@ -42,9 +44,15 @@ impl StreamWire {
 
     fn flush_out_buf(&mut self) {
         if !self.out_buf.is_empty() {
-            self.out
-                .push(Bytes::from(std::mem::take(&mut self.out_buf)));
+            self.out.push(self.out_buf.split().freeze());
         }
+    }
+
+    /// Moves every queued segment to the end of `queue`; the wire keeps its
+    /// own list's allocation.
+    pub(super) fn drain_output(&mut self, queue: &mut impl Extend<Bytes>) {
+        self.flush_out_buf();
+        queue.extend(self.out.drain(..));
     }
 
     pub(super) fn take_output(&mut self) -> Option<Vec<Bytes>> {
@@ -268,10 +276,11 @@ impl Connection {
         };
         let data: &[u8] = shared.as_deref().unwrap_or(&small);
         let pdus = data_in_pdus(itt, task.lun, data.len(), max_pdu, max_burst);
-        let n_pdus = u32::try_from(pdus.len()).unwrap_or(u32::MAX);
-        let status_in_data = !pdus.is_empty() && resp.sense.is_empty();
-        let last = pdus.len().saturating_sub(1);
-        for (i, DataInSlice { mut pdu, range }) in pdus.into_iter().enumerate() {
+        let count = pdus.clone().count();
+        let n_pdus = u32::try_from(count).unwrap_or(u32::MAX);
+        let status_in_data = count > 0 && resp.sense.is_empty();
+        let last = count.saturating_sub(1);
+        for (i, DataInSlice { mut pdu, range }) in pdus.enumerate() {
             pdu.exp_cmd_sn = self.exp_cmd_sn;
             pdu.max_cmd_sn = self.max_cmd_sn;
             if i == last && status_in_data {
@@ -284,11 +293,11 @@ impl Connection {
                 pdu.stat_sn = self.next_stat_sn();
             }
             let payload = data.get(range.clone()).unwrap_or_default();
-            let (head, tail) = pdu.encode_parts(payload, self.hd, self.dd);
+            let framing = pdu.encode_parts(payload, self.hd, self.dd);
             let Wire::Stream(s) = &mut self.wire else {
                 return;
             };
-            s.out_buf.extend_from_slice(&head);
+            s.out_buf.extend_from_slice(framing.head());
             match &shared {
                 Some(shared) if payload.len() > SMALL_PAYLOAD => {
                     s.flush_out_buf();
@@ -296,7 +305,7 @@ impl Connection {
                 }
                 _ => s.out_buf.extend_from_slice(payload),
             }
-            s.out_buf.extend_from_slice(&tail);
+            s.out_buf.extend_from_slice(framing.tail());
         }
         if !status_in_data {
             let r = ScsiResponse {

@@ -31,6 +31,39 @@ use super::*;
 
 /// Length of a header or data digest on the wire.
 pub const DIGEST_LEN: usize = 4;
+
+/// The bytes around a payload sent as its own segment: the header (with
+/// its digest) and the trailer (pad and data digest), on the stack.
+#[derive(Debug, Clone, Copy)]
+pub struct Framing {
+    head: [u8; BHS_LEN + DIGEST_LEN],
+    head_len: usize,
+    tail: [u8; 3 + DIGEST_LEN],
+    tail_len: usize,
+}
+
+impl Default for Framing {
+    fn default() -> Framing {
+        Framing {
+            head: [0; BHS_LEN + DIGEST_LEN],
+            head_len: 0,
+            tail: [0; 3 + DIGEST_LEN],
+            tail_len: 0,
+        }
+    }
+}
+
+impl Framing {
+    /// The header and header digest.
+    pub fn head(&self) -> &[u8] {
+        self.head.get(..self.head_len).unwrap_or_default()
+    }
+
+    /// The pad bytes and data digest.
+    pub fn tail(&self) -> &[u8] {
+        self.tail.get(..self.tail_len).unwrap_or_default()
+    }
+}
 /// Largest DataSegmentLength the 24-bit field can express (§11.2.1.5).
 pub const MAX_DATA_SEGMENT_LEN: usize = 0x00ff_ffff;
 /// Largest total AHS length: 255 four-byte words (§11.2.1.4).
@@ -181,8 +214,40 @@ fn decode_frame<H>(
 
 /// Appends one PDU: BHS (with TotalAHSLength and DataSegmentLength filled
 /// in), AHS, header digest, data, padding, data digest.
-fn write_pdu(
-    out: &mut Vec<u8>,
+/// Where encoded PDUs are appended: a `Vec` or a `BytesMut` (whose written
+/// part a driver can take as `Bytes` while keeping the allocation).
+pub trait PduSink: std::ops::Deref<Target = [u8]> {
+    fn reserve_more(&mut self, additional: usize);
+    fn append(&mut self, bytes: &[u8]);
+    fn resize_to(&mut self, len: usize);
+}
+
+impl PduSink for Vec<u8> {
+    fn reserve_more(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+    fn append(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn resize_to(&mut self, len: usize) {
+        self.resize(len, 0);
+    }
+}
+
+impl PduSink for bytes::BytesMut {
+    fn reserve_more(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+    fn append(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn resize_to(&mut self, len: usize) {
+        self.resize(len, 0);
+    }
+}
+
+fn write_pdu<B: PduSink>(
+    out: &mut B,
     mut bhs: Bhs<[u8; BHS_LEN]>,
     ahs: &[u8],
     data: &[u8],
@@ -196,20 +261,20 @@ fn write_pdu(
     bhs.set_data_segment_len(data.len() as u32);
 
     let start = out.len();
-    out.reserve(BHS_LEN + ahs.len() + padded_len(data.len()) + 2 * DIGEST_LEN);
-    out.extend_from_slice(&bhs.into_array());
-    out.extend_from_slice(ahs);
+    out.reserve_more(BHS_LEN + ahs.len() + padded_len(data.len()) + 2 * DIGEST_LEN);
+    out.append(&bhs.into_array());
+    out.append(ahs);
     if header_digest {
         let digest = digest_wire_bytes(out.get(start..).unwrap_or_default());
-        out.extend_from_slice(&digest);
+        out.append(&digest);
     }
     if !data.is_empty() {
         let data_start = out.len();
-        out.extend_from_slice(data);
-        out.resize(data_start + padded_len(data.len()), 0);
+        out.append(data);
+        out.resize_to(data_start + padded_len(data.len()));
         if data_digest {
             let digest = digest_wire_bytes(out.get(data_start..).unwrap_or_default());
-            out.extend_from_slice(&digest);
+            out.append(&digest);
         }
     }
 }
@@ -934,34 +999,34 @@ impl TextResponse {
 
 impl DataIn {
     /// The wire bytes around a Data-In payload that stays in the caller's
-    /// buffer: (BHS + header digest, padding + data digest). `self.data` is
-    /// ignored. Lets a driver send a read's buffer without copying it.
-    pub fn encode_parts(
-        &self,
-        payload: &[u8],
-        header_digest: bool,
-        data_digest: bool,
-    ) -> (Vec<u8>, Vec<u8>) {
+    /// buffer, as a [`Framing`] (BHS + header digest; padding + data digest),
+    /// `self.data` is ignored. Lets a driver send a read's buffer without
+    /// copying it, and costs no allocation.
+    pub fn encode_parts(&self, payload: &[u8], header_digest: bool, data_digest: bool) -> Framing {
         let len = payload.len().min(MAX_DATA_SEGMENT_LEN);
         let mut bhs = self.write();
         bhs.set_total_ahs_len_bytes(0);
         bhs.set_data_segment_len(len as u32);
-        let mut head = Vec::with_capacity(BHS_LEN + DIGEST_LEN);
-        head.extend_from_slice(&bhs.into_array());
+        let mut f = Framing::default();
+        let header = bhs.into_array();
+        f.head[..BHS_LEN].copy_from_slice(&header);
+        f.head_len = BHS_LEN;
         if header_digest {
-            let digest = digest_wire_bytes(&head);
-            head.extend_from_slice(&digest);
+            f.head[BHS_LEN..].copy_from_slice(&digest_wire_bytes(&header));
+            f.head_len += DIGEST_LEN;
         }
-        let pad = [0u8; 3];
-        let pad = pad.get(..padded_len(len) - len).unwrap_or_default();
-        let mut tail = Vec::with_capacity(pad.len() + DIGEST_LEN);
-        tail.extend_from_slice(pad);
+        let pad_len = padded_len(len) - len;
+        // The pad bytes are the zeros the trailer starts with.
+        f.tail_len = pad_len;
         if data_digest && len > 0 {
             let payload = payload.get(..len).unwrap_or_default();
+            let pad = [0u8; 3];
+            let pad = pad.get(..pad_len).unwrap_or_default();
             let crc = crc32c::crc32c_append(crc32c::crc32c(payload), pad);
-            tail.extend_from_slice(&crc.to_le_bytes());
+            f.tail[pad_len..pad_len + DIGEST_LEN].copy_from_slice(&crc.to_le_bytes());
+            f.tail_len += DIGEST_LEN;
         }
-        (head, tail)
+        f
     }
 
     /// O, U, Status, StatSN and Residual Count are written only with the S
@@ -1157,7 +1222,7 @@ impl Reply {
     /// segment + padding, data digest (if `data_digest` and the data segment
     /// is not empty). ScsiResponse's data segment is SenseLength + sense, only
     /// when there is sense; Reject's is the rejected BHS.
-    pub fn encode_into(&self, out: &mut Vec<u8>, header_digest: bool, data_digest: bool) {
+    pub fn encode_into<B: PduSink>(&self, out: &mut B, header_digest: bool, data_digest: bool) {
         let (bhs, data): (_, Cow<'_, [u8]>) = match self {
             Reply::NopIn(p) => (p.write(), Cow::Borrowed(p.data.as_slice())),
             Reply::ScsiResponse(p) => p.write(),
