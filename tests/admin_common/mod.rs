@@ -244,7 +244,7 @@ impl Session {
                 },
                 cmd_sn: self.cmd_sn,
                 exp_stat_sn: self.exp_stat_sn,
-                cdb: cdb16,
+                cdb: cdb16.into(),
                 bidi_read_len: None,
             }),
             data: data_out.to_vec(),

@@ -385,7 +385,7 @@ impl Session {
                 expected_data_len: out_len.max(read_len),
                 cmd_sn: self.cmd_sn,
                 exp_stat_sn: self.exp_stat_sn,
-                cdb: cdb.to_vec(),
+                cdb: cdb.to_vec().into(),
                 bidi_read_len: None,
             }),
             data: data_out.get(..immediate_len).unwrap_or_default().to_vec(),

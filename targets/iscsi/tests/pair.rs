@@ -1036,7 +1036,7 @@ fn iser_commands_without_the_buffers_they_need_are_refused() {
                     expected_data_len: edtl,
                     cmd_sn: p.cmd_sn,
                     exp_stat_sn: p.exp_stat_sn,
-                    cdb: cdb.to_vec(),
+                    cdb: cdb.to_vec().into(),
                     bidi_read_len: None,
                 }),
                 data: imm,

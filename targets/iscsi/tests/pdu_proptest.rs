@@ -60,7 +60,7 @@ fn scsi_command() -> impl Strategy<Value = RequestHeader> {
                     expected_data_len: edtl,
                     cmd_sn,
                     exp_stat_sn: esn,
-                    cdb,
+                    cdb: cdb.into(),
                     bidi_read_len: bidi,
                 })
             },

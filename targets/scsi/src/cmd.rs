@@ -5,6 +5,98 @@ use std::sync::Arc;
 
 pub use rustgt_backstore::IoBuf;
 
+/// The bytes of a CDB. Up to 16 bytes (every CDB without an extended-CDB
+/// AHS) live inline, so handing a command over allocates nothing.
+#[derive(Clone, Default)]
+pub struct CdbBytes {
+    inline: [u8; 16],
+    len: usize,
+    /// A longer CDB (iSCSI extended CDB AHS); `inline` is then unused.
+    long: Vec<u8>,
+}
+
+impl CdbBytes {
+    pub fn new(bytes: &[u8]) -> CdbBytes {
+        let mut c = CdbBytes {
+            len: bytes.len(),
+            ..CdbBytes::default()
+        };
+        match c.inline.get_mut(..bytes.len()) {
+            Some(dst) => dst.copy_from_slice(bytes),
+            None => c.long = bytes.to_vec(),
+        }
+        c
+    }
+
+    /// The first 16 bytes followed by `extension` (an extended CDB AHS).
+    pub fn with_extension(first: &[u8], extension: &[u8]) -> CdbBytes {
+        if extension.is_empty() {
+            return CdbBytes::new(first);
+        }
+        let mut long = Vec::with_capacity(first.len() + extension.len());
+        long.extend_from_slice(first);
+        long.extend_from_slice(extension);
+        CdbBytes {
+            len: long.len(),
+            long,
+            ..CdbBytes::default()
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        if self.long.is_empty() {
+            self.inline.get(..self.len).unwrap_or_default()
+        } else {
+            &self.long
+        }
+    }
+}
+
+impl std::ops::Deref for CdbBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for CdbBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:02x?}", self.as_slice())
+    }
+}
+
+impl PartialEq for CdbBytes {
+    fn eq(&self, other: &CdbBytes) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for CdbBytes {}
+
+impl PartialEq<Vec<u8>> for CdbBytes {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl From<Vec<u8>> for CdbBytes {
+    fn from(v: Vec<u8>) -> CdbBytes {
+        CdbBytes::new(&v)
+    }
+}
+
+impl From<&[u8]> for CdbBytes {
+    fn from(v: &[u8]) -> CdbBytes {
+        CdbBytes::new(v)
+    }
+}
+
+impl<const N: usize> From<[u8; N]> for CdbBytes {
+    fn from(v: [u8; N]) -> CdbBytes {
+        CdbBytes::new(&v)
+    }
+}
+
 /// One I_T nexus: an initiator port talking to a target port (SAM-5 §4.7).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Nexus {
@@ -39,7 +131,7 @@ pub struct Command {
     /// Front end's task tag (iSCSI ITT), unique per nexus while in flight.
     pub tag: u64,
     /// The CDB, 6 to 16 bytes (longer with AHS).
-    pub cdb: Vec<u8>,
+    pub cdb: CdbBytes,
     pub attr: TaskAttr,
     /// Data-In buffer size: the most bytes the initiator will accept.
     pub data_in_len: u32,
@@ -122,4 +214,27 @@ pub enum TmfResponse {
     IncorrectLun,
     TaskNotFound,
     NotSupported,
+}
+
+#[cfg(test)]
+mod cdb_bytes_tests {
+    use super::CdbBytes;
+
+    #[test]
+    fn short_cdbs_live_inline_and_long_ones_keep_every_byte() {
+        let six = CdbBytes::new(&[0x28, 1, 2, 3, 4, 5]);
+        assert_eq!(&*six, &[0x28, 1, 2, 3, 4, 5]);
+        assert!(six.long.is_empty());
+        let sixteen: Vec<u8> = (0..16).collect();
+        let c = CdbBytes::from(sixteen.clone());
+        assert_eq!(c, sixteen);
+        assert!(c.long.is_empty());
+        let ext: Vec<u8> = (16..40).collect();
+        let long = CdbBytes::with_extension(&sixteen, &ext);
+        assert_eq!(long.len(), 40);
+        assert_eq!(long, (0..40).collect::<Vec<u8>>());
+        assert_eq!(CdbBytes::with_extension(&sixteen, &[]), c);
+        assert_eq!(CdbBytes::new(&(0..20).collect::<Vec<u8>>()).len(), 20);
+        assert!(CdbBytes::default().is_empty());
+    }
 }

@@ -770,7 +770,7 @@ mod tests {
             nexus,
             lun: 0,
             tag,
-            cdb: vec![0; 6],
+            cdb: vec![0; 6].into(),
             attr,
             data_in_len: 0,
             data_out: Vec::new(),

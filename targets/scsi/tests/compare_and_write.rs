@@ -55,7 +55,7 @@ fn command(nexus: &Arc<Nexus>, tag: u64, cdb: Vec<u8>, data_out: Vec<u8>) -> Com
         nexus: nexus.clone(),
         lun: 0,
         tag,
-        cdb,
+        cdb: cdb.into(),
         attr: TaskAttr::Simple,
         data_in_len: 0,
         data_out,

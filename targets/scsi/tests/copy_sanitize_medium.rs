@@ -91,7 +91,7 @@ fn run(
             nexus: nexus.clone(),
             lun,
             tag: TAGS.fetch_add(1, Ordering::SeqCst) as u64,
-            cdb: cdb.to_vec(),
+            cdb: cdb.to_vec().into(),
             attr: rustgt_scsi::TaskAttr::Simple,
             data_in_len: din,
             data_out: dout,

@@ -69,7 +69,7 @@ proptest! {
             nexus: nexus(nexus_id),
             lun,
             tag,
-            cdb,
+            cdb: cdb.into(),
             attr,
             data_in_len,
             data_out,

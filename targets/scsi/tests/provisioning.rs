@@ -59,7 +59,7 @@ impl Lun {
             nexus: self.nexus.clone(),
             lun: 0,
             tag: self.tag.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
-            cdb: cdb.to_vec(),
+            cdb: cdb.to_vec().into(),
             attr: TaskAttr::Simple,
             data_in_len,
             data_out,

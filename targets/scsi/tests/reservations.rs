@@ -341,7 +341,7 @@ fn run(
             nexus: n.clone(),
             lun: 0,
             tag: 1,
-            cdb: cdb.to_vec(),
+            cdb: cdb.to_vec().into(),
             attr: rustgt_scsi::TaskAttr::Simple,
             data_in_len,
             data_out,

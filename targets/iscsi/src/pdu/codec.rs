@@ -392,8 +392,10 @@ impl ScsiCommand {
         use bhs::scsi_cmd::*;
         let ahs = parse_command_ahs(ahs)?;
         let flags = b.flags();
-        let mut cdb = b.bytes_at(CDB).to_vec();
-        cdb.extend_from_slice(ahs.extended_cdb.unwrap_or_default());
+        let cdb = rustgt_scsi::CdbBytes::with_extension(
+            b.bytes_at(CDB),
+            ahs.extended_cdb.unwrap_or_default(),
+        );
         Ok(ScsiCommand {
             immediate: b.immediate(),
             final_bit: b.final_bit(),

@@ -182,7 +182,7 @@ pub struct ScsiCommand {
     pub expected_data_len: u32,
     pub cmd_sn: u32,
     pub exp_stat_sn: u32,
-    pub cdb: Vec<u8>,
+    pub cdb: rustgt_scsi::CdbBytes,
     /// Expected Bidirectional Read Data Length AHS, when present.
     pub bidi_read_len: Option<u32>,
 }

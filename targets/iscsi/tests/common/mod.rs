@@ -579,7 +579,7 @@ impl Pair {
                 expected_data_len: edtl,
                 cmd_sn: self.cmd_sn,
                 exp_stat_sn: self.exp_stat_sn,
-                cdb: cdb.to_vec(),
+                cdb: cdb.to_vec().into(),
                 bidi_read_len: None,
             }),
             data: imm,

@@ -195,7 +195,7 @@ impl Harness {
             nexus: nexus.clone(),
             lun,
             tag: self.next_tag.fetch_add(1, Ordering::SeqCst) as u64,
-            cdb: cdb.to_vec(),
+            cdb: cdb.to_vec().into(),
             attr: TaskAttr::Simple,
             data_in_len,
             data_out,
