@@ -37,9 +37,22 @@ pub(super) struct StreamWire {
     out: Vec<Bytes>,
 }
 
+/// The output buffer grows in chunks of this size when the sent parts of
+/// the last chunk are still queued (and so cannot be reclaimed), so a read
+/// split into many Data-In PDUs does not allocate per PDU.
+const OUT_CHUNK: usize = 16 * 1024;
+
 impl StreamWire {
     pub(super) fn encode(&mut self, reply: &Reply, hd: bool, dd: bool) {
+        self.room();
         reply.encode_into(&mut self.out_buf, hd, dd);
+    }
+
+    /// Room for at least a header and a small payload.
+    fn room(&mut self) {
+        if self.out_buf.capacity() - self.out_buf.len() < SMALL_PAYLOAD + 512 {
+            self.out_buf.reserve(OUT_CHUNK);
+        }
     }
 
     fn flush_out_buf(&mut self) {
@@ -297,6 +310,7 @@ impl Connection {
             let Wire::Stream(s) = &mut self.wire else {
                 return;
             };
+            s.room();
             s.out_buf.extend_from_slice(framing.head());
             match &shared {
                 Some(shared) if payload.len() > SMALL_PAYLOAD => {
