@@ -41,10 +41,12 @@ pub const SHARED_CACHE_BYTES: usize = 64 << 20;
 /// [`IoBuf::for_overwrite`], a plain vector otherwise.
 pub struct IoBuf {
     storage: Vec<u8>,
-    start: usize,
+    /// Offset of the first byte in `storage` (below [`ALIGN`]); small
+    /// fields keep a command, which carries two buffers, small.
+    start: u16,
     len: usize,
     /// The size class it returns to when dropped.
-    class: Option<usize>,
+    class: Option<u8>,
 }
 
 /// Idle buffers of one cache, by size class.
@@ -137,15 +139,18 @@ impl IoBuf {
         };
         let storage = take_storage(class);
         let start = storage.as_ptr().align_offset(ALIGN);
+        let (Ok(start16), Ok(class8)) = (u16::try_from(start), u8::try_from(class)) else {
+            return IoBuf::from(vec![0u8; len]);
+        };
         if start.saturating_add(len) > storage.len() {
             // Cannot happen (the storage has ALIGN spare bytes); stay correct.
             return IoBuf::from(vec![0u8; len]);
         }
         IoBuf {
             storage,
-            start,
+            start: start16,
             len,
-            class: Some(class),
+            class: Some(class8),
         }
     }
 
@@ -158,13 +163,13 @@ impl IoBuf {
 
     pub fn as_slice(&self) -> &[u8] {
         self.storage
-            .get(self.start..self.start + self.len)
+            .get(usize::from(self.start)..usize::from(self.start) + self.len)
             .unwrap_or_default()
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.storage
-            .get_mut(self.start..self.start + self.len)
+            .get_mut(usize::from(self.start)..usize::from(self.start) + self.len)
             .unwrap_or_default()
     }
 
@@ -196,7 +201,7 @@ impl IoBuf {
 impl Drop for IoBuf {
     fn drop(&mut self) {
         if let Some(class) = self.class {
-            give_back(class, std::mem::take(&mut self.storage));
+            give_back(usize::from(class), std::mem::take(&mut self.storage));
         }
     }
 }

@@ -30,7 +30,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use rustgt_scsi::sense::{Asc, Sense, SenseKey};
-use rustgt_scsi::{Command, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
+use rustgt_scsi::{Command, IoBuf, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
 
 use crate::config::PortalConfig;
 use crate::iser::ControlHeader;
@@ -43,7 +43,7 @@ use crate::pdu::{
     RESERVED_TAG,
 };
 use crate::session::SessionTable;
-use crate::task::{InFlight, WriteTask};
+use crate::task::{InFlight, WriteBuf, WriteTask};
 use crate::text::{encode_text, parse_text, TextAssembler, TextSplitter};
 
 /// Work for the driver.
@@ -719,7 +719,7 @@ impl Connection {
             };
             let mut task = WriteTask {
                 lun,
-                buf: Vec::new(),
+                buf: WriteBuf::default(),
                 unsolicited_open: !c.final_bit && !initial_r2t,
                 unsolicited_data_sn: 0,
                 next_r2t_offset: 0,
@@ -729,12 +729,13 @@ impl Connection {
                 solicited_base: None,
                 cmd: c,
             };
-            task.buf.extend_from_slice(data);
+            let edtl = task.edtl() as usize;
+            task.buf.append(data, edtl);
             let itt = task.cmd.itt;
             self.writes.insert(itt, task);
             self.advance_write(itt);
         } else {
-            self.submit(c, lun, Vec::new(), 0, remote);
+            self.submit(c, lun, IoBuf::default(), 0, remote);
         }
     }
 
@@ -756,7 +757,7 @@ impl Connection {
             if let Some(task) = self.writes.remove(&itt) {
                 let r2ts = task.r2t_sn;
                 let (lun, remote, cmd) = (task.lun, task.remote, task.cmd);
-                self.submit(cmd, lun, task.buf, r2ts, remote);
+                self.submit(cmd, lun, task.buf.into_data(), r2ts, remote);
             }
             return;
         }
@@ -852,7 +853,8 @@ impl Connection {
             }
             return;
         }
-        task.buf.extend_from_slice(data);
+        let edtl = task.edtl() as usize;
+        task.buf.append(data, edtl);
         task.r2ts.retain(|r| r.received < r.len);
         self.advance_write(d.itt);
     }
@@ -861,7 +863,7 @@ impl Connection {
         &mut self,
         c: ScsiCommand,
         lun: u64,
-        data_out: Vec<u8>,
+        data_out: IoBuf,
         r2t_count: u32,
         remote: ControlHeader,
     ) {

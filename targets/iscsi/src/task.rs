@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use rustgt_scsi::Residual;
+use rustgt_scsi::{IoBuf, Residual};
 
 use crate::iser::ControlHeader;
 use crate::pdu::{DataIn, ScsiCommand};
@@ -20,6 +20,53 @@ pub(crate) struct OpenR2t {
     pub next_data_sn: u32,
 }
 
+/// The Data-Out of one write as it arrives, in a pooled buffer. It holds
+/// room for what arrived and for what was solicited (R2T, RDMA Read), never
+/// for the whole Expected Data Transfer Length on the initiator's word
+/// alone; it grows by doubling, up to that length.
+#[derive(Debug, Default)]
+pub(crate) struct WriteBuf {
+    buf: IoBuf,
+    filled: usize,
+}
+
+impl WriteBuf {
+    pub fn filled(&self) -> usize {
+        self.filled
+    }
+
+    /// Room for `end` bytes in all (at most `limit`, the EDTL).
+    pub fn reserve_to(&mut self, end: usize, limit: usize) {
+        let end = end.min(limit);
+        if end <= self.buf.len() {
+            return;
+        }
+        let want = end.max(self.buf.len().saturating_mul(2)).min(limit);
+        let mut bigger = IoBuf::for_overwrite(want);
+        if let (Some(dst), Some(src)) = (bigger.get_mut(..self.filled), self.buf.get(..self.filled))
+        {
+            dst.copy_from_slice(src);
+        }
+        self.buf = bigger;
+    }
+
+    /// Appends `data` (the caller checked that it fits within `limit`).
+    pub fn append(&mut self, data: &[u8], limit: usize) {
+        let end = self.filled.saturating_add(data.len());
+        self.reserve_to(end, limit.max(end));
+        if let Some(dst) = self.buf.get_mut(self.filled..end) {
+            dst.copy_from_slice(data);
+            self.filled = end;
+        }
+    }
+
+    /// The data received, for the SCSI core.
+    pub fn into_data(mut self) -> IoBuf {
+        self.buf.truncate(self.filled);
+        self.buf
+    }
+}
+
 /// A command still collecting its Data-Out buffer.
 #[derive(Debug)]
 pub(crate) struct WriteTask {
@@ -27,7 +74,7 @@ pub(crate) struct WriteTask {
     pub lun: u64,
     /// Data received so far, in order (we negotiate DataPDUInOrder=Yes and
     /// DataSequenceInOrder=Yes, so offsets must arrive ascending).
-    pub buf: Vec<u8>,
+    pub buf: WriteBuf,
     /// Unsolicited Data-Out may still arrive (F bit not yet seen).
     pub unsolicited_open: bool,
     pub unsolicited_data_sn: u32,
@@ -49,7 +96,7 @@ impl WriteTask {
     }
 
     pub fn received(&self) -> u32 {
-        u32::try_from(self.buf.len()).unwrap_or(u32::MAX)
+        u32::try_from(self.buf.filled()).unwrap_or(u32::MAX)
     }
 
     pub fn complete(&self) -> bool {

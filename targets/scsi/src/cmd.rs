@@ -136,8 +136,8 @@ pub struct Command {
     /// Data-In buffer size: the most bytes the initiator will accept.
     pub data_in_len: u32,
     /// Data-Out buffer: all the data the initiator sent (its length is the
-    /// Data-Out buffer size).
-    pub data_out: Vec<u8>,
+    /// Data-Out buffer size), usually a pooled buffer.
+    pub data_out: IoBuf,
 }
 
 /// SCSI status byte (SAM-5 §5.3).

@@ -773,7 +773,7 @@ mod tests {
             cdb: vec![0; 6].into(),
             attr,
             data_in_len: 0,
-            data_out: Vec::new(),
+            data_out: Default::default(),
         };
         TaskEntry {
             key: TaskKey { nexus: 1, tag },

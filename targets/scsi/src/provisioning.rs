@@ -192,7 +192,7 @@ fn write_same_pattern(ctx: &Ctx<'_>, ws: &WriteSame, bs: u64) -> Result<Vec<u8>,
     if data.len() as u64 != bs {
         return Err(Sense::invalid_cdb_field(ws.len_at, None));
     }
-    Ok(data.clone())
+    Ok(data.to_vec())
 }
 
 /// Writes `pattern` over the range: through the backstore's WRITE SAME

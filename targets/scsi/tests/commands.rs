@@ -119,7 +119,7 @@ fn report_luns_addressing_and_select_report() {
             cdb: vec![0xA0, 0, select, 0, 0, 0, 0, 0, 1, 0, 0, 0].into(),
             attr: Default::default(),
             data_in_len: 256,
-            data_out: vec![],
+            data_out: vec![].into(),
         };
         submit_wait(&target, cmd)
     };
@@ -224,7 +224,7 @@ fn read_capacity_10_and_16() {
         cdb: cdb.into(),
         attr: Default::default(),
         data_in_len: len,
-        data_out: vec![],
+        data_out: vec![].into(),
     };
     let r = submit_wait(&target, mk(vec![0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8));
     assert_eq!(r.data_in, vec![0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x10, 0]);

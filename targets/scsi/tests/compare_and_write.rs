@@ -58,7 +58,7 @@ fn command(nexus: &Arc<Nexus>, tag: u64, cdb: Vec<u8>, data_out: Vec<u8>) -> Com
         cdb: cdb.into(),
         attr: TaskAttr::Simple,
         data_in_len: 0,
-        data_out,
+        data_out: data_out.into(),
     }
 }
 

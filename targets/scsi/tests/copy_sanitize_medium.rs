@@ -94,7 +94,7 @@ fn run(
             cdb: cdb.to_vec().into(),
             attr: rustgt_scsi::TaskAttr::Simple,
             data_in_len: din,
-            data_out: dout,
+            data_out: dout.into(),
         },
     )
 }

@@ -72,7 +72,7 @@ proptest! {
             cdb: cdb.into(),
             attr,
             data_in_len,
-            data_out,
+            data_out: data_out.into(),
         };
         let r = submit_wait(&h.target, cmd);
         prop_assert_eq!(r.tag, tag);

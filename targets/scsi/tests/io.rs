@@ -304,7 +304,7 @@ fn fua_and_write_cache() {
         cdb: cdb10(0x2A, 0, 0, 1).into(),
         attr: Default::default(),
         data_in_len: 0,
-        data_out: vec![1; 512],
+        data_out: vec![1; 512].into(),
     };
     assert_eq!(submit_wait(&target, cmd).status, Status::GOOD);
     assert_eq!(store.fua_writes.load(Ordering::SeqCst), 1);
@@ -316,7 +316,7 @@ fn fua_and_write_cache() {
         cdb: vec![0x1A, 0x08, 0x08, 0, 255, 0].into(),
         attr: Default::default(),
         data_in_len: 255,
-        data_out: vec![],
+        data_out: vec![].into(),
     };
     assert_eq!(submit_wait(&target, ms).data_in[6], 0x00, "WCE clear");
     target.shutdown();

@@ -62,7 +62,7 @@ impl Lun {
             cdb: cdb.to_vec().into(),
             attr: TaskAttr::Simple,
             data_in_len,
-            data_out,
+            data_out: data_out.into(),
         };
         submit_wait(&self.target, cmd)
     }

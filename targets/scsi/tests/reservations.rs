@@ -344,7 +344,7 @@ fn run(
             cdb: cdb.to_vec().into(),
             attr: rustgt_scsi::TaskAttr::Simple,
             data_in_len,
-            data_out,
+            data_out: data_out.into(),
         },
     )
 }

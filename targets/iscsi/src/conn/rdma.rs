@@ -516,7 +516,8 @@ impl Connection {
             }
             return;
         };
-        task.buf.extend_from_slice(data);
+        let edtl = task.edtl() as usize;
+        task.buf.append(data, edtl);
         task.r2ts.remove(at);
         if task.complete() {
             self.advance_write(itt);

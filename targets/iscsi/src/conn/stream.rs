@@ -244,6 +244,9 @@ impl Connection {
                 task.next_r2t_offset += len;
                 task.r2t_sn = task.r2t_sn.wrapping_add(1);
             }
+            // Room for what was just solicited, so it arrives without copies.
+            let (end, edtl) = (task.next_r2t_offset as usize, task.edtl() as usize);
+            task.buf.reserve_to(end, edtl);
         }
         for (offset, len, r2t_sn, lun_raw) in to_send {
             let ttt = self.alloc_ttt();

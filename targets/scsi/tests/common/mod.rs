@@ -198,7 +198,7 @@ impl Harness {
             cdb: cdb.to_vec().into(),
             attr: TaskAttr::Simple,
             data_in_len,
-            data_out,
+            data_out: data_out.into(),
         }
     }
 
