@@ -28,7 +28,10 @@ pub struct Gauges {
     pub uptime_secs: u64,
     pub targets: usize,
     pub portals: usize,
+    /// Of every transport.
     pub connections: usize,
+    pub tcp_connections: usize,
+    pub iser_connections: usize,
 }
 
 /// Renders the exposition.
@@ -52,6 +55,18 @@ pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) 
         "Open iSCSI connections.",
         &[],
         g.connections as u64,
+    );
+    let name = "rustgt_transport_connections";
+    out.header(name, "Open iSCSI connections by transport.", "gauge");
+    out.sample(
+        name,
+        &[("transport", "tcp".into())],
+        g.tcp_connections as u64,
+    );
+    out.sample(
+        name,
+        &[("transport", "iser".into())],
+        g.iser_connections as u64,
     );
     out.gauge(
         "rustgt_sessions",
@@ -298,6 +313,7 @@ fn session_metrics(out: &mut Exposition, sessions: &[SessionStatsView]) {
             ("target", s.target.clone()),
             ("initiator", s.initiator.clone()),
             ("tsih", s.tsih.to_string()),
+            ("transport", s.transport.clone()),
         ]
     };
     type Field = fn(&SessionStatsView) -> u64;
