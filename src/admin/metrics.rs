@@ -602,6 +602,35 @@ mod tests {
     }
 
     #[test]
+    fn connections_and_sessions_say_their_transport() {
+        let g = Gauges {
+            connections: 3,
+            tcp_connections: 2,
+            iser_connections: 1,
+            ..Gauges::default()
+        };
+        let session = SessionStatsView {
+            tsih: 7,
+            transport: "iser".into(),
+            target: "iqn.2026-11.org.rustgt:t".into(),
+            initiator: "iqn.2026-11.org.rustgt:i".into(),
+            connections: 1,
+            commands: 4,
+            errors: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+            latency: Histogram::default(),
+        };
+        let text = render(&g, &[], &[session]);
+        assert!(text.contains("rustgt_connections 3\n"), "{text}");
+        assert!(text.contains("rustgt_transport_connections{transport=\"tcp\"} 2\n"));
+        assert!(text.contains("rustgt_transport_connections{transport=\"iser\"} 1\n"));
+        assert!(text.contains(
+            "rustgt_session_commands_total{target=\"iqn.2026-11.org.rustgt:t\",initiator=\"iqn.2026-11.org.rustgt:i\",tsih=\"7\",transport=\"iser\"} 4\n"
+        ), "{text}");
+    }
+
+    #[test]
     fn only_get_metrics_is_served() {
         assert_eq!(
             route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
