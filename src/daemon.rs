@@ -1,6 +1,6 @@
-//! Runtime wiring: config -> backstores -> SCSI targets -> iSCSI/TCP server,
-//! the admin socket and metrics endpoint, and signal handling. No protocol
-//! logic lives here.
+//! Runtime wiring: config -> backstores -> SCSI targets -> the port (one
+//! for both transports) and its TCP and iSER portals, the admin socket and
+//! metrics endpoint, and signal handling. No protocol logic lives here.
 //!
 //! The running state belongs to one control task ([`run`]'s loop): it owns
 //! the [`Runtime`] and applies, one at a time, admin requests (from the
@@ -52,9 +52,10 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let mut rt = Runtime::start(cfg, source)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    // iSER portals serve the same targets (built at start; live changes
-    // of targets or iser_portals need a restart).
-    let iser = crate::iser_portals::IserPortals::start(rt.config(), rt.server())?;
+    // iSER portals serve the same port: targets and settings changed at
+    // run time reach them at once (a changed iser_portals list needs a
+    // restart).
+    let iser = crate::iser_portals::IserPortals::start(rt.config(), rt.port())?;
 
     let (control, mut inbox) = mpsc::channel::<Envelope>(CONTROL_QUEUE);
     let admin = AdminSocket::bind(&socket_path)?;
@@ -102,8 +103,8 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let _ = admin_task.await;
     tracing::info!("shutting down: asking initiators to log out");
     rt.stop_listeners();
-    iser.stop_sessions(SHUTDOWN_GRACE).await;
-    rt.server().shutdown(SHUTDOWN_GRACE).await;
+    // Every session of both transports, then the SCSI targets.
+    rt.port().shutdown(SHUTDOWN_GRACE).await;
     tracing::info!("shutdown complete");
     Ok(())
 }

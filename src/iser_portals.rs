@@ -1,6 +1,9 @@
-//! The daemon's iSER portals (RFC 7145): an iSER front end beside the TCP
-//! server, serving the same SCSI targets with the same protocol
-//! configuration. Discovery stays on the TCP portals; a target's
+//! The daemon's iSER portals (RFC 7145): iSER listeners on the same port
+//! as the TCP portals, so they serve the same targets, sessions and
+//! protocol configuration, live (a target added over the admin socket is
+//! served here at once), and their connections are listed, counted and
+//! controlled with the TCP ones. Discovery stays on the TCP portals; a
+//! target's
 //! `iser_portals` are where it accepts RDMA connections, usually the
 //! address and port of one of its TCP portals on an RDMA-capable
 //! interface.
@@ -10,9 +13,10 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
 
 use anyhow::Result;
+use rustgt_port::Port;
 
 use crate::config::Config;
 
@@ -24,51 +28,36 @@ fn wanted(cfg: &Config) -> BTreeSet<SocketAddr> {
         .collect()
 }
 
-/// The running iSER front end (empty when no portal is configured).
+/// The bound iSER portals (none when no portal is configured). They stop
+/// accepting when the port shuts down.
 #[derive(Debug)]
 pub struct IserPortals {
-    #[cfg(feature = "iser")]
-    server: Option<std::sync::Arc<rustgt_iser::IserServer>>,
     addrs: Vec<SocketAddr>,
 }
 
 impl IserPortals {
-    /// Bind every iSER portal of `cfg` and serve the TCP server's targets
-    /// on them, with its protocol configuration.
+    /// Bind every iSER portal of `cfg` and serve `port` on them.
     #[cfg(feature = "iser")]
-    pub fn start(cfg: &Config, tcp: &rustgt_iscsi_tcp::Server) -> Result<IserPortals> {
+    pub fn start(cfg: &Config, port: &Arc<Port>) -> Result<IserPortals> {
         use anyhow::Context;
         let addrs: Vec<SocketAddr> = wanted(cfg).into_iter().collect();
-        if addrs.is_empty() {
-            return Ok(IserPortals {
-                server: None,
-                addrs,
-            });
-        }
-        let server = rustgt_iser::IserServer::new(
-            (*tcp.config()).clone(),
-            rustgt_iser::IserSettings::default(),
-        );
-        for t in tcp.scsi_targets() {
-            let name = t.name().to_owned();
-            server.add_target(&name, t);
-        }
         for addr in &addrs {
             let l = rustgt_iser::bind(*addr).with_context(|| {
                 format!("iSER portal {addr} (needs an RDMA device on that address)")
             })?;
             tracing::info!(%addr, "iSER portal up");
-            tokio::spawn(server.clone().serve(l));
+            tokio::spawn(rustgt_iser::serve(
+                Arc::clone(port),
+                l,
+                rustgt_iser::IserSettings::default(),
+            ));
         }
-        Ok(IserPortals {
-            server: Some(server),
-            addrs,
-        })
+        Ok(IserPortals { addrs })
     }
 
     /// Without iSER support: refuse a configuration that asks for it.
     #[cfg(not(feature = "iser"))]
-    pub fn start(cfg: &Config, _tcp: &rustgt_iscsi_tcp::Server) -> Result<IserPortals> {
+    pub fn start(cfg: &Config, _port: &Arc<Port>) -> Result<IserPortals> {
         if let Some(addr) = wanted(cfg).into_iter().next() {
             anyhow::bail!(
                 "iser_portals ({addr}) need a rustgt built with iSER support: cargo build --features iser"
@@ -80,17 +69,6 @@ impl IserPortals {
     /// The bound iSER portals.
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
-    }
-
-    /// Ask iSER sessions to log out, then close them; the SCSI targets are
-    /// left to the TCP server's shutdown.
-    pub async fn stop_sessions(&self, grace: Duration) {
-        #[cfg(feature = "iser")]
-        if let Some(s) = &self.server {
-            s.stop_sessions(grace).await;
-        }
-        #[cfg(not(feature = "iser"))]
-        let _ = grace;
     }
 }
 
@@ -140,7 +118,7 @@ mod tests {
 
     #[test]
     fn no_iser_portal_starts_nothing() {
-        let tcp = rustgt_iscsi_tcp::Server::new(rustgt_iscsi::PortalConfig::default());
+        let tcp = Port::new(rustgt_iscsi::PortalConfig::default());
         let p = IserPortals::start(&config(&[]), &tcp).expect("nothing to start");
         assert!(p.addrs().is_empty());
     }
@@ -148,7 +126,7 @@ mod tests {
     #[cfg(not(feature = "iser"))]
     #[test]
     fn iser_portals_need_the_feature() {
-        let tcp = rustgt_iscsi_tcp::Server::new(rustgt_iscsi::PortalConfig::default());
+        let tcp = Port::new(rustgt_iscsi::PortalConfig::default());
         let e = IserPortals::start(&config(&["192.0.2.1:3260"]), &tcp).expect_err("refused");
         assert!(e.to_string().contains("--features iser"), "{e}");
     }

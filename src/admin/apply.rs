@@ -374,7 +374,7 @@ impl Runtime {
 
         // (b) New targets become reachable.
         for (t, rt) in std::mem::take(&mut prepared.targets) {
-            self.server.add_target(&t.iqn, rt.scsi.clone());
+            self.port.add_target(&t.iqn, rt.scsi.clone());
             self.targets.insert(key(&t.iqn), rt);
         }
 
@@ -389,7 +389,7 @@ impl Runtime {
 
         // (d) Logins and discovery see the new configuration.
         if plan.portal_config_changed() {
-            self.server
+            self.port
                 .set_config(crate::daemon::portal_config(&self.cfg));
         }
 
@@ -397,9 +397,13 @@ impl Runtime {
         for (configured, l) in std::mem::take(&mut prepared.listeners) {
             let Ok(bound) = l.local_addr() else { continue };
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            tokio::spawn(self.server.clone().serve_until(l, async move {
-                let _ = stopped.await;
-            }));
+            tokio::spawn(rustgt_iscsi_tcp::serve_until(
+                self.port.clone(),
+                l,
+                async move {
+                    let _ = stopped.await;
+                },
+            ));
             tracing::info!(%bound, "portal up");
             self.listeners.insert(
                 bound,
@@ -424,9 +428,9 @@ impl Runtime {
             }
             for iqn in &plan.removed_targets {
                 for conn in self.connections_on(iqn) {
-                    self.server.kill(conn);
+                    self.port.kill(conn);
                 }
-                self.server.remove_target(iqn);
+                self.port.remove_target(iqn);
                 if let Some(rt) = self.targets.remove(&key(iqn)) {
                     rt.scsi.shutdown();
                 }

@@ -28,7 +28,10 @@ pub struct Gauges {
     pub uptime_secs: u64,
     pub targets: usize,
     pub portals: usize,
+    /// Of every transport.
     pub connections: usize,
+    pub tcp_connections: usize,
+    pub iser_connections: usize,
 }
 
 /// Renders the exposition.
@@ -52,6 +55,18 @@ pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) 
         "Open iSCSI connections.",
         &[],
         g.connections as u64,
+    );
+    let name = "rustgt_transport_connections";
+    out.header(name, "Open iSCSI connections by transport.", "gauge");
+    out.sample(
+        name,
+        &[("transport", "tcp".into())],
+        g.tcp_connections as u64,
+    );
+    out.sample(
+        name,
+        &[("transport", "iser".into())],
+        g.iser_connections as u64,
     );
     out.gauge(
         "rustgt_sessions",
@@ -298,6 +313,7 @@ fn session_metrics(out: &mut Exposition, sessions: &[SessionStatsView]) {
             ("target", s.target.clone()),
             ("initiator", s.initiator.clone()),
             ("tsih", s.tsih.to_string()),
+            ("transport", s.transport.clone()),
         ]
     };
     type Field = fn(&SessionStatsView) -> u64;
@@ -583,6 +599,35 @@ mod tests {
             let value = line.rsplit(' ').next().unwrap_or_default();
             assert!(value.parse::<f64>().is_ok(), "bad sample line {line:?}");
         }
+    }
+
+    #[test]
+    fn connections_and_sessions_say_their_transport() {
+        let g = Gauges {
+            connections: 3,
+            tcp_connections: 2,
+            iser_connections: 1,
+            ..Gauges::default()
+        };
+        let session = SessionStatsView {
+            tsih: 7,
+            transport: "iser".into(),
+            target: "iqn.2026-11.org.rustgt:t".into(),
+            initiator: "iqn.2026-11.org.rustgt:i".into(),
+            connections: 1,
+            commands: 4,
+            errors: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+            latency: Histogram::default(),
+        };
+        let text = render(&g, &[], &[session]);
+        assert!(text.contains("rustgt_connections 3\n"), "{text}");
+        assert!(text.contains("rustgt_transport_connections{transport=\"tcp\"} 2\n"));
+        assert!(text.contains("rustgt_transport_connections{transport=\"iser\"} 1\n"));
+        assert!(text.contains(
+            "rustgt_session_commands_total{target=\"iqn.2026-11.org.rustgt:t\",initiator=\"iqn.2026-11.org.rustgt:i\",tsih=\"7\",transport=\"iser\"} 4\n"
+        ), "{text}");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! daemon's control path that applies requests one at a time, the
 //! `rustgt admin` client, and the Prometheus endpoint.
 //!
-//! Layer: daemon only. Front ends and the SCSI core know nothing of it;
-//! it drives them through their management APIs (`Server::add_target`,
-//! `ScsiTarget::add_lun`, ...).
+//! Layer: daemon only. The port, the drivers and the SCSI core know
+//! nothing of it; it drives them through their management APIs
+//! (`rustgt_port::Port::add_target`, `Port::connections`, `Port::kill`,
+//! `ScsiTarget::add_lun`, ...), so every command covers the connections of
+//! both transports.
 //!
 //! Guarantees:
 //! - every change, whether an admin request, `config apply` or SIGHUP, is

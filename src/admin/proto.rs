@@ -427,6 +427,9 @@ pub struct LunStatsView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionStatsView {
     pub tsih: u16,
+    /// "tcp" or "iser" (empty from a daemon that did not say).
+    #[serde(default)]
+    pub transport: String,
     pub target: String,
     pub initiator: String,
     pub connections: usize,

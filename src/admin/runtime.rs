@@ -1,7 +1,9 @@
 //! The daemon's control path: [`Runtime`] owns the running state (the
-//! running configuration, the iSCSI server, the SCSI targets, every LUN's
-//! store and every listening portal) and applies admin requests to it one
-//! at a time.
+//! running configuration, the port with the targets, sessions and
+//! connections of both transports, the SCSI targets, every LUN's store and
+//! every listening TCP portal) and applies admin requests to it one at a
+//! time. Listings, kill/logout and metrics cover TCP and iSER connections
+//! alike (each shows its transport).
 //!
 //! Every change is made the same way: the request is turned into the
 //! configuration it wants (the running one with one thing changed, or a
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustgt_iscsi::negotiate::{SessionParams, Transport};
-use rustgt_iscsi_tcp::{ConnSummary, Server, LATENCY_BUCKETS};
+use rustgt_port::{ConnSummary, Port, LATENCY_BUCKETS};
 use rustgt_scsi::{LunRegistry, ScsiTarget};
 use serde::Serialize;
 use serde_json::Value;
@@ -91,7 +93,8 @@ pub struct Runtime {
     /// The running configuration; portals hold bound addresses.
     pub(super) cfg: Config,
     pub(super) source: ConfigSource,
-    pub(super) server: Arc<Server>,
+    /// Targets, sessions and connections of both transports.
+    pub(super) port: Arc<Port>,
     pub(super) registry: Arc<LunRegistry>,
     /// By lowercase target name.
     pub(super) targets: BTreeMap<String, TargetRt>,
@@ -117,13 +120,13 @@ impl Runtime {
     pub async fn start(cfg: Config, source: ConfigSource) -> Result<Runtime, AdminError> {
         let mut empty = cfg.clone();
         empty.targets.clear();
-        let server = Server::new(crate::daemon::portal_config(&empty));
-        server.set_reactors(cfg.reactor.threads);
-        server.set_run_to_completion(cfg.reactor.run_to_completion);
+        let port = Port::new(crate::daemon::portal_config(&empty));
+        port.set_reactors(cfg.reactor.threads);
+        port.set_run_to_completion(cfg.reactor.run_to_completion);
         let mut rt = Runtime {
             cfg: empty,
             source,
-            server,
+            port,
             // One registry for the whole process, so EXTENDED COPY works
             // across targets.
             registry: LunRegistry::new(),
@@ -137,8 +140,9 @@ impl Runtime {
         Ok(rt)
     }
 
-    pub fn server(&self) -> &Arc<Server> {
-        &self.server
+    /// The port every portal of both transports serves.
+    pub fn port(&self) -> &Arc<Port> {
+        &self.port
     }
 
     /// The running configuration.
@@ -403,7 +407,7 @@ impl Runtime {
     // -----------------------------------------------------------------------
 
     fn status(&self) -> StatusView {
-        let conns = self.server.connections();
+        let conns = self.port.connections();
         StatusView {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             pid: std::process::id(),
@@ -483,7 +487,7 @@ impl Runtime {
     }
 
     fn portal_views(&self) -> Vec<PortalView> {
-        let conns = self.server.connections();
+        let conns = self.port.connections();
         self.listeners
             .keys()
             .map(|addr| PortalView {
@@ -495,19 +499,22 @@ impl Runtime {
                     .filter(|t| t.portals.contains(addr))
                     .map(|t| t.iqn.clone())
                     .collect(),
-                connections: conns.iter().filter(|c| c.local == *addr).count(),
+                connections: conns
+                    .iter()
+                    .filter(|c| c.transport == Transport::Tcp && c.local == *addr)
+                    .count(),
             })
             .collect()
     }
 
     fn conn_views(&self) -> Vec<ConnView> {
-        let mut v: Vec<ConnView> = self.server.connections().iter().map(conn_view).collect();
+        let mut v: Vec<ConnView> = self.port.connections().iter().map(conn_view).collect();
         v.sort_by_key(|c| c.conn_id);
         v
     }
 
     pub(super) fn session_views(&self, target: Option<&str>) -> Vec<SessionView> {
-        sessions_of(&self.server.connections())
+        sessions_of(&self.port.connections())
             .into_iter()
             .filter(|(_, conns)| {
                 target.is_none_or(|t| {
@@ -542,7 +549,7 @@ impl Runtime {
 
     /// Connection ids of every session of a target.
     pub(super) fn connections_on(&self, iqn: &str) -> Vec<u64> {
-        self.server
+        self.port
             .connections()
             .into_iter()
             .filter(|c| {
@@ -555,16 +562,16 @@ impl Runtime {
     }
 
     fn session_action(&self, tsih: u16, kill: bool) -> Result<SessionAction, AdminError> {
-        let all = self.server.connections();
+        let all = self.port.connections();
         let sessions = sessions_of(&all);
         let conns = sessions
             .get(&tsih)
             .ok_or(AdminError::UnknownSession(tsih))?;
         for c in conns {
             if kill {
-                self.server.kill(c.conn_id);
+                self.port.kill(c.conn_id);
             } else {
-                self.server.logout(c.conn_id);
+                self.port.logout(c.conn_id);
             }
         }
         Ok(SessionAction {
@@ -623,7 +630,7 @@ impl Runtime {
     }
 
     fn session_stats(&self, tsih: Option<u16>) -> Result<Vec<SessionStatsView>, AdminError> {
-        let all = self.server.connections();
+        let all = self.port.connections();
         let sessions = sessions_of(&all);
         if let Some(t) = tsih {
             if !sessions.contains_key(&t) {
@@ -640,11 +647,15 @@ impl Runtime {
     fn metrics_text(&self) -> String {
         let luns = self.lun_stats(None, None).unwrap_or_default();
         let sessions = self.session_stats(None).unwrap_or_default();
+        let conns = self.port.connections();
+        let on = |t: Transport| conns.iter().filter(|c| c.transport == t).count();
         let gauges = super::metrics::Gauges {
             uptime_secs: self.started.elapsed().as_secs(),
             targets: self.cfg.targets.len(),
             portals: self.listeners.len(),
-            connections: self.server.connections().len(),
+            connections: conns.len(),
+            tcp_connections: on(Transport::Tcp),
+            iser_connections: on(Transport::Iser),
         };
         super::metrics::render(&gauges, &luns, &sessions)
     }
@@ -692,11 +703,7 @@ fn conn_view(c: &ConnSummary) -> ConnView {
         conn_id: c.conn_id,
         peer: c.peer,
         local: c.local,
-        transport: match c.transport {
-            Transport::Tcp => "tcp",
-            Transport::Iser => "iser",
-        }
-        .to_owned(),
+        transport: transport_name(c.transport).to_owned(),
         state: if c.session.is_some() {
             "full-feature"
         } else {
@@ -707,6 +714,14 @@ fn conn_view(c: &ConnSummary) -> ConnView {
         tsih: c.session.as_ref().map(|s| s.tsih),
         initiator: c.session.as_ref().map(|s| s.initiator.clone()),
         target: c.session.as_ref().map(|s| s.target.clone()),
+    }
+}
+
+/// How listings and metrics name a transport.
+fn transport_name(t: Transport) -> &'static str {
+    match t {
+        Transport::Tcp => "tcp",
+        Transport::Iser => "iser",
     }
 }
 
@@ -736,6 +751,10 @@ fn session_stats_view(tsih: u16, conns: &[&ConnSummary]) -> Option<SessionStatsV
     let s = conns.first()?.session.as_ref()?;
     let mut v = SessionStatsView {
         tsih,
+        transport: conns
+            .first()
+            .map_or("", |c| transport_name(c.transport))
+            .to_owned(),
         target: s.target.clone(),
         initiator: s.initiator.clone(),
         connections: conns.len(),

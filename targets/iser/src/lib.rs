@@ -7,7 +7,12 @@
 //! core's iSER operations (Sends, RDMA Writes for Data-In, RDMA Reads for
 //! Data-Out) to work requests and their completions back.
 //!
-//! Layer: a front end beside `rustgt-iscsi-tcp`, above the SCSI core.
+//! Layer: a transport driver beside `rustgt-iscsi-tcp`, on top of the port
+//! layer (`rustgt-port`): the targets, the session table shared with TCP,
+//! the connection registry, SCSI dispatch (run to completion where the LUN
+//! allows), statistics, kill/logout/shutdown and the reactor threads are
+//! the port's. This crate accepts RDMA connections and moves work
+//! requests; every connection task runs on one of the port's reactors.
 //!
 //! Guarantees:
 //! - no memory registration on the I/O path: each connection registers
@@ -18,8 +23,13 @@
 //!   follow the session queue depth, RDMA Reads in flight never exceed the
 //!   initiator depth agreed at accept;
 //! - an idle connection sleeps on its completion channel and CM event
-//!   channel (non-blocking descriptors in tokio's reactor); under load the
-//!   completion queue is polled on without waiting for events;
+//!   channel (non-blocking descriptors watched by the port reactor that
+//!   runs it); under load the completion queue is polled on without
+//!   waiting for events;
+//! - each connection takes the port's configuration as it is at accept,
+//!   with MaxOutstandingUnexpectedPDUs set to the receives it posts
+//!   ([`iser_config`]), so targets and settings changed at run time reach
+//!   iSER connections like TCP ones;
 //! - a disconnect, a flushed work request or an error completion ends the
 //!   connection: its SCSI tasks are aborted (nexus loss) and its QP, CQ,
 //!   memory regions, PD and CM id are released in order, exactly once;
@@ -46,7 +56,7 @@ mod verbs;
 #[cfg(feature = "rdma")]
 pub use driver::DriverError;
 #[cfg(feature = "rdma")]
-pub use server::{bind, IserConnSummary, IserListener, IserServer, ISER_CONN_ID_BASE};
-pub use sizing::IserSettings;
+pub use server::{bind, serve, serve_until, IserListener};
+pub use sizing::{iser_config, IserSettings};
 #[cfg(feature = "rdma")]
 pub use verbs::VerbsError;

@@ -99,6 +99,14 @@ pub struct Plan {
     pub responder_resources: u32,
 }
 
+/// The configuration as an iSER connection runs it (the port's shared one,
+/// adapted per connection): it declares as many unexpected PDUs as it
+/// posts receives for (RFC 7145 §6.7).
+pub fn iser_config(mut cfg: PortalConfig) -> PortalConfig {
+    cfg.limits.max_outstanding_unexpected_pdus = unexpected_pdus(&cfg);
+    cfg
+}
+
 /// MaxOutstandingUnexpectedPDUs the target declares for `cfg`: the
 /// configured value, or when that is 0 (no limit), what the CmdSN window
 /// bounds. Never 1 (RFC 7145 §6.7: 0 or at least 2).
@@ -279,5 +287,18 @@ mod tests {
         let p = plan(&c, &IserSettings::default(), &dev(), PEER);
         assert!(p.recv_size >= ISER_HEADER_LEN + BHS_LEN + 8192);
         assert!(p.send_size >= ISER_HEADER_LEN + BHS_LEN + 8192);
+    }
+
+    #[test]
+    fn iser_config_declares_the_receives_and_keeps_the_rest() {
+        let shared = cfg(32, Limits::default());
+        let mine = iser_config(shared.clone());
+        assert_eq!(
+            mine.limits.max_outstanding_unexpected_pdus,
+            unexpected_pdus(&shared)
+        );
+        assert!(mine.limits.max_outstanding_unexpected_pdus >= 2);
+        assert_eq!(mine.queue_depth, shared.queue_depth);
+        assert_eq!(mine.limits.max_burst_length, shared.limits.max_burst_length);
     }
 }

@@ -42,6 +42,7 @@ CHECKS=(
     iser-fs-roundtrip:600
     iser-fio-randwrite-verify:600
     iser-relogin:300
+    iser-admin-live-target:300
     iser-target-restart-crash:300
 )
 

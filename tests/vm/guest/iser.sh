@@ -57,27 +57,31 @@ iser_ready() {
     iser_target_start || fail "rustgt with an iSER portal did not start: $(tail -n 2 "$STATE/rustgt-iser.log" | tr '\n' ' ')"
 }
 
+# The helpers below take the target's IQN as an optional last argument
+# (default T_ISER).
+
 # A fresh node record for the iSER target with transport iser.
 iser_node_new() {
-    iscsiadm -m node -T "$T_ISER" -p "$ISER_PORTAL" -o delete >/dev/null 2>&1 || true
-    iscsiadm -m node -T "$T_ISER" -p "$ISER_PORTAL,1" -o new >/dev/null || return 1
-    iscsiadm -m node -T "$T_ISER" -p "$ISER_PORTAL" -o update \
+    local t=${1:-$T_ISER}
+    iscsiadm -m node -T "$t" -p "$ISER_PORTAL" -o delete >/dev/null 2>&1 || true
+    iscsiadm -m node -T "$t" -p "$ISER_PORTAL,1" -o new >/dev/null || return 1
+    iscsiadm -m node -T "$t" -p "$ISER_PORTAL" -o update \
         -n iface.transport_name -v iser >&2
 }
 
 iser_login() {
-    timeout 90 iscsiadm -m node -T "$T_ISER" -p "$ISER_PORTAL" --login >&2
+    timeout 90 iscsiadm -m node -T "${1:-$T_ISER}" -p "$ISER_PORTAL" --login >&2
 }
 
 iser_logout() {
-    timeout 60 iscsiadm -m node -T "$T_ISER" -p "$ISER_PORTAL" --logout >&2
+    timeout 60 iscsiadm -m node -T "${1:-$T_ISER}" -p "$ISER_PORTAL" --logout >&2
 }
 
-# The sysfs directory of the session to T_ISER, whatever its iface.
+# The sysfs directory of the session to the target, whatever its iface.
 iser_session_dir() {
-    local s
+    local s t=${1:-$T_ISER}
     for s in /sys/class/iscsi_session/session*; do
-        if [ "$(cat "$s/targetname" 2>/dev/null)" = "$T_ISER" ]; then
+        if [ "$(cat "$s/targetname" 2>/dev/null)" = "$t" ]; then
             echo "$s"
             return 0
         fi
@@ -89,7 +93,7 @@ iser_session_dir() {
 iser_lun_dev() {
     local s d b i
     for ((i = 0; i < 60; i++)); do
-        if s=$(iser_session_dir); then
+        if s=$(iser_session_dir "$@"); then
             for d in "$s"/device/target*/*:*:*:0; do
                 [ -d "$d/block" ] || continue
                 b=$(ls "$d/block")
@@ -104,9 +108,9 @@ iser_lun_dev() {
     return 1
 }
 
-# The transport of the session to T_ISER ("iser" when it is one).
+# The transport of the session to the target ("iser" when it is one).
 iser_session_transport() {
-    iscsiadm -m session -P 1 2>/dev/null | awk -v t="$T_ISER" '
+    iscsiadm -m session -P 1 2>/dev/null | awk -v t="${1:-$T_ISER}" '
         $1 == "Target:" { cur = $2 }
         !found && /Iface Transport:/ && cur == t { print $3; found = 1 }'
 }
@@ -114,12 +118,12 @@ iser_session_transport() {
 # Logs in over iSER and prints the LUN 0 disk, or fails the check.
 iser_login_ok() {
     local rc=0 dev
-    iser_node_new || fail "creating the iSER node record failed"
-    iser_login || rc=$?
+    iser_node_new "$@" || fail "creating the iSER node record failed"
+    iser_login "$@" || rc=$?
     [ "$rc" -eq 0 ] || fail "iSER login failed: iscsiadm exit $rc; target log: $(tail -n 3 "$STATE/rustgt-iser.log" | tr '\n' ' ')"
-    [ "$(iser_session_transport)" = iser ] ||
-        fail "the session's transport is '$(iser_session_transport)', not iser"
-    dev=$(iser_lun_dev) || fail "no disk appeared for the iSER LUN within 30 s"
+    [ "$(iser_session_transport "$@")" = iser ] ||
+        fail "the session's transport is '$(iser_session_transport "$@")', not iser"
+    dev=$(iser_lun_dev "$@") || fail "no disk appeared for the iSER LUN within 30 s"
     echo "$dev"
 }
 
@@ -243,6 +247,49 @@ check_iser_relogin() {
     wait_until 10 eval '[ "$(rdma_objects)" = "$idle" ]' ||
         fail "RDMA objects leaked: idle '$idle', after 3 sessions '$(rdma_objects)'"
     pass "16 MiB pattern intact across 2 iSER logout/login rounds; rxe0 back to '$idle' after 3 sessions"
+}
+
+# The iSER instance's admin CLI.
+iser_admin() {
+    timeout 30 rustgt admin --socket "$ISER_DATA/admin.sock" "$@"
+}
+
+# A target added at run time over the admin socket is served on the iSER
+# portal that was bound at start (one directory of targets for both
+# transports): ib_iser logs in to it, writes and reads back a pattern over
+# RDMA, and `rustgt admin session list` shows the session with transport
+# iser. The target is removed again at the end.
+check_iser_admin_live_target() {
+    local t=iqn.2026-11.org.rustgt:vm-iser-live dev before want got proof out row
+    iser_ready
+    iser_admin target remove "$t" --force >/dev/null 2>&1 || true
+    out=$(iser_admin target add "$t" --portal "$ISER_PORTAL" 2>&1) ||
+        fail "admin target add failed: $out"
+    out=$(iser_admin lun add "$t" 0 --backstore file --path iser-live0.img --size 64M 2>&1) ||
+        fail "admin lun add failed: $out"
+    before=$(rxe_packets)
+    dev=$(iser_login_ok "$t") || exit 1
+    dd if=/dev/urandom of=/tmp/iser-live bs=1M count=16 status=none
+    want=$(sha256sum </tmp/iser-live | cut -d' ' -f1)
+    dd if=/tmp/iser-live of="$dev" bs=1M oflag=direct status=none || fail "writing the pattern to $dev failed"
+    got=$(dev_sum "$dev" 16) || fail "reading back $dev failed"
+    [ "$got" = "$want" ] || fail "16 MiB pattern changed on the target added at run time"
+    proof=$(rdma_proof "$before" 32) || exit 1
+    out=$(iser_admin session list 2>&1) || fail "admin session list failed: $out"
+    # TSIH ISID INITIATOR TARGET CONNS PEER TRANSPORT ...
+    row=$(awk -v t="$t" '$4 == t && $7 == "iser"' <<<"$out")
+    [ -n "$row" ] || fail "admin session list shows no iser session of $t: $(tr '\n' '|' <<<"$out")"
+    out=$(iser_admin connections 2>&1) || fail "admin connections failed: $out"
+    # ID PEER PORTAL TRANSPORT STATE TSIH CID INITIATOR TARGET
+    [ -n "$(awk -v t="$t" '$4 == "iser" && $NF == t' <<<"$out")" ] ||
+        fail "admin connections lists no iser connection to $t: $(tr '\n' '|' <<<"$out")"
+    iser_logout "$t" || fail "logout failed"
+    iser_session_dir "$t" >/dev/null && fail "a session remains after logout"
+    iscsiadm -m node -T "$t" -p "$ISER_PORTAL" -o delete >/dev/null 2>&1 || true
+    # --force: the connection may still be closing after the logout.
+    out=$(iser_admin target remove "$t" --force 2>&1) || fail "admin target remove failed: $out"
+    iser_target_health >/dev/null || exit 1
+    pass "target added over the admin socket served on iSER portal $ISER_PORTAL: 16 MiB written and read back; session list: $(tr -s ' ' <<<"$row"); $proof"
 }
 
 # The iSER target dies (SIGKILL) under a logged-in initiator and comes

@@ -1,0 +1,178 @@
+//! One connection's side of the port: [`PortConn`], owned by the driver's
+//! task for that connection.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rustgt_iscsi::negotiate::Transport;
+use rustgt_iscsi::{Event, PortalConfig, SessionTable};
+use rustgt_scsi::{Response, ScsiTarget, TmfResponse};
+use tokio::sync::mpsc;
+
+use crate::{ConnStats, Port};
+
+/// What a driver tells the port about a new connection.
+#[derive(Debug)]
+pub struct ConnInfo {
+    pub transport: Transport,
+    pub peer: SocketAddr,
+    /// The portal address the initiator connected to.
+    pub local: SocketAddr,
+    /// A second descriptor of a TCP socket, so the port can see from
+    /// another thread that the initiator closed it (`None` for iSER).
+    pub probe: Option<std::net::TcpStream>,
+}
+
+/// Messages from the rest of the process to one connection.
+#[derive(Debug)]
+pub enum PortMsg {
+    /// A command a LUN worker finished: [`rustgt_iscsi::Connection::complete`].
+    Done(Response),
+    /// A task-management result: [`rustgt_iscsi::Connection::tmf_done`].
+    Tmf(u32, TmfResponse),
+    /// Session reinstatement or admin kill: close now.
+    Kill,
+    /// Shutdown or admin logout: ask the initiator to log out (two
+    /// seconds, [`rustgt_iscsi::Connection::request_logout`]).
+    RequestLogout,
+}
+
+/// A connection registered with the [`Port`]: the driver feeds it the
+/// core's events and takes its messages; dropping it releases the
+/// connection's nexus (if still held) and forgets the connection.
+#[derive(Debug)]
+pub struct PortConn {
+    port: Arc<Port>,
+    id: u64,
+    transport: Transport,
+    tx: mpsc::UnboundedSender<PortMsg>,
+    rx: mpsc::UnboundedReceiver<PortMsg>,
+    /// The SCSI target of the logged-in session.
+    target: Option<Arc<ScsiTarget>>,
+    stats: Arc<ConnStats>,
+}
+
+impl PortConn {
+    pub(crate) fn new(
+        port: Arc<Port>,
+        id: u64,
+        transport: Transport,
+        tx: mpsc::UnboundedSender<PortMsg>,
+        rx: mpsc::UnboundedReceiver<PortMsg>,
+        stats: Arc<ConnStats>,
+    ) -> PortConn {
+        PortConn {
+            port,
+            id,
+            transport,
+            tx,
+            rx,
+            target: None,
+            stats,
+        }
+    }
+
+    /// The connection's id (the core's `conn_id`, the admin's `ID`).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// The protocol configuration a new connection starts with.
+    pub fn config(&self) -> Arc<PortalConfig> {
+        self.port.config()
+    }
+
+    /// The session table to give the core's `Connection`.
+    pub fn sessions(&self) -> Arc<Mutex<SessionTable>> {
+        self.port.sessions()
+    }
+
+    /// The next message for this connection. Never ends while the
+    /// connection is registered (the port holds a sender).
+    pub async fn recv(&mut self) -> Option<PortMsg> {
+        self.rx.recv().await
+    }
+
+    /// A message already waiting, without waiting.
+    pub fn try_recv(&mut self) -> Option<PortMsg> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Releases this connection's I_T nexus now, if it still holds one
+    /// (see `Port::release_nexus`). Drivers call it as soon as the
+    /// initiator is gone or the session is closing with nothing in flight.
+    pub fn release_nexus(&self) {
+        self.port.release_nexus(self.id);
+    }
+
+    /// Acts on one event of the core. A command that ran to completion on
+    /// this thread comes back as its response (give it to the core's
+    /// `complete`); everything else answers later through [`Self::recv`].
+    pub fn on_event(&mut self, ev: Event) -> Option<Response> {
+        match ev {
+            Event::LoggedIn(info) => {
+                let span = tracing::Span::current();
+                span.record("initiator", info.initiator.as_str());
+                span.record("isid", format!("{:02x?}", info.isid).as_str());
+                span.record("tsih", info.tsih);
+                self.target = self.port.logged_in(self.id, info);
+            }
+            Event::Reinstate { conn_id } => {
+                // Whichever driver owns it.
+                self.port.kill(conn_id);
+            }
+            Event::Command(cmd) => {
+                let started = Instant::now();
+                let data_out = cmd.data_out.len();
+                let Some(t) = &self.target else {
+                    tracing::error!("command for a session without a SCSI target");
+                    return None;
+                };
+                let cmd = if self.port.run_to_completion() {
+                    match t.run_inline(cmd) {
+                        Ok(resp) => {
+                            self.stats.record(started, data_out, &resp);
+                            return Some(resp);
+                        }
+                        Err(cmd) => cmd,
+                    }
+                } else {
+                    cmd
+                };
+                let tx = self.tx.clone();
+                let stats = Arc::clone(&self.stats);
+                t.submit(
+                    cmd,
+                    Box::new(move |resp| {
+                        stats.record(started, data_out, &resp);
+                        let _ = tx.send(PortMsg::Done(resp));
+                    }),
+                );
+            }
+            Event::TaskMgmt { itt, lun, function } => {
+                let tx = self.tx.clone();
+                let (Some(t), Some(nexus)) = (self.target.clone(), self.port.nexus_of(self.id))
+                else {
+                    let _ = tx.send(PortMsg::Tmf(itt, TmfResponse::FunctionRejected));
+                    return None;
+                };
+                tokio::task::spawn_blocking(move || {
+                    let r = t.task_management(&nexus, lun, function);
+                    let _ = tx.send(PortMsg::Tmf(itt, r));
+                });
+            }
+        }
+        None
+    }
+}
+
+impl Drop for PortConn {
+    fn drop(&mut self) {
+        self.port.close(self.id);
+    }
+}

@@ -1,0 +1,412 @@
+//! # rustgt-port: the port layer both transport drivers share
+//!
+//! Layer: between the drivers (`rustgt-iscsi-tcp`, `rustgt-iser`) and the
+//! sans-I/O core (`rustgt-iscsi`, `rustgt-scsi`). Dependencies point down
+//! only: a driver depends on this crate, this crate on the core, never the
+//! other way. A driver accepts connections and moves bytes (TCP) or work
+//! requests (verbs); everything else about a connection's life is here,
+//! once for both transports:
+//!
+//! - the [`Directory`] of targets and the protocol configuration, so a
+//!   target added, changed or removed at run time reaches every portal of
+//!   every transport at once;
+//! - the one [`SessionTable`]: session reinstatement (RFC 7143 §6.3.5)
+//!   sees the sessions of both transports and closes the old connection
+//!   whichever driver owns it;
+//! - the connection registry, one id space for both transports: each
+//!   entry carries its transport, peer, portal, session, counters
+//!   ([`ConnStats`]) and the channel to its task;
+//! - the control surface: [`Port::kill`], [`Port::logout`],
+//!   [`Port::request_logout_all`] and the graceful [`Port::shutdown`];
+//! - I_T nexus release ([`PortConn::release_nexus`]): on the connection's
+//!   own thread, once, under the registry's lock; and before a new session
+//!   goes on, the nexuses of its initiator's connections whose sockets are
+//!   already closed;
+//! - the [`Reactors`]: single-threaded tokio runtimes that run the
+//!   connection tasks of both drivers;
+//! - the mapping of core [`Event`](rustgt_iscsi::Event)s to SCSI work
+//!   ([`PortConn::on_event`]): commands the LUN can finish without
+//!   blocking run to completion on the calling thread
+//!   ([`ScsiTarget::run_inline`]); the rest go to the LUN's
+//!   workers, whose completions, like task-management results and control
+//!   requests, come back through [`PortConn::recv`].
+//!
+//! Guarantees: no I/O of its own (no sockets, no verbs); every lock is
+//! short and never held across an await; nothing a peer sends reaches
+//! this layer other than through the core's validated events; every wait
+//! is bounded.
+
+mod conn;
+mod reactors;
+mod stats;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+pub use conn::{ConnInfo, PortConn, PortMsg};
+pub use reactors::Reactors;
+pub use rustgt_iscsi::negotiate::Transport;
+use rustgt_iscsi::{Directory, PortalConfig, SessionInfo, SessionTable};
+use rustgt_scsi::ScsiTarget;
+pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};
+use tokio::sync::{mpsc, watch};
+
+/// A live connection as the port sees it.
+#[derive(Debug, Clone)]
+pub struct ConnSummary {
+    pub conn_id: u64,
+    pub peer: SocketAddr,
+    /// The portal address the initiator connected to.
+    pub local: SocketAddr,
+    pub transport: Transport,
+    /// `None` until a Normal session reaches full feature phase (discovery
+    /// sessions and logins in progress stay `None`).
+    pub session: Option<SessionInfo>,
+    /// Counters of the SCSI commands this connection carried.
+    pub stats: ConnStatsSnapshot,
+}
+
+/// One connection in the registry.
+#[derive(Debug)]
+struct ConnEntry {
+    tx: mpsc::UnboundedSender<PortMsg>,
+    transport: Transport,
+    peer: SocketAddr,
+    local: SocketAddr,
+    session: Option<SessionInfo>,
+    stats: Arc<ConnStats>,
+    /// A second descriptor of a TCP socket, to see from another thread
+    /// whether the initiator has closed it ([`Port::release_departed`]).
+    probe: Option<std::net::TcpStream>,
+}
+
+/// How long [`Port::stop_sessions`] waits for killed connections to end
+/// (an iSER connection waits for its flushed work requests).
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// What the daemon serves, and every connection of every transport.
+#[derive(Debug)]
+pub struct Port {
+    /// Started at the first connection of any transport.
+    reactors: OnceLock<Reactors>,
+    /// How many reactors to start (0: one per core).
+    reactor_count: AtomicUsize,
+    /// Commands may run to completion on the connection's thread.
+    run_to_completion: AtomicBool,
+    dir: Directory,
+    sessions: Arc<Mutex<SessionTable>>,
+    conns: Mutex<HashMap<u64, ConnEntry>>,
+    next_conn: AtomicU64,
+    /// Set once at shutdown; every accept loop stops on it.
+    shutdown: watch::Sender<bool>,
+}
+
+impl Port {
+    pub fn new(config: PortalConfig) -> Arc<Port> {
+        let (shutdown, _) = watch::channel(false);
+        Arc::new(Port {
+            reactors: OnceLock::new(),
+            reactor_count: AtomicUsize::new(0),
+            run_to_completion: AtomicBool::new(true),
+            dir: Directory::new(config),
+            sessions: Arc::new(Mutex::new(SessionTable::new())),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            shutdown,
+        })
+    }
+
+    /// How many reactor threads serve connections (0: one per core).
+    /// Takes effect if called before the first connection.
+    pub fn set_reactors(&self, count: usize) {
+        self.reactor_count.store(count, Ordering::Relaxed);
+    }
+
+    /// Whether commands the LUN can complete without blocking run on the
+    /// connection's reactor (`true`, the default) or all go to the LUN's
+    /// workers. New commands see a change at once.
+    pub fn set_run_to_completion(&self, on: bool) {
+        self.run_to_completion.store(on, Ordering::Relaxed);
+    }
+
+    /// The reactor threads, started at the first call.
+    pub fn reactors(&self) -> std::io::Result<&Reactors> {
+        if let Some(r) = self.reactors.get() {
+            return Ok(r);
+        }
+        let r = Reactors::start(self.reactor_count.load(Ordering::Relaxed))?;
+        // Another listener may have started a set meanwhile: keep the first
+        // (the spare one stops when dropped).
+        Ok(self.reactors.get_or_init(|| r))
+    }
+
+    /// Replace the protocol configuration; new logins on every transport
+    /// see it at once.
+    pub fn set_config(&self, config: PortalConfig) {
+        self.dir.set_config(config);
+    }
+
+    /// The configuration in force (a driver adapts its own copy per
+    /// connection, e.g. iSER's MaxOutstandingUnexpectedPDUs).
+    pub fn config(&self) -> Arc<PortalConfig> {
+        self.dir.config()
+    }
+
+    /// Attach the SCSI target device that serves iSCSI target `name`.
+    pub fn add_target(&self, name: &str, target: Arc<ScsiTarget>) {
+        self.dir.add_target(name, target);
+    }
+
+    pub fn remove_target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
+        self.dir.remove_target(name)
+    }
+
+    fn target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
+        self.dir.target(name)
+    }
+
+    /// All SCSI target devices.
+    pub fn scsi_targets(&self) -> Vec<Arc<ScsiTarget>> {
+        self.dir.scsi_targets()
+    }
+
+    /// The session table every connection of every transport logs in to.
+    pub fn sessions(&self) -> Arc<Mutex<SessionTable>> {
+        Arc::clone(&self.sessions)
+    }
+
+    /// Live connections of both transports.
+    pub fn connections(&self) -> Vec<ConnSummary> {
+        self.conns
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .map(|(id, e)| ConnSummary {
+                        conn_id: *id,
+                        peer: e.peer,
+                        local: e.local,
+                        transport: e.transport,
+                        session: e.session.clone(),
+                        stats: e.stats.snapshot(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Close a connection now, whichever driver owns it.
+    pub fn kill(&self, conn_id: u64) -> bool {
+        self.send_to(conn_id, PortMsg::Kill)
+    }
+
+    /// Ask the initiator of a connection to log out (RFC 7143 §11.9.1,
+    /// AsyncEvent 1, two seconds to do so). False if there is no such
+    /// connection; a connection still logging in ignores the request.
+    pub fn logout(&self, conn_id: u64) -> bool {
+        self.send_to(conn_id, PortMsg::RequestLogout)
+    }
+
+    /// Ask every connection's initiator to log out; how many were asked.
+    pub fn request_logout_all(&self) -> usize {
+        self.conn_ids()
+            .into_iter()
+            .filter(|id| self.logout(*id))
+            .count()
+    }
+
+    fn send_to(&self, conn_id: u64, msg: PortMsg) -> bool {
+        self.conns
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&conn_id).map(|e| e.tx.send(msg).is_ok()))
+            .unwrap_or(false)
+    }
+
+    fn conn_ids(&self) -> Vec<u64> {
+        self.conns
+            .lock()
+            .map(|c| c.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Completes once shutdown has begun (at once if it already has): the
+    /// accept loops of every driver stop on it.
+    pub async fn stopping(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
+    /// Stop accepting on every portal, ask every session to log out, wait
+    /// up to `grace` for them, close the rest, and wait (bounded) for the
+    /// closed ones to end. The SCSI targets keep running.
+    pub async fn stop_sessions(&self, grace: Duration) {
+        // `send_replace`: `send` would not store the value while no accept
+        // loop is subscribed.
+        self.shutdown.send_replace(true);
+        self.request_logout_all();
+        self.wait_empty(grace).await;
+        for id in self.conn_ids() {
+            self.kill(id);
+        }
+        self.wait_empty(KILL_WAIT).await;
+    }
+
+    /// Graceful shutdown: [`stop_sessions`](Self::stop_sessions), then stop
+    /// the SCSI targets (which drains in-flight commands and flushes).
+    pub async fn shutdown(&self, grace: Duration) {
+        self.stop_sessions(grace).await;
+        let targets = self.scsi_targets();
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in targets {
+                t.shutdown();
+            }
+        })
+        .await;
+    }
+
+    /// Waits until no connection is left or `limit` has passed.
+    async fn wait_empty(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline
+            && self.conns.lock().map(|c| !c.is_empty()).unwrap_or(false)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Registers a new connection of a driver; the returned handle is its
+    /// side of the port until it is dropped (which forgets the connection).
+    pub fn open(self: &Arc<Self>, info: ConnInfo) -> PortConn {
+        let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(ConnStats::default());
+        if let Ok(mut c) = self.conns.lock() {
+            c.insert(
+                conn_id,
+                ConnEntry {
+                    tx: tx.clone(),
+                    transport: info.transport,
+                    peer: info.peer,
+                    local: info.local,
+                    session: None,
+                    stats: Arc::clone(&stats),
+                    probe: info.probe,
+                },
+            );
+        }
+        PortConn::new(Arc::clone(self), conn_id, info.transport, tx, rx, stats)
+    }
+
+    /// Tell the SCSI core that this connection's I_T nexus is gone (once).
+    /// Done at once on the connection's own thread: `nexus_lost` only takes
+    /// short locks (it aborts the nexus's tasks without waiting for running
+    /// ones), and an initiator that reconnects right away must find the old
+    /// nexus's state (reservations, medium prevention) already gone.
+    ///
+    /// The connection table stays locked until the SCSI core has dropped
+    /// the nexus, so a new session's [`Self::release_departed`] (which
+    /// takes the same lock) never runs between the two.
+    fn release_nexus(&self, conn_id: u64) {
+        let Ok(mut conns) = self.conns.lock() else {
+            return;
+        };
+        let info = conns.get_mut(&conn_id).and_then(|e| e.session.take());
+        if let Some(info) = info {
+            if let Some(t) = self.target(&info.target) {
+                let nexus: Arc<rustgt_scsi::Nexus> = info.nexus.clone();
+                t.nexus_lost(&nexus);
+            }
+        }
+        drop(conns);
+    }
+
+    /// Before a new session of `initiator` goes on: the nexuses of its
+    /// earlier connections whose sockets the initiator has already closed
+    /// are released now, so the new session never meets their state
+    /// (reservations, medium prevention) just because the reactor that owns
+    /// the old socket has not yet run. An initiator that disconnects and
+    /// logs in again at once sends its FIN before its new login. (Only
+    /// connections with a probe, i.e. TCP ones, can be seen closed here.)
+    fn release_departed(&self, initiator: &str, me: u64) {
+        let departed: Vec<u64> = self
+            .conns
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .filter(|(id, e)| {
+                        **id != me
+                            && e.session.as_ref().is_some_and(|s| s.initiator == initiator)
+                            && e.probe.as_ref().is_some_and(peer_closed)
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in departed {
+            tracing::debug!(
+                conn = id,
+                "initiator closed an earlier connection; its nexus goes now"
+            );
+            self.release_nexus(id);
+        }
+    }
+
+    /// Records a connection's logged-in session; its SCSI target.
+    fn logged_in(&self, conn_id: u64, info: SessionInfo) -> Option<Arc<ScsiTarget>> {
+        self.release_departed(&info.initiator, conn_id);
+        let target = self.target(&info.target);
+        if let Ok(mut c) = self.conns.lock() {
+            if let Some(e) = c.get_mut(&conn_id) {
+                e.session = Some(info);
+            }
+        }
+        target
+    }
+
+    /// The nexus of a connection's session, if it has one.
+    fn nexus_of(&self, conn_id: u64) -> Option<Arc<rustgt_scsi::Nexus>> {
+        self.conns.lock().ok().and_then(|c| {
+            c.get(&conn_id)
+                .and_then(|e| e.session.as_ref().map(|s| s.nexus.clone()))
+        })
+    }
+
+    /// A connection ended: its nexus goes (if logout did not already take
+    /// it), then the registry and the session table forget it.
+    fn close(&self, conn_id: u64) {
+        self.release_nexus(conn_id);
+        let _ = self.conns.lock().ok().and_then(|mut c| c.remove(&conn_id));
+        if let Ok(mut s) = self.sessions.lock() {
+            s.remove_conn(conn_id);
+        }
+    }
+
+    fn run_to_completion(&self) -> bool {
+        self.run_to_completion.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether the peer has closed (or reset) the connection of `probe`, as far
+/// as the socket can tell without waiting: a peek that sees end of file.
+fn peer_closed(probe: &std::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match probe.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,324 @@
+//! The port with real sans-I/O connections of both transports (a TCP
+//! byte-stream core and an iSER message core), logged in through the real
+//! login code to a real SCSI target on a RAM LUN. No sockets, no verbs:
+//! the drivers' part is played by the test.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustgt_backstore::{open, BackstoreSpec, EngineKind};
+use rustgt_iscsi::iser::ControlHeader;
+use rustgt_iscsi::pdu::{LoginRequest, LoginStatus, Reply, Request, RequestHeader, Stage};
+use rustgt_iscsi::text::encode_text;
+use rustgt_iscsi::{Connection, ConnectionSetup, IserOp, IserParams, PortalConfig, TargetInfo};
+use rustgt_scsi::{LunConfig, ScsiTarget};
+
+use super::*;
+
+const TARGET: &str = "iqn.2026-11.org.rustgt:port-test";
+const INITIATOR: &str = "iqn.2026-11.org.rustgt:port-initiator";
+const ISID: [u8; 6] = [0x80, 0, 0, 0x12, 0x34, 0x56];
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("address")
+}
+
+fn port() -> Arc<Port> {
+    let port = Port::new(PortalConfig {
+        targets: vec![TargetInfo {
+            name: TARGET.into(),
+            alias: None,
+            tpgt: 1,
+            portals: vec!["127.0.0.1:3260".into()],
+            acl: vec![],
+            chap: Default::default(),
+        }],
+        queue_depth: 16,
+        ..PortalConfig::default()
+    });
+    let t = ScsiTarget::new(TARGET);
+    let store = open(&BackstoreSpec {
+        kind: EngineKind::Ram,
+        path: None,
+        size: Some(1 << 20),
+        block_size: 512,
+        read_only: false,
+        thin: false,
+    })
+    .expect("ram backstore");
+    let mut lc = LunConfig::new(store);
+    lc.workers = 1;
+    t.add_lun(0, lc).expect("add lun");
+    port.add_target(TARGET, t);
+    port
+}
+
+/// One connection as a driver would run it: the port's handle and the core.
+struct Driven {
+    pc: PortConn,
+    core: Connection,
+    transport: Transport,
+}
+
+impl Driven {
+    fn open(port: &Arc<Port>, transport: Transport, peer: &str) -> Driven {
+        let pc = port.open(ConnInfo {
+            transport,
+            peer: addr(peer),
+            local: addr("127.0.0.1:3260"),
+            probe: None,
+        });
+        let setup = ConnectionSetup {
+            conn_id: pc.id(),
+            transport,
+            local_addr: "127.0.0.1:3260".into(),
+            peer_addr: peer.into(),
+            random: [7u8; 32],
+        };
+        let now = Instant::now();
+        let core = match transport {
+            Transport::Tcp => Connection::new(pc.config(), pc.sessions(), setup, now),
+            Transport::Iser => Connection::new_iser(
+                pc.config(),
+                pc.sessions(),
+                setup,
+                IserParams {
+                    read_depth: 4,
+                    max_rdma_len: 4096,
+                    remote_invalidate: false,
+                },
+                now,
+            ),
+        };
+        Driven {
+            pc,
+            core,
+            transport,
+        }
+    }
+
+    /// Sends one PDU the way this transport carries it, runs the events it
+    /// caused through the port, and returns the target's replies.
+    fn send(&mut self, req: &Request) -> Vec<Reply> {
+        let now = Instant::now();
+        match self.transport {
+            Transport::Tcp => self.core.handle_input(&req.encode(false, false), now),
+            Transport::Iser => {
+                let mut msg = ControlHeader::default().encode().to_vec();
+                msg.extend_from_slice(&req.encode(false, false));
+                self.core.handle_message(&msg, now);
+            }
+        }
+        while let Some(ev) = self.core.poll_event() {
+            if let Some(resp) = self.pc.on_event(ev) {
+                self.core.complete(resp);
+            }
+        }
+        let mut wire = Vec::new();
+        let mut out = Vec::new();
+        if let Some(segs) = self.core.poll_transmit() {
+            for s in segs {
+                wire.extend_from_slice(&s);
+            }
+        }
+        while let Some(op) = self.core.poll_op() {
+            if let IserOp::Send(s) = op {
+                let pdu = s
+                    .msg
+                    .get(rustgt_iscsi::iser::ISER_HEADER_LEN..)
+                    .unwrap_or_default();
+                let (r, _) = Reply::decode(pdu, false, false).expect("a PDU per Send");
+                out.push(r);
+            }
+        }
+        let mut pos = 0;
+        while pos < wire.len() {
+            let (r, n) = Reply::decode(&wire[pos..], false, false).expect("a whole PDU");
+            pos += n;
+            out.push(r);
+        }
+        out
+    }
+
+    /// A Normal session of INITIATOR with ISID to TARGET, no
+    /// authentication; returns its TSIH.
+    fn login(&mut self) -> u16 {
+        let mut exp_stat_sn = 0;
+        let mut tsih = 0;
+        let mut steps = vec![(
+            Stage::SECURITY,
+            Stage::OPERATIONAL,
+            vec![
+                ("InitiatorName", INITIATOR),
+                ("TargetName", TARGET),
+                ("SessionType", "Normal"),
+                ("AuthMethod", "None"),
+            ],
+        )];
+        let mut ops = vec![("HeaderDigest", "None"), ("DataDigest", "None")];
+        if self.transport == Transport::Iser {
+            ops.push(("RDMAExtensions", "Yes"));
+        }
+        steps.push((Stage::OPERATIONAL, Stage::FULL_FEATURE, ops));
+        for (csg, nsg, keys) in steps {
+            let pairs: Vec<(String, String)> = keys
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let req = Request {
+                header: RequestHeader::Login(LoginRequest {
+                    transit: true,
+                    cont: false,
+                    csg,
+                    nsg,
+                    version_max: 0,
+                    version_min: 0,
+                    isid: ISID,
+                    tsih: 0,
+                    itt: 1,
+                    cid: 1,
+                    cmd_sn: 1,
+                    exp_stat_sn,
+                }),
+                data: encode_text(&pairs),
+            };
+            let replies = self.send(&req);
+            let Some(Reply::LoginResponse(lr)) = replies.into_iter().next() else {
+                panic!("no login response");
+            };
+            assert_eq!(lr.status, LoginStatus::SUCCESS, "{:?}", lr.data);
+            exp_stat_sn = lr.stat_sn.wrapping_add(1);
+            tsih = lr.tsih;
+        }
+        assert_ne!(tsih, 0, "a Normal session in full feature phase");
+        tsih
+    }
+}
+
+fn summary(port: &Port, id: u64) -> ConnSummary {
+    port.connections()
+        .into_iter()
+        .find(|c| c.conn_id == id)
+        .expect("listed")
+}
+
+#[tokio::test]
+async fn a_session_reinstated_over_iser_kills_its_tcp_connection() {
+    let port = port();
+    let mut tcp = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
+    let tsih_tcp = tcp.login();
+    assert!(summary(&port, tcp.pc.id()).session.is_some());
+    assert!(
+        tcp.pc.try_recv().is_none(),
+        "nothing for the TCP connection yet"
+    );
+
+    // The same initiator and ISID log in again, over the other transport.
+    let mut iser = Driven::open(&port, Transport::Iser, "127.0.0.2:50001");
+    let tsih_iser = iser.login();
+    assert_ne!(tsih_tcp, tsih_iser, "a new session");
+    assert!(
+        matches!(tcp.pc.try_recv(), Some(PortMsg::Kill)),
+        "the old TCP connection is told to close"
+    );
+    assert!(iser.pc.try_recv().is_none(), "the new one is left alone");
+
+    // The TCP driver closes it: only the iSER session is left, in the
+    // registry and in the one session table.
+    drop(tcp);
+    let left = port.connections();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].transport, Transport::Iser);
+    assert_eq!(left[0].session.as_ref().map(|s| s.tsih), Some(tsih_iser));
+    assert_eq!(port.sessions().lock().expect("table").len(), 1);
+}
+
+#[tokio::test]
+async fn a_session_reinstated_over_tcp_kills_its_iser_connection() {
+    let port = port();
+    let mut iser = Driven::open(&port, Transport::Iser, "127.0.0.2:50001");
+    iser.login();
+    let mut tcp = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
+    tcp.login();
+    assert!(matches!(iser.pc.try_recv(), Some(PortMsg::Kill)));
+    assert!(tcp.pc.try_recv().is_none());
+}
+
+#[tokio::test]
+async fn listing_covers_both_transports_in_one_id_space() {
+    let port = port();
+    let mut tcp = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
+    let iser = Driven::open(&port, Transport::Iser, "127.0.0.2:50001");
+    assert_ne!(tcp.pc.id(), iser.pc.id());
+    tcp.login();
+
+    let mut all = port.connections();
+    all.sort_by_key(|c| c.conn_id);
+    let got: Vec<(u64, Transport, SocketAddr, bool)> = all
+        .iter()
+        .map(|c| (c.conn_id, c.transport, c.peer, c.session.is_some()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (tcp.pc.id(), Transport::Tcp, addr("127.0.0.1:50000"), true),
+            (
+                iser.pc.id(),
+                Transport::Iser,
+                addr("127.0.0.2:50001"),
+                false
+            ),
+        ]
+    );
+
+    // The control surface reaches both.
+    assert!(port.logout(iser.pc.id()));
+    assert_eq!(port.request_logout_all(), 2);
+    let mut iser = iser;
+    assert!(matches!(iser.pc.try_recv(), Some(PortMsg::RequestLogout)));
+    assert!(matches!(iser.pc.try_recv(), Some(PortMsg::RequestLogout)));
+    assert!(matches!(tcp.pc.try_recv(), Some(PortMsg::RequestLogout)));
+    assert!(port.kill(tcp.pc.id()));
+    assert!(matches!(tcp.pc.try_recv(), Some(PortMsg::Kill)));
+
+    let gone = tcp.pc.id();
+    drop(tcp);
+    assert!(!port.kill(gone), "a closed connection is not listed");
+    assert_eq!(port.connections().len(), 1);
+    assert_eq!(
+        port.sessions().lock().expect("table").len(),
+        0,
+        "its session went with it"
+    );
+}
+
+#[tokio::test]
+async fn stop_sessions_closes_what_does_not_log_out_and_stops_accepting() {
+    let port = port();
+    assert!(!port.is_stopping());
+    let mut tcp = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
+    // A driver that acts on its messages: it ends on Kill.
+    let driver = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(msg) = tcp.pc.recv().await {
+            let kill = matches!(msg, PortMsg::Kill);
+            seen.push(msg);
+            if kill {
+                break;
+            }
+        }
+        drop(tcp);
+        seen
+    });
+    port.stop_sessions(Duration::ZERO).await;
+    assert!(port.is_stopping());
+    // Already stopping: returns at once.
+    port.stopping().await;
+    let seen = driver.await.expect("driver task");
+    assert!(
+        matches!(seen.first(), Some(PortMsg::RequestLogout)),
+        "{seen:?}"
+    );
+    assert!(matches!(seen.last(), Some(PortMsg::Kill)), "{seen:?}");
+    assert!(port.connections().is_empty());
+}
