@@ -209,6 +209,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn write_buffer_grows_with_data_and_solicitation_never_past_the_edtl() {
+        let edtl = 1 << 20;
+        let mut w = WriteBuf::default();
+        // Immediate data: room for what came, not for the whole EDTL.
+        w.append(&[7u8; 8192], edtl);
+        assert_eq!(w.filled(), 8192);
+        assert!(w.buf.len() < edtl, "{}", w.buf.len());
+        // An R2T for the next 256 KiB makes room for it at once.
+        w.reserve_to(8192 + 256 * 1024, edtl);
+        assert!(w.buf.len() >= 8192 + 256 * 1024);
+        let before = w.buf.as_ptr();
+        w.append(&[8u8; 256 * 1024], edtl);
+        assert_eq!(
+            w.buf.as_ptr(),
+            before,
+            "solicited data lands without a copy"
+        );
+        // Growth stops at the EDTL, whatever is asked.
+        w.reserve_to(usize::MAX, edtl);
+        assert_eq!(w.buf.len(), edtl);
+        let data = w.into_data();
+        assert_eq!(data.len(), 8192 + 256 * 1024);
+        assert!(data.get(..8192).is_some_and(|d| d.iter().all(|&b| b == 7)));
+        assert!(data.get(8192..).is_some_and(|d| d.iter().all(|&b| b == 8)));
+        // A 4 KiB write with immediate data: one buffer of exactly 4 KiB.
+        let mut small = WriteBuf::default();
+        small.append(&[1u8; 4096], 4096);
+        assert_eq!(small.into_data().len(), 4096);
+    }
+
+    #[test]
     fn data_in_respects_pdu_and_burst_limits() {
         let len = 10_000;
         let pdus: Vec<DataInSlice> = data_in_pdus(7, 0, len, 1024, 4096).collect();
