@@ -47,7 +47,14 @@ pub struct IoBuf {
     len: usize,
     /// The size class it returns to when dropped.
     class: Option<u8>,
+    /// All zeros, read from [`ZEROS`]: `storage` is empty until someone
+    /// writes to the buffer.
+    zeros: bool,
 }
+
+/// The longest all-zero buffer [`IoBuf::zeros`] lends without allocating.
+pub const ZEROS_LEN: usize = 1 << 20;
+static ZEROS: [u8; ZEROS_LEN] = [0; ZEROS_LEN];
 
 /// Idle buffers of one cache, by size class.
 struct Cache {
@@ -151,6 +158,7 @@ impl IoBuf {
             start: start16,
             len,
             class: Some(class8),
+            zeros: false,
         }
     }
 
@@ -161,13 +169,35 @@ impl IoBuf {
         b
     }
 
+    /// `len` zero bytes that cost neither an allocation nor a memset while
+    /// only read (a null LUN's data); pooled zeroed memory past
+    /// [`ZEROS_LEN`]. Writing to it first makes a private copy.
+    pub fn zeros(len: usize) -> IoBuf {
+        if len > ZEROS_LEN {
+            return IoBuf::zeroed(len);
+        }
+        IoBuf {
+            storage: Vec::new(),
+            start: 0,
+            len,
+            class: None,
+            zeros: true,
+        }
+    }
+
     pub fn as_slice(&self) -> &[u8] {
+        if self.zeros {
+            return ZEROS.get(..self.len).unwrap_or_default();
+        }
         self.storage
             .get(usize::from(self.start)..usize::from(self.start) + self.len)
             .unwrap_or_default()
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.zeros {
+            *self = IoBuf::zeroed(self.len);
+        }
         self.storage
             .get_mut(usize::from(self.start)..usize::from(self.start) + self.len)
             .unwrap_or_default()
@@ -189,7 +219,7 @@ impl IoBuf {
 
     /// The bytes as a vector (copies a pooled buffer).
     pub fn into_vec(mut self) -> Vec<u8> {
-        if self.class.is_none() && self.start == 0 {
+        if self.class.is_none() && self.start == 0 && !self.zeros {
             let mut v = std::mem::take(&mut self.storage);
             v.truncate(self.len);
             return v;
@@ -213,6 +243,7 @@ impl From<Vec<u8>> for IoBuf {
             storage,
             start: 0,
             class: None,
+            zeros: false,
         }
     }
 }
@@ -347,6 +378,24 @@ mod tests {
         assert!(local <= THREAD_CACHE_BYTES, "{local}");
         let shared = SHARED.lock().map(|c| c.bytes).unwrap_or(0);
         assert!(shared <= SHARED_CACHE_BYTES, "{shared}");
+    }
+
+    #[test]
+    fn lent_zeros_read_as_zeros_and_copy_on_first_write() {
+        let mut z = IoBuf::zeros(64 * 1024);
+        assert!(!z.is_pooled());
+        assert_eq!(z.len(), 64 * 1024);
+        assert!(z.iter().all(|&b| b == 0));
+        z.truncate(4096);
+        assert_eq!(z.len(), 4096);
+        z[0] = 9;
+        assert!(z.is_pooled(), "writing made a private pooled copy");
+        assert_eq!((z[0], z.len()), (9, 4096));
+        assert!(z.get(1..).is_some_and(|r| r.iter().all(|&b| b == 0)));
+        assert!(ZEROS.iter().all(|&b| b == 0), "the shared zeros stay zero");
+        let big = IoBuf::zeros(ZEROS_LEN + 4096);
+        assert!(big.is_pooled() && big.iter().all(|&b| b == 0));
+        assert_eq!(IoBuf::zeros(10).into_vec(), vec![0u8; 10]);
     }
 
     #[test]

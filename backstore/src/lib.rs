@@ -137,6 +137,18 @@ pub trait Backstore: Send + Sync + Debug {
     /// buffers ([`IoBuf`]) that still hold another command's data.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
 
+    /// Read `len` bytes from `offset` into a buffer of the store's choice:
+    /// by default a pooled one that [`Backstore::read_at`] fills; a store
+    /// that holds only zeros lends them ([`IoBuf::zeros`]) without a memset.
+    /// Stores that wrap another forward it.
+    fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        let mut buf = IoBuf::for_overwrite(len);
+        if len > 0 {
+            self.read_at(&mut buf, offset)?;
+        }
+        Ok(buf)
+    }
+
     /// Write `buf` at byte `offset`. With `fua`, the data is durable on return.
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()>;
 

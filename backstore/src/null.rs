@@ -3,7 +3,7 @@
 //! exercise the same paths.
 
 use crate::common::{check_pattern, check_range, check_write, geometry_for, len_u64};
-use crate::{Backstore, Geometry, Result};
+use crate::{Backstore, Geometry, IoBuf, Result};
 
 /// A store that holds nothing.
 #[derive(Debug)]
@@ -33,6 +33,11 @@ impl Backstore for NullBackstore {
         check_range(&self.geometry, offset, len_u64(buf.len()))?;
         buf.fill(0);
         Ok(())
+    }
+
+    fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        check_range(&self.geometry, offset, len_u64(len))?;
+        Ok(IoBuf::zeros(len))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, _fua: bool) -> Result<()> {

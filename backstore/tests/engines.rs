@@ -226,6 +226,32 @@ fn null_reads_zeros_and_discards() {
     store.flush().expect("flush");
     check_out_of_range(&store);
     check_read_only(&NullBackstore::new(MIB, 512, true).expect("null ro"));
+    // Whole-buffer reads lend zeros; the range is still checked.
+    let lent = store.read_buf(MIB, MIB as usize).expect("read_buf");
+    assert_eq!(lent.len(), MIB as usize);
+    assert!(lent.iter().all(|&b| b == 0));
+    assert!(matches!(
+        store.read_buf(4 * MIB - 4096, 8192),
+        Err(BackstoreError::OutOfRange { .. })
+    ));
+}
+
+#[test]
+fn the_default_read_buf_fills_a_pooled_buffer_with_the_data() {
+    let store = RamBackstore::new(4 * MIB, 512, false).expect("ram");
+    store.write_at(&data(8192, 3), 4096, false).expect("write");
+    // A pooled buffer that held other bytes must come back holding the data.
+    let mut stale = rustgt_backstore::IoBuf::for_overwrite(8192);
+    stale.fill(0xEE);
+    drop(stale);
+    let got = store.read_buf(4096, 8192).expect("read_buf");
+    assert_eq!(&*got, &data(8192, 3)[..]);
+    drop(got);
+    let mut stale = rustgt_backstore::IoBuf::for_overwrite(4096);
+    stale.fill(0xEE);
+    drop(stale);
+    let zeros = store.read_buf(MIB, 4096).expect("read_buf unwritten");
+    assert!(zeros.iter().all(|&b| b == 0));
 }
 
 #[test]

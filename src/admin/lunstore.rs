@@ -16,7 +16,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use rustgt_backstore::{
-    Backstore, BackstoreError, Extent, Geometry, IoContext, Nonblocking, Result,
+    Backstore, BackstoreError, Extent, Geometry, IoBuf, IoContext, Nonblocking, Result,
 };
 
 use super::proto::{DeviceTurnsView, ReadaheadStatsView, StoreStatsView};
@@ -212,6 +212,21 @@ impl Backstore for LunStore {
         add(&c.reads, 1);
         add(&c.read_bytes, len);
         c.sizes.record(len);
+        c.read_latency_us.record(micros(started));
+        self.count(r)
+    }
+
+    fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        let started = Instant::now();
+        let r = self.store().read_buf(offset, len);
+        if matches!(r, Err(BackstoreError::WouldBlock)) {
+            return r;
+        }
+        let c = &self.counters;
+        let n = len as u64;
+        add(&c.reads, 1);
+        add(&c.read_bytes, n);
+        c.sizes.record(n);
         c.read_latency_us.record(micros(started));
         self.count(r)
     }

@@ -24,7 +24,7 @@ use super::{
     set_readahead_io, worker_index, Batch, Core, IoContextOptions, IoStats, ReadaheadPolicy, Ticket,
 };
 use crate::common::{check_range, check_write, len_u64};
-use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
+use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, IoBuf, Result};
 
 /// Attempts to get a read's pages cached before reading directly.
 const MAX_RETRIES: u32 = 3;
@@ -350,6 +350,27 @@ impl Backstore for IoContext {
 
     fn geometry(&self) -> Geometry {
         self.shared.geometry
+    }
+
+    fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        let sh = &*self.shared;
+        if !sh.passthrough || len == 0 {
+            let mut buf = IoBuf::for_overwrite(len);
+            self.read_at(&mut buf, offset)?;
+            return Ok(buf);
+        }
+        let n = len_u64(len);
+        check_range(&sh.geometry, offset, n)?;
+        let t0 = Instant::now();
+        let r = sh.inner.read_buf(offset, len);
+        if matches!(r, Err(BackstoreError::WouldBlock)) {
+            return r;
+        }
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let mut state = lock(&sh.state);
+        state.core.count_direct(n);
+        state.core.record_latency(ns);
+        r
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {

@@ -114,11 +114,7 @@ pub(crate) fn whole_blocks(data: &[u8], bytes: u64, bs: u64) -> &[u8] {
 /// fails, and a failed read's buffer is never sent.
 pub(crate) fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<IoBuf, Sense> {
     let len = usize::try_from(len).map_err(|_| lba_out_of_range())?;
-    let mut buf = IoBuf::for_overwrite(len);
-    if len > 0 {
-        lu.backstore.read_at(&mut buf, offset)?;
-    }
-    Ok(buf)
+    Ok(lu.backstore.read_buf(offset, len)?)
 }
 
 /// MISCOMPARE DURING VERIFY OPERATION, INFORMATION = offset into Data-Out.
