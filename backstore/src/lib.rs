@@ -41,6 +41,7 @@ pub mod nowait;
 mod null;
 mod ram;
 mod spec;
+pub mod uring;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
 pub use builder::{attach_context, build, open_engine, LunStoreSpec};
@@ -190,5 +191,15 @@ pub trait Backstore: Send + Sync + Debug {
     /// keeps every command on the LUN's workers.
     fn nonblocking(&self) -> Nonblocking {
         Nonblocking::Never
+    }
+
+    /// The open file a reactor's io_uring may read, write and fsync
+    /// directly ([`uring`]) for commands that cannot complete at once, with
+    /// the meters of every layer that counts I/O. `None`, the default,
+    /// keeps those commands on the LUN's workers: stores of memory, the
+    /// simulated disk, and I/O contexts with readahead of their own (whose
+    /// threads must see every read).
+    fn uring_file(&self) -> Option<uring::UringFile> {
+        None
     }
 }

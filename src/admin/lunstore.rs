@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
+use rustgt_backstore::uring::{IoKind, IoMeter, UringFile};
 use rustgt_backstore::{
     Backstore, BackstoreError, Extent, Geometry, IoContext, Nonblocking, Result,
 };
@@ -38,7 +39,8 @@ pub struct Current {
 #[derive(Debug)]
 pub struct LunStore {
     current: RwLock<Current>,
-    counters: Counters,
+    /// Shared with the io_uring ops in flight, which report here.
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
@@ -70,7 +72,7 @@ impl LunStore {
     pub fn new(current: Current) -> Arc<LunStore> {
         Arc::new(LunStore {
             current: RwLock::new(current),
-            counters: Counters::default(),
+            counters: Arc::default(),
         })
     }
 
@@ -255,6 +257,39 @@ impl Backstore for LunStore {
 
     fn nonblocking(&self) -> Nonblocking {
         self.store().nonblocking()
+    }
+
+    /// The current store's file, metered here too.
+    fn uring_file(&self) -> Option<UringFile> {
+        let mut f = self.store().uring_file()?;
+        f.meters
+            .push(Arc::clone(&self.counters) as Arc<dyn IoMeter>);
+        Some(f)
+    }
+}
+
+/// What a reactor's io_uring did for this LUN counts as if it had gone
+/// through [`LunStore`]'s own calls.
+impl IoMeter for Counters {
+    fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool) {
+        match kind {
+            IoKind::Read => {
+                add(&self.reads, 1);
+                add(&self.read_bytes, len);
+                self.sizes.record(len);
+                self.read_latency_us.record(micros(started));
+            }
+            IoKind::Write => {
+                add(&self.writes, 1);
+                add(&self.write_bytes, len);
+                self.sizes.record(len);
+                self.write_latency_us.record(micros(started));
+            }
+            IoKind::Flush => add(&self.flushes, 1),
+        }
+        if !ok {
+            add(&self.errors, 1);
+        }
     }
 }
 
