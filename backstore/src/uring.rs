@@ -121,21 +121,6 @@ impl UringFile {
             None => Ok(IoBuf::Vec(vec![0; len])),
         }
     }
-
-    /// `data` as a buffer fit for this file: moved when no alignment is
-    /// needed, copied into an aligned one for O_DIRECT.
-    pub fn buffer_from(&self, data: Vec<u8>, len: usize) -> io::Result<IoBuf> {
-        match self.direct_align {
-            Some(align) => {
-                let mut buf = IoBuf::aligned(len, align)?;
-                if let (IoBuf::Aligned(a), Some(src)) = (&mut buf, data.get(..len)) {
-                    a.as_mut_slice().copy_from_slice(src);
-                }
-                Ok(buf)
-            }
-            None => Ok(IoBuf::Vec(data)),
-        }
-    }
 }
 
 /// Which kind of operation a meter is told about.
@@ -170,6 +155,13 @@ impl IoBuf {
         AlignedBuf::zeroed(len, align.max(1))
             .map(IoBuf::Aligned)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cannot align a buffer"))
+    }
+
+    /// An aligned copy of `src` (a write's data for an O_DIRECT file).
+    pub fn aligned_copy(src: &[u8], align: usize) -> io::Result<IoBuf> {
+        let mut buf = IoBuf::aligned(src.len(), align)?;
+        buf.as_mut_slice().copy_from_slice(src);
+        Ok(buf)
     }
 
     pub fn len(&self) -> usize {
@@ -360,6 +352,23 @@ pub fn reap() -> usize {
         (entry.callback)(result, entry.buf);
     }
     n
+}
+
+/// Waits until at least one op of this thread's ring has completed (when
+/// any is in flight), then reaps like [`reap`]. For a thread that has
+/// nothing else to wait for (tests; a reactor waits on the eventfd).
+pub fn reap_blocking() -> usize {
+    let waited = RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(ring) if ring.in_flight > 0 => ring.ring.submit_and_wait(1).map(|_| ()),
+            _ => Ok(()),
+        },
+        Err(_) => Ok(()),
+    });
+    if let Err(e) = waited {
+        tracing::debug!(error = %e, "io_uring wait");
+    }
+    reap()
 }
 
 /// Takes this thread's ring away, waits for every op still in flight and

@@ -44,6 +44,7 @@ mod pr_cmd;
 mod pr_store;
 mod provisioning;
 mod registry;
+mod ring;
 mod sanitize;
 mod sbc;
 mod sbc_ext;
