@@ -10,14 +10,19 @@
 //! connections; one task per connection, which reads, runs every PDU that
 //! came in, executes on its own thread each command the LUN can complete
 //! without blocking ([`ScsiTarget::run_inline`]), and writes every response
-//! ready in that turn with one vectored write. Only commands that may block
-//! cross to the LUN's workers, whose completions come back over a channel.
+//! ready in that turn with one vectored write. A command on a file or
+//! block-device LUN that cannot complete at once goes to the reactor's own
+//! io_uring (`ring`), whose completions run on the same thread; only the
+//! rest crosses to the LUN's workers, whose completions come back over a
+//! channel.
 //! A connection's failure never affects another; on shutdown every session
 //! is asked to log out, in-flight commands finish, then sockets close.
 //!
 //! For the daemon's control path it also offers: per-listener stop
 //! ([`Server::serve_until`]), per-connection statistics ([`ConnStats`]),
 //! and a logout request to one connection ([`Server::logout`]).
+
+mod ring;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -640,13 +645,20 @@ impl Server {
                 };
                 let tx = tx.clone();
                 let stats = stats.clone();
-                t.submit(
-                    cmd,
-                    Box::new(move |resp| {
-                        stats.record(started, data_out, &resp);
-                        let _ = tx.send(ConnMsg::Done(resp));
-                    }),
-                );
+                let done: rustgt_scsi::Completion = Box::new(move |resp| {
+                    stats.record(started, data_out, &resp);
+                    let _ = tx.send(ConnMsg::Done(resp));
+                });
+                // A file or block-device LUN: the reactor's io_uring.
+                let (cmd, done) = if self.run_to_completion.load(Ordering::Relaxed) {
+                    match t.run_on_ring(cmd, done) {
+                        Ok(()) => return None,
+                        Err(back) => back,
+                    }
+                } else {
+                    (cmd, done)
+                };
+                t.submit(cmd, done);
             }
             Event::TaskMgmt { itt, lun, function } => {
                 let tx = tx.clone();
@@ -805,9 +817,7 @@ impl Reactors {
             std::thread::Builder::new()
                 .name(format!("rustgt-reactor{i}"))
                 .spawn(move || {
-                    rt.block_on(async {
-                        let _ = stopped.await;
-                    });
+                    rt.block_on(ring::serve_until(stopped));
                 })?;
             reactors.push(Reactor {
                 handle,

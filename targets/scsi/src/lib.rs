@@ -58,6 +58,9 @@ mod xcopy;
 pub use cmd::*;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS, MAX_TASKS_PER_LUN};
 pub use registry::LunRegistry;
+/// The calling thread's io_uring, for front ends that drive
+/// [`ScsiTarget::run_on_ring`] (a reactor creates, serves and drains it).
+pub use rustgt_backstore::uring;
 pub use sense::{Asc, FieldPointer, Sense, SenseFormat, SenseKey};
 pub use spc::{lun_from_sam, lun_to_sam, MAX_LUN};
 pub use target::{ScsiError, ScsiTarget};
