@@ -17,7 +17,9 @@
 //!   ([`LogicalUnit::run_inline`]) when the store says it can without
 //!   blocking: it is in the task set as a running task meanwhile, so task
 //!   management sees it like any other, and a command that would have to
-//!   wait is handed back untouched for the workers;
+//!   wait is handed back untouched for the workers; the io_uring path
+//!   (`ring`) enters its tasks the same way and completes them like a
+//!   worker does ([`LogicalUnit::complete`]);
 //! - a condition variable is signalled only when a thread waits on it.
 
 use std::collections::{HashSet, VecDeque};
@@ -220,6 +222,12 @@ struct TaskSet {
 }
 
 impl TaskSet {
+    /// Stopping with no task left: the workers may exit. A task that ends
+    /// off the workers (inline, io_uring) must wake them for this.
+    fn drained(&self) -> bool {
+        self.stopping && self.entries.is_empty()
+    }
+
     fn position(&self, key: TaskKey) -> Option<usize> {
         self.entries.iter().position(|e| e.key == key)
     }
@@ -552,7 +560,7 @@ impl LogicalUnit {
         // Its removal can only have released an ORDERED task queued
         // meanwhile; idle workers stay asleep otherwise.
         let wake_idle = set.idle_waiters > 0;
-        let wake_work = set.work_waiters > 0 && set.next_runnable().is_some();
+        let wake_work = set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained());
         drop(set);
         if wake_idle {
             self.idle.notify_all();
@@ -627,7 +635,7 @@ impl LogicalUnit {
         let wakes = |set: &TaskSet| {
             (
                 set.idle_waiters > 0,
-                set.work_waiters > 0 && set.next_runnable().is_some(),
+                set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained()),
             )
         };
         let mut wake = wakes(&set);

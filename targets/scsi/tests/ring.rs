@@ -233,3 +233,89 @@ fn without_a_ring_the_workers_serve_the_command() {
     assert_eq!(uring::in_flight(), 0);
     uring::stop_thread();
 }
+
+/// Starts `cmd` on the ring and returns the channel its completion
+/// arrives on (after a reap).
+fn start_on_ring(h: &Harness, cmd: Command) -> mpsc::Receiver<Response> {
+    let (tx, rx) = mpsc::channel();
+    let taken = h.target.run_on_ring(
+        cmd,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    assert!(taken.is_ok(), "the ring path takes the command");
+    rx
+}
+
+#[test]
+fn removing_a_lun_waits_for_its_ring_ops_and_then_ends() {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    let rx = start_on_ring(
+        &h,
+        h.cmd_on(&h.nexus, 1, &cdb10(0x2A, 0, 0, 8), 0, pattern(8, 3)),
+    );
+    assert_eq!(uring::in_flight(), 1);
+    let target = Arc::clone(&h.target);
+    let remover = std::thread::spawn(move || target.remove_lun(1));
+    // The LUN leaves the table first, then its workers wait for the task
+    // the ring still holds.
+    while h.target.luns().contains(&1) {
+        std::thread::yield_now();
+    }
+    let r = loop {
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        uring::reap_blocking();
+    };
+    assert_eq!(r.status, Status::GOOD);
+    // The task's completion wakes the stopping workers: the removal ends.
+    remover.join().unwrap().unwrap();
+    uring::stop_thread();
+}
+
+#[test]
+fn task_management_aborts_a_ring_task_or_finds_it_done() {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
+    let tag = cmd.tag;
+    let rx = start_on_ring(&h, cmd);
+    let target = Arc::clone(&h.target);
+    let nexus = Arc::clone(&h.nexus);
+    let tmf = std::thread::spawn(move || {
+        target.task_management(&nexus, 1, rustgt_scsi::TmfFunction::AbortTask { tag })
+    });
+    let r = loop {
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        uring::reap_blocking();
+    };
+    let answer = tmf.join().unwrap();
+    // Either the abort marked the running task (it completes as aborted,
+    // and only then does the TMF answer) or the task had completed first.
+    match answer {
+        rustgt_scsi::TmfResponse::FunctionComplete => {
+            assert!(r.aborted, "{r:?}");
+            assert_eq!(r.status, Status::TASK_ABORTED);
+        }
+        rustgt_scsi::TmfResponse::TaskNotFound => {
+            assert_eq!(r.status, Status::GOOD);
+            assert!(!r.aborted);
+        }
+        other => panic!("unexpected TMF answer {other:?}"),
+    }
+    assert!(rx.try_recv().is_err(), "one completion");
+    uring::stop_thread();
+}
