@@ -6,6 +6,9 @@
 //! kernels without it fall back to `pwrite` + `fdatasync`. With O_DIRECT,
 //! offsets and lengths must be block multiples and buffers not aligned in
 //! memory go through an aligned bounce buffer.
+//!
+//! The `File` sits in an `Arc` so that io_uring ops in flight
+//! ([`crate::uring`]) keep the descriptor open until they complete.
 
 use std::fs::File;
 use std::io;
@@ -99,6 +102,7 @@ impl FdIo {
             file: Arc::clone(&self.file),
             direct_align: self.direct,
             meters: Vec::new(),
+            holds: Vec::new(),
         }
     }
 

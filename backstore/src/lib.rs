@@ -25,6 +25,9 @@
 //! [`open`] builds one from a [`BackstoreSpec`]; [`build`] also wraps it in
 //! the LUN's I/O context ([`ioctx`]: readahead policies, cache, coalescing,
 //! stats). [`bench`] is the readahead benchmark in simulated time.
+//! [`nowait`] and [`uring`] serve reactor threads, which must not block:
+//! non-blocking attempts, and a per-thread io_uring driving the file and
+//! block-device engines' fd ([`Backstore::uring_file`]).
 
 use std::fmt::Debug;
 

@@ -93,6 +93,10 @@ pub struct UringFile {
     pub direct_align: Option<usize>,
     /// Layers that count the store's I/O (see [`IoMeter`]).
     pub meters: Vec<Arc<dyn IoMeter>>,
+    /// Stores kept alive while an op is in flight, so that a layer that
+    /// waits for the calls on a store before swapping it (the daemon's
+    /// LUN store) waits for the ring's ops too.
+    pub holds: Vec<Arc<dyn crate::Backstore>>,
 }
 
 impl fmt::Debug for UringFile {
@@ -101,6 +105,7 @@ impl fmt::Debug for UringFile {
             .field("fd", &self.file.as_raw_fd())
             .field("direct_align", &self.direct_align)
             .field("meters", &self.meters.len())
+            .field("holds", &self.holds.len())
             .finish()
     }
 }
@@ -646,6 +651,7 @@ mod tests {
             file: Arc::new(file),
             direct_align: None,
             meters: Vec::new(),
+            holds: Vec::new(),
         }
     }
 

@@ -7,6 +7,10 @@
 //! what is behind that Arc is how a LUN is resized (a store reopened at the
 //! new size) or gets a new I/O context, without stopping the LUN.
 //!
+//! Ops a reactor's io_uring does on the store's file bypass these calls:
+//! [`LunStore::uring_file`](Backstore::uring_file) hands the ring its
+//! counters as a meter, so they count the same.
+//!
 //! Guarantees: a swap never waits for I/O (calls clone the current store's
 //! Arc and drop the lock before doing I/O); calls already running finish on
 //! the store they started on; counters are lock-free.
@@ -261,7 +265,10 @@ impl Backstore for LunStore {
 
     /// The current store's file, metered here too.
     fn uring_file(&self) -> Option<UringFile> {
-        let mut f = self.store().uring_file()?;
+        let store = self.store();
+        let mut f = store.uring_file()?;
+        // Ops in flight count as calls on the store for `replace`.
+        f.holds.push(store);
         f.meters
             .push(Arc::clone(&self.counters) as Arc<dyn IoMeter>);
         Some(f)
