@@ -22,7 +22,9 @@
 //!   `iscsi-test-cu --list` names for it, or a daemon that does not exit 0
 //!   on SIGTERM;
 //! - the issue-2 gate: a skip or failure in [`GATE_SUITES`] on the default
-//!   LUN;
+//!   LUN (io_uring) or on `uring-off` (the workers' fallback);
+//! - a `default` or `uring-off` daemon that did not log the blocking I/O
+//!   path its configuration is there to test;
 //! - a test of the family that passes in no configuration.
 //!
 //! It prints the per-test status in every configuration, a per-suite table,
