@@ -8,7 +8,9 @@
 //! every completion; the reactor waits on it and calls [`reap`], which runs
 //! each finished operation's callback on the reactor thread. [`stop_thread`]
 //! waits for every operation still in flight and runs their callbacks
-//! before the ring is freed.
+//! before the ring is freed. With [`defer_submission`] the ops submitted
+//! during one reactor turn wait in the submission queue and go to the
+//! kernel together at [`flush`] (one `io_uring_enter` per batch).
 //!
 //! An operation owns its buffer ([`IoBuf`]) and a clone of the store's
 //! `Arc<File>` ([`UringFile`]) until its completion has been reaped, so
@@ -240,6 +242,11 @@ struct Ring {
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
     in_flight: usize,
+    /// Set by [`defer_submission`]: new SQEs wait for [`flush`], and this
+    /// is called when the first of them is queued.
+    deferred: Option<Box<dyn Fn()>>,
+    /// SQEs queued and not yet handed to the kernel.
+    unsubmitted: bool,
 }
 
 thread_local! {
@@ -283,6 +290,8 @@ pub fn start_thread() -> io::Result<Option<OwnedFd>> {
             slots: Vec::new(),
             free: Vec::new(),
             in_flight: 0,
+            deferred: None,
+            unsubmitted: false,
         });
     });
     Ok(Some(dup))
@@ -343,6 +352,34 @@ pub fn submit(file: &UringFile, op: Op, buf: IoBuf, callback: OpDone) {
     if let Err(entry) = refused {
         (entry.callback)(Err(not_performed()), entry.buf);
     }
+}
+
+/// Batches submissions on this thread's ring: from now on a submitted op
+/// waits in the submission queue until [`flush`], and `wake` is called
+/// when the first op of a batch is queued (a reactor then flushes once
+/// its current task yields, so a turn's commands go to the kernel with one
+/// system call). Without a ring it does nothing.
+pub fn defer_submission(wake: Box<dyn Fn()>) {
+    RING.with(|r| {
+        if let Ok(mut guard) = r.try_borrow_mut() {
+            if let Some(ring) = guard.as_mut() {
+                ring.deferred = Some(wake);
+            }
+        }
+    });
+}
+
+/// Hands every queued op of this thread's ring to the kernel.
+pub fn flush() {
+    RING.with(|r| {
+        if let Ok(mut guard) = r.try_borrow_mut() {
+            if let Some(ring) = guard.as_mut() {
+                if ring.unsubmitted {
+                    ring.flush();
+                }
+            }
+        }
+    });
 }
 
 /// Runs the callbacks of every completed op of this thread's ring;
@@ -435,7 +472,16 @@ impl Ring {
         }
         if self.push(slot) {
             self.in_flight += 1;
-            self.flush();
+            if self.deferred.is_some() {
+                if !self.unsubmitted {
+                    self.unsubmitted = true;
+                    if let Some(wake) = &self.deferred {
+                        wake();
+                    }
+                }
+            } else {
+                self.flush();
+            }
             Ok(())
         } else {
             self.free.push(slot);
@@ -487,6 +533,7 @@ impl Ring {
     /// Hands queued SQEs to the kernel. An error leaves them queued for
     /// the next call (EBUSY, EAGAIN) and is only logged.
     fn flush(&mut self) {
+        self.unsubmitted = false;
         loop {
             match self.ring.submit() {
                 Ok(_) => return,
@@ -795,5 +842,51 @@ mod tests {
         assert!(buf.as_slice().iter().all(|&b| b == 3));
         assert_eq!(in_flight(), 0);
         stop_thread();
+    }
+
+    #[test]
+    fn deferred_submission_wakes_once_per_batch_and_flush_submits() {
+        if !ring_or_skip() {
+            return;
+        }
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&[9u8; 8192]).expect("fill");
+        let f = uring_file(tmp);
+        let fd = start_thread().expect("ring").expect("eventfd");
+        let wakes = Rc::new(Cell::new(0));
+        let w = Rc::clone(&wakes);
+        defer_submission(Box::new(move || w.set(w.get() + 1)));
+        let done = Rc::new(Cell::new(0));
+        for offset in [0u64, 4096] {
+            let d = Rc::clone(&done);
+            submit(
+                &f,
+                Op::Read { offset, len: 4096 },
+                IoBuf::Vec(vec![0; 4096]),
+                Box::new(move |r, b| {
+                    assert_eq!(r.expect("read"), 4096);
+                    assert!(b.as_slice().iter().all(|&x| x == 9));
+                    d.set(d.get() + 1);
+                }),
+            );
+        }
+        assert_eq!(wakes.get(), 1, "one wake for the batch");
+        assert_eq!(in_flight(), 2);
+        flush();
+        while done.get() < 2 {
+            reap_blocking();
+        }
+        clear_eventfd(&fd);
+        // The next batch wakes again.
+        submit(
+            &f,
+            Op::Fsync,
+            IoBuf::Empty,
+            Box::new(|r, _| assert!(r.is_ok())),
+        );
+        assert_eq!(wakes.get(), 2);
+        // stop_thread submits what is queued and waits for it.
+        stop_thread();
+        assert_eq!(in_flight(), 0);
     }
 }

@@ -3,17 +3,21 @@
 //! probe failed), served by one task that waits on the ring's eventfd and
 //! runs the completions of finished ops on the reactor thread itself, so a
 //! command's response reaches its connection task without crossing
-//! threads. When the reactor stops, ops still in flight are waited for and
-//! completed before the ring is freed.
+//! threads. Submissions are batched: the ops the connection tasks queue in
+//! one turn are handed to the kernel by the same task once they yield
+//! (one `io_uring_enter` per batch). When the reactor stops, ops still in
+//! flight are waited for and completed before the ring is freed.
 //!
 //! Kept apart from [`crate::Reactors`]: its thread only calls
 //! [`serve_until`].
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use rustgt_scsi::uring;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+use tokio::sync::Notify;
 
 /// The body of a reactor thread: serves the thread's ring (if any) until
 /// `stopped` fires, then drains it.
@@ -35,9 +39,13 @@ pub(crate) async fn serve_until(stopped: tokio::sync::oneshot::Receiver<()>) {
     let registered = unsafe { AsyncFd::register_with_interest(eventfd, Interest::READABLE) };
     match registered.map_err(|e| e.into_parts().1) {
         Ok(fd) => {
+            // A turn's ops go to the kernel together, when the turn ends.
+            let submit = Arc::new(Notify::new());
+            let wake = Arc::clone(&submit);
+            uring::defer_submission(Box::new(move || wake.notify_one()));
             tokio::select! {
                 _ = stopped => {}
-                () = reap_forever(&fd) => {}
+                () = reap_forever(&fd, &submit) => {}
             }
         }
         Err(e) => {
@@ -52,9 +60,16 @@ pub(crate) async fn serve_until(stopped: tokio::sync::oneshot::Receiver<()>) {
 /// Reaps after every wake-up of the eventfd. Its counter is read to zero
 /// and the readiness cleared before reaping, so a completion posted during
 /// the reap wakes the task again.
-async fn reap_forever(fd: &AsyncFd<OwnedFd>) {
+async fn reap_forever(fd: &AsyncFd<OwnedFd>, submit: &Notify) {
     loop {
-        match fd.readable().await {
+        let readable = tokio::select! {
+            r = fd.readable() => r,
+            () = submit.notified() => {
+                uring::flush();
+                continue;
+            }
+        };
+        match readable {
             Ok(mut guard) => {
                 uring::clear_eventfd(guard.get_inner());
                 guard.clear_ready();
