@@ -92,6 +92,12 @@ pub struct ReactorSettings {
     /// it without blocking (memory and null stores, page-cache hits of
     /// buffered files). `false` sends every command to the LUN's workers.
     pub run_to_completion: bool,
+    /// What a reactor does with a command on a file or block-device LUN
+    /// that cannot complete at once (a read missing the page cache, a
+    /// write, SYNCHRONIZE CACHE): "auto" submits it to the reactor's own
+    /// io_uring when the kernel offers one; "off" sends it to the LUN's
+    /// workers.
+    pub io_uring: String,
 }
 
 impl Default for ReactorSettings {
@@ -99,7 +105,15 @@ impl Default for ReactorSettings {
         Self {
             threads: 0,
             run_to_completion: true,
+            io_uring: "auto".into(),
         }
+    }
+}
+
+impl ReactorSettings {
+    /// `io_uring = "auto"` (checked by validation: "auto" or "off").
+    pub fn io_uring_enabled(&self) -> bool {
+        self.io_uring != "off"
     }
 }
 
@@ -952,6 +966,15 @@ fn validate(config: &Config) -> Vec<(KeyPath, String)> {
         0,
         256,
     );
+    if !matches!(config.reactor.io_uring.as_str(), "auto" | "off") {
+        c.fail(
+            root.key("reactor").key("io_uring"),
+            format!(
+                "unknown value {:?}: expected \"auto\" or \"off\"",
+                config.reactor.io_uring
+            ),
+        );
+    }
     if let Some(chap) = &config.discovery.chap {
         check_chap(&mut c, &root.key("discovery").key("chap"), chap);
     }
@@ -2091,6 +2114,18 @@ mod tests {
             jail.set_env("RUSTGT_REACTOR__RUN_TO_COMPLETION", "false");
             let (_, res) = load_str("");
             assert!(!res.expect("env override").reactor.run_to_completion);
+
+            let (_, res) = load_str("");
+            assert!(res.expect("default").reactor.io_uring_enabled());
+            let (_, res) = load_str("[reactor]\nio_uring = \"off\"\n");
+            assert!(!res.expect("off").reactor.io_uring_enabled());
+            let (_, res) = load_str("[reactor]\nio_uring = \"sometimes\"\n");
+            let err = res.expect_err("unknown io_uring mode");
+            let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, ["reactor.io_uring"]);
+            jail.set_env("RUSTGT_REACTOR__IO_URING", "off");
+            let (_, res) = load_str("");
+            assert!(!res.expect("env override").reactor.io_uring_enabled());
         });
     }
 

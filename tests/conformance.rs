@@ -22,7 +22,9 @@
 //!   `iscsi-test-cu --list` names for it, or a daemon that does not exit 0
 //!   on SIGTERM;
 //! - the issue-2 gate: a skip or failure in [`GATE_SUITES`] on the default
-//!   LUN;
+//!   LUN (io_uring) or on `uring-off` (the workers' fallback);
+//! - a `default` or `uring-off` daemon that did not log the blocking I/O
+//!   path its configuration is there to test;
 //! - a test of the family that passes in no configuration.
 //!
 //! It prints the per-test status in every configuration, a per-suite table,
@@ -76,6 +78,9 @@ const GATE_SUITES: &[&str] = &[
 ];
 /// The configuration the gate is judged on.
 const GATE_CONFIG: &str = "default";
+/// The gate holds on the worker fallback of the file data path too
+/// (`[reactor] io_uring = "off"`), as on `default`'s io_uring.
+const FALLBACK_CONFIG: &str = "uring-off";
 
 /// Bound of one `-t ALL` run (about 40 s with a debug build).
 const ALL_TIMEOUT: Duration = Duration::from_secs(420);
@@ -278,6 +283,18 @@ const CONFIGS: &[Config] = &[
         parallel: false,
     },
     Config {
+        name: "uring-off",
+        what: "thin 1 GiB file, io_uring = \"off\": cache misses, writes and flushes on the LUN's workers",
+        lun: Lun::File {
+            keys: "thin = true\n\n[reactor]\nio_uring = \"off\"",
+            existing: false,
+        },
+        multipath: false,
+        runs: &[RUN_ALL],
+        may_skip: SKIPS_OF_A_PLAIN_LUN,
+        parallel: false,
+    },
+    Config {
         name: "removable",
         what: "thin, 512-byte blocks, removable medium",
         lun: Lun::File {
@@ -296,6 +313,17 @@ const CONFIGS: &[Config] = &[
 ];
 
 impl Config {
+    /// What the daemon must log as LUN 0's path for blocking I/O: file
+    /// LUNs through io_uring on `default` (this machine's kernel has it),
+    /// through the workers with io_uring off.
+    fn expected_path(&self) -> Option<&'static str> {
+        match self.name {
+            GATE_CONFIG => Some("path=\"io_uring\""),
+            FALLBACK_CONFIG => Some("io_uring off"),
+            _ => None,
+        }
+    }
+
     fn may_skip(&self, test: &str) -> bool {
         self.may_skip
             .iter()
@@ -539,6 +567,16 @@ fn run_config(cfg: &Config, listing: &[String]) -> ConfigOutcome {
             _ => {}
         }
     }
+    if let Some(want) = cfg.expected_path() {
+        let log = daemon.stderr();
+        let said = log.lines().find(|l| l.contains("blocking I/O path"));
+        if !said.is_some_and(|l| l.contains(want)) {
+            out.problems.push(format!(
+                "[{}] LUN 0's blocking I/O path is not {want}: {said:?}",
+                cfg.name
+            ));
+        }
+    }
     let status = daemon.stop();
     if !status.success() {
         out.problems.push(format!(
@@ -556,23 +594,25 @@ fn run_config(cfg: &Config, listing: &[String]) -> ConfigOutcome {
     out
 }
 
-/// Issue 2's gate: every test of [`GATE_SUITES`] passed on the default LUN.
-fn gate_problems(default: &ConfigOutcome) -> Vec<String> {
+/// Issue 2's gate: every test of [`GATE_SUITES`] passed in this
+/// configuration ([`GATE_CONFIG`], [`FALLBACK_CONFIG`]).
+fn gate_problems(outcome: &ConfigOutcome) -> Vec<String> {
     let mut problems = Vec::new();
     for suite in GATE_SUITES {
-        let tests: Vec<&TestResult> = default
+        let tests: Vec<&TestResult> = outcome
             .results
             .values()
             .filter(|t| t.suite == *suite)
             .collect();
         if tests.is_empty() {
-            problems.push(format!("gate: no test of {suite} ran on the default LUN"));
+            problems.push(format!("gate: no test of {suite} ran on {}", outcome.name));
         }
         for t in tests.iter().filter(|t| t.outcome != Outcome::Pass) {
             problems.push(format!(
-                "gate: {:?} {} on the default LUN: {}",
+                "gate: {:?} {} on {}: {}",
                 t.outcome,
                 t.full_name(),
+                outcome.name,
                 t.notes.join(" | ")
             ));
         }
@@ -728,9 +768,11 @@ fn conformance_matrix() {
     }
 
     let mut problems: Vec<String> = outcomes.iter().flat_map(|o| o.problems.clone()).collect();
-    match outcomes.iter().find(|o| o.name == GATE_CONFIG) {
-        Some(default) => problems.extend(gate_problems(default)),
-        None => problems.push(format!("no {GATE_CONFIG} configuration for the gate")),
+    for gate in [GATE_CONFIG, FALLBACK_CONFIG] {
+        match outcomes.iter().find(|o| o.name == gate) {
+            Some(outcome) => problems.extend(gate_problems(outcome)),
+            None => problems.push(format!("no {gate} configuration for the gate")),
+        }
     }
     if !never_passed.is_empty() {
         problems.push(format!(

@@ -206,6 +206,10 @@ impl Backstore for BlockDevBackstore {
         true
     }
 
+    fn uring_file(&self) -> Option<crate::uring::UringFile> {
+        Some(self.io.uring_file())
+    }
+
     fn nonblocking(&self) -> crate::Nonblocking {
         self.io.nonblocking()
     }

@@ -123,7 +123,8 @@ pub(crate) fn tile(pattern: &[u8], len: usize) -> Vec<u8> {
 
 /// A zero-initialised buffer whose start is aligned to `align` bytes, as
 /// O_DIRECT needs. Built on a slightly larger `Vec`, so no `unsafe`.
-pub(crate) struct AlignedBuf {
+#[derive(Debug)]
+pub struct AlignedBuf {
     storage: Vec<u8>,
     start: usize,
     len: usize,

@@ -6,12 +6,16 @@
 //! kernels without it fall back to `pwrite` + `fdatasync`. With O_DIRECT,
 //! offsets and lengths must be block multiples and buffers not aligned in
 //! memory go through an aligned bounce buffer.
+//!
+//! The `File` sits in an `Arc` so that io_uring ops in flight
+//! ([`crate::uring`]) keep the descriptor open until they complete.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::common::{fill_pattern, invalid_input, len_u64, AlignedBuf, BATCH};
 use crate::{BackstoreError, DeviceKey, Result};
@@ -19,7 +23,8 @@ use crate::{BackstoreError, DeviceKey, Result};
 /// One open file or device plus how it must be driven.
 #[derive(Debug)]
 pub(crate) struct FdIo {
-    file: File,
+    /// Shared with io_uring ops in flight, which keep the fd open.
+    file: Arc<File>,
     /// `Some(alignment)` when opened with O_DIRECT.
     direct: Option<usize>,
     /// `preadv2(RWF_NOWAIT)` was refused as unsupported on this fd.
@@ -30,7 +35,7 @@ impl FdIo {
     /// `direct_align` is the block size when the fd was opened with O_DIRECT.
     pub(crate) fn new(file: File, direct_align: Option<u32>) -> Self {
         Self {
-            file,
+            file: Arc::new(file),
             direct: direct_align.map(|a| a as usize),
             nowait_unsupported: AtomicBool::new(false),
         }
@@ -88,6 +93,17 @@ impl FdIo {
             key: format!("block:{}", id.trim()),
             seeks,
         })
+    }
+
+    /// The fd for io_uring ops, with the O_DIRECT alignment its buffers,
+    /// offsets and lengths need.
+    pub(crate) fn uring_file(&self) -> crate::uring::UringFile {
+        crate::uring::UringFile {
+            file: Arc::clone(&self.file),
+            direct_align: self.direct,
+            meters: Vec::new(),
+            holds: Vec::new(),
+        }
     }
 
     pub(crate) fn is_direct(&self) -> bool {

@@ -262,6 +262,10 @@ impl Backstore for FileBackstore {
         true
     }
 
+    fn uring_file(&self) -> Option<crate::uring::UringFile> {
+        Some(self.io.uring_file())
+    }
+
     fn nonblocking(&self) -> crate::Nonblocking {
         self.io.nonblocking()
     }

@@ -25,6 +25,9 @@
 //! [`open`] builds one from a [`BackstoreSpec`]; [`build`] also wraps it in
 //! the LUN's I/O context ([`ioctx`]: readahead policies, cache, coalescing,
 //! stats). [`bench`] is the readahead benchmark in simulated time.
+//! [`nowait`] and [`uring`] serve reactor threads, which must not block:
+//! non-blocking attempts, and a per-thread io_uring driving the file and
+//! block-device engines' fd ([`Backstore::uring_file`]).
 
 use std::fmt::Debug;
 
@@ -42,6 +45,7 @@ pub mod nowait;
 mod null;
 mod ram;
 mod spec;
+pub mod uring;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
 pub use buf::IoBuf;
@@ -206,5 +210,15 @@ pub trait Backstore: Send + Sync + Debug {
     /// keeps every command on the LUN's workers.
     fn nonblocking(&self) -> Nonblocking {
         Nonblocking::Never
+    }
+
+    /// The open file a reactor's io_uring may read, write and fsync
+    /// directly ([`uring`]) for commands that cannot complete at once, with
+    /// the meters of every layer that counts I/O. `None`, the default,
+    /// keeps those commands on the LUN's workers: stores of memory, the
+    /// simulated disk, and I/O contexts with readahead of their own (whose
+    /// threads must see every read).
+    fn uring_file(&self) -> Option<uring::UringFile> {
+        None
     }
 }

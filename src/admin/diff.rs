@@ -13,7 +13,8 @@
 //!   policy switched in place, the LUN stays exported;
 //! - any other LUN setting (engine, path, block size, workers, ...): the
 //!   LUN is replaced (removed, then added again);
-//! - `data_dir`, `admin_socket`, `metrics_listen`: only after a restart.
+//! - `data_dir`, `admin_socket`, `metrics_listen` and `[reactor]`
+//!   (`threads`, `run_to_completion`, `io_uring`): only after a restart.
 
 use std::collections::BTreeMap;
 
@@ -463,6 +464,12 @@ mod tests {
         let p = plan(&a, &b);
         assert!(p.is_empty());
         assert_eq!(p.restart_needed, vec!["data_dir", "metrics_listen"]);
+        // Reactors create their io_uring at start only.
+        let mut c = a.clone();
+        c.reactor.io_uring = "off".into();
+        let p = plan(&a, &c);
+        assert!(p.is_empty());
+        assert_eq!(p.restart_needed, vec!["reactor"]);
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! what is behind that Arc is how a LUN is resized (a store reopened at the
 //! new size) or gets a new I/O context, without stopping the LUN.
 //!
+//! Ops a reactor's io_uring does on the store's file bypass these calls:
+//! [`LunStore::uring_file`](Backstore::uring_file) hands the ring its
+//! counters as a meter, so they count the same.
+//!
 //! Guarantees: a swap never waits for I/O (calls clone the current store's
 //! Arc and drop the lock before doing I/O); calls already running finish on
 //! the store they started on; counters are lock-free.
@@ -15,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
+use rustgt_backstore::uring::{IoKind, IoMeter, UringFile};
 use rustgt_backstore::{
     Backstore, BackstoreError, Extent, Geometry, IoBuf, IoContext, Nonblocking, Result,
 };
@@ -38,7 +43,8 @@ pub struct Current {
 #[derive(Debug)]
 pub struct LunStore {
     current: RwLock<Current>,
-    counters: Counters,
+    /// Shared with the io_uring ops in flight, which report here.
+    counters: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
@@ -70,7 +76,7 @@ impl LunStore {
     pub fn new(current: Current) -> Arc<LunStore> {
         Arc::new(LunStore {
             current: RwLock::new(current),
-            counters: Counters::default(),
+            counters: Arc::default(),
         })
     }
 
@@ -270,6 +276,42 @@ impl Backstore for LunStore {
 
     fn nonblocking(&self) -> Nonblocking {
         self.store().nonblocking()
+    }
+
+    /// The current store's file, metered here too.
+    fn uring_file(&self) -> Option<UringFile> {
+        let store = self.store();
+        let mut f = store.uring_file()?;
+        // Ops in flight count as calls on the store for `replace`.
+        f.holds.push(store);
+        f.meters
+            .push(Arc::clone(&self.counters) as Arc<dyn IoMeter>);
+        Some(f)
+    }
+}
+
+/// What a reactor's io_uring did for this LUN counts as if it had gone
+/// through [`LunStore`]'s own calls.
+impl IoMeter for Counters {
+    fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool) {
+        match kind {
+            IoKind::Read => {
+                add(&self.reads, 1);
+                add(&self.read_bytes, len);
+                self.sizes.record(len);
+                self.read_latency_us.record(micros(started));
+            }
+            IoKind::Write => {
+                add(&self.writes, 1);
+                add(&self.write_bytes, len);
+                self.sizes.record(len);
+                self.write_latency_us.record(micros(started));
+            }
+            IoKind::Flush => add(&self.flushes, 1),
+        }
+        if !ok {
+            add(&self.errors, 1);
+        }
     }
 }
 

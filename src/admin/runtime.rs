@@ -123,6 +123,19 @@ impl Runtime {
         let port = Port::new(crate::daemon::portal_config(&empty));
         port.set_reactors(cfg.reactor.threads);
         port.set_run_to_completion(cfg.reactor.run_to_completion);
+        // Before any LUN or reactor starts: both read it.
+        rustgt_backstore::uring::set_enabled(cfg.reactor.io_uring_enabled());
+        match rustgt_backstore::uring::probe() {
+            _ if !cfg.reactor.io_uring_enabled() => {
+                tracing::info!("io_uring off ([reactor] io_uring = \"off\"): blocking I/O on the LUNs' workers");
+            }
+            Ok(()) => tracing::info!(
+                "io_uring available: reactors drive file and block-device LUNs with it"
+            ),
+            Err(why) => {
+                tracing::warn!(%why, "io_uring unavailable: blocking I/O on the LUNs' workers")
+            }
+        }
         let mut rt = Runtime {
             cfg: empty,
             source,

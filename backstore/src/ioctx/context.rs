@@ -436,6 +436,19 @@ impl Backstore for IoContext {
         self.shared.inner.supports_unmap()
     }
 
+    /// A passthrough context lets io_uring drive its engine (and counts
+    /// what the ring did); one with readahead of its own must see every
+    /// read, so never.
+    fn uring_file(&self) -> Option<crate::uring::UringFile> {
+        if !self.shared.passthrough {
+            return None;
+        }
+        let mut f = self.shared.inner.uring_file()?;
+        f.meters
+            .push(Arc::clone(&self.shared) as Arc<dyn crate::uring::IoMeter>);
+        Some(f)
+    }
+
     /// A passthrough context is as non-blocking as its engine; rustgt's
     /// own readahead may wait for its I/O threads, so it never is.
     fn nonblocking(&self) -> crate::Nonblocking {
@@ -443,6 +456,19 @@ impl Backstore for IoContext {
             self.shared.inner.nonblocking()
         } else {
             crate::Nonblocking::Never
+        }
+    }
+}
+
+/// Counts the reads io_uring served for a passthrough context as its own
+/// direct reads.
+impl crate::uring::IoMeter for Shared {
+    fn io_done(&self, kind: crate::uring::IoKind, len: u64, started: Instant, ok: bool) {
+        if kind == crate::uring::IoKind::Read && ok {
+            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let mut state = lock(&self.state);
+            state.core.count_direct(len);
+            state.core.record_latency(ns);
         }
     }
 }

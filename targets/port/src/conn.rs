@@ -146,13 +146,21 @@ impl PortConn {
                 };
                 let tx = self.tx.clone();
                 let stats = Arc::clone(&self.stats);
-                t.submit(
-                    cmd,
-                    Box::new(move |resp| {
-                        stats.record(started, data_out, &resp);
-                        let _ = tx.send(PortMsg::Done(resp));
-                    }),
-                );
+                let done: rustgt_scsi::Completion = Box::new(move |resp| {
+                    stats.record(started, data_out, &resp);
+                    let _ = tx.send(PortMsg::Done(resp));
+                });
+                // A file or block-device LUN: this reactor's io_uring, whose
+                // completion runs on this thread too.
+                let (cmd, done) = if self.port.run_to_completion() {
+                    match t.run_on_ring(cmd, done) {
+                        Ok(()) => return None,
+                        Err(back) => back,
+                    }
+                } else {
+                    (cmd, done)
+                };
+                t.submit(cmd, done);
             }
             Event::TaskMgmt { itt, lun, function } => {
                 let tx = self.tx.clone();

@@ -38,6 +38,7 @@
 
 mod conn;
 mod reactors;
+mod ring;
 mod stats;
 
 use std::collections::HashMap;

@@ -50,9 +50,7 @@ impl Reactors {
             std::thread::Builder::new()
                 .name(format!("rustgt-reactor{i}"))
                 .spawn(move || {
-                    rt.block_on(async {
-                        let _ = stopped.await;
-                    });
+                    rt.block_on(crate::ring::serve_until(stopped));
                 })?;
             reactors.push(Reactor {
                 handle,

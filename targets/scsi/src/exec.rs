@@ -116,11 +116,46 @@ pub(crate) fn execute(cmd: &Command, lu: Option<&LogicalUnit>, target: &TargetSh
     }
 }
 
+/// What the generic checks decided.
+pub(crate) enum Admit {
+    /// Run the command's handler.
+    Run(&'static table::CmdDesc),
+    /// The command ends here with this outcome (RESERVATION CONFLICT).
+    Done(DataDir, Outcome),
+}
+
 fn run(
     cmd: &Command,
     lu: Option<&LogicalUnit>,
     target: &TargetShared,
 ) -> Result<(DataDir, Outcome), Sense> {
+    let desc = match admit(cmd, lu)? {
+        Admit::Run(desc) => desc,
+        Admit::Done(dir, outcome) => return Ok((dir, outcome)),
+    };
+    let ctx = Ctx {
+        cmd,
+        cdb: Cdb::new(&cmd.cdb),
+        lu,
+        target,
+    };
+    tracing::trace!(command = desc.name, lun = cmd.lun, tag = cmd.tag, "execute");
+    let outcome = (desc.handler)(&ctx).inspect_err(|sense| {
+        tracing::debug!(
+            command = desc.name,
+            lun = cmd.lun,
+            tag = cmd.tag,
+            ?sense,
+            "check condition"
+        );
+    })?;
+    Ok((desc.dir, outcome))
+}
+
+/// Steps 1 to 7 of the order above, for every path that runs commands
+/// (the handlers, and the io_uring path's own start of READ, WRITE and
+/// SYNCHRONIZE CACHE). Reporting a unit attention consumes it.
+pub(crate) fn admit(cmd: &Command, lu: Option<&LogicalUnit>) -> Result<Admit, Sense> {
     let found = table::lookup(&cmd.cdb);
     let desc = match (found, lu) {
         (Lookup::Found(desc), None) if desc.has(table::NO_LU) => desc,
@@ -146,7 +181,10 @@ fn run(
         // Reservations (SPC-4 §5.13.1): after unit attentions and CDB
         // checks, before the medium is looked at.
         if lu.pr.conflicts(&cmd.nexus, pr_cmd::access(&cmd.cdb)) {
-            return Ok((desc.dir, Outcome::status(Status::RESERVATION_CONFLICT)));
+            return Ok(Admit::Done(
+                desc.dir,
+                Outcome::status(Status::RESERVATION_CONFLICT),
+            ));
         }
         // A running or failed sanitize, or a missing medium (SBC-3 §4.11,
         // §4.17), before anything touches the medium.
@@ -164,23 +202,7 @@ fn run(
             }
         }
     }
-    let ctx = Ctx {
-        cmd,
-        cdb: Cdb::new(&cmd.cdb),
-        lu,
-        target,
-    };
-    tracing::trace!(command = desc.name, lun = cmd.lun, tag = cmd.tag, "execute");
-    let outcome = (desc.handler)(&ctx).inspect_err(|sense| {
-        tracing::debug!(
-            command = desc.name,
-            lun = cmd.lun,
-            tag = cmd.tag,
-            ?sense,
-            "check condition"
-        );
-    })?;
-    Ok((desc.dir, outcome))
+    Ok(Admit::Run(desc))
 }
 
 /// Residual of a buffer of `buffer` bytes for a command that wanted `wanted`.
@@ -195,7 +217,7 @@ pub(crate) fn residual(buffer: u64, wanted: u64) -> Residual {
 
 /// GOOD status: cut Data-In to the initiator's buffer and account residuals
 /// in the command's data direction (SAM-5 §5.4.3).
-fn good(cmd: &Command, dir: DataDir, outcome: Outcome) -> Response {
+pub(crate) fn good(cmd: &Command, dir: DataDir, outcome: Outcome) -> Response {
     if outcome.status != Status::GOOD {
         return status_only(cmd.tag, outcome.status);
     }

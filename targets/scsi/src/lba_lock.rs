@@ -125,6 +125,36 @@ impl LbaLocks {
         })
     }
 
+    /// Takes the range now or not at all (`None` when an earlier request
+    /// conflicts), for a command whose I/O completes later on another
+    /// stack: it calls [`Self::release_held`] with the id when done
+    /// (`Some(None)`: an empty range, nothing to release).
+    pub(crate) fn try_hold(&self, lba: u64, blocks: u64, exclusive: bool) -> Option<Option<u64>> {
+        if blocks == 0 {
+            return Some(None);
+        }
+        let mut state = lock(&self.state);
+        let me = Request {
+            id: state.next_id,
+            start: lba,
+            end: lba.saturating_add(blocks),
+            exclusive,
+        };
+        if state.requests.iter().any(|r| r.conflicts(&me)) {
+            return None;
+        }
+        state.next_id = state.next_id.wrapping_add(1);
+        state.requests.push(me);
+        Some(Some(me.id))
+    }
+
+    /// Releases a range of [`Self::try_hold`].
+    pub(crate) fn release_held(&self, id: Option<u64>) {
+        if let Some(id) = id {
+            self.release(id);
+        }
+    }
+
     fn release(&self, id: u64) {
         let mut state = lock(&self.state);
         state.requests.retain(|r| r.id != id);

@@ -14,13 +14,18 @@
 //! Layout: [`cmd`] is the front-end interface; `table` is the single
 //! command table that both routes CDBs and feeds REPORT SUPPORTED
 //! OPERATION CODES; `spc`, `sbc`, `mode` and `vpd` execute commands; `lun`
-//! holds a logical unit's task set and workers; [`ScsiTarget`] is the LUN
-//! table and task management.
+//! holds a logical unit's task set and workers; `ring` starts READ, WRITE
+//! and SYNCHRONIZE CACHE on the calling thread's io_uring ([`uring`]) and
+//! finishes them from its completions; [`ScsiTarget`] is the LUN table and
+//! task management.
 //!
 //! Threading contract for front ends:
 //! - [`ScsiTarget::submit`] only queues; the completion runs on a LUN worker
 //!   or the target's control thread, never inside `submit` (until the
 //!   target is shut down);
+//! - [`ScsiTarget::run_inline`] and [`ScsiTarget::run_on_ring`] run on the
+//!   caller's thread; a command started on the ring completes from
+//!   [`uring::reap`] on that thread (or at once when its checks answer it);
 //! - [`ScsiTarget::task_management`] may block until the tasks it aborted
 //!   have finished their current backstore call: call it where blocking is
 //!   allowed (e.g. `spawn_blocking`);
@@ -44,6 +49,7 @@ mod pr_cmd;
 mod pr_store;
 mod provisioning;
 mod registry;
+mod ring;
 mod sanitize;
 mod sbc;
 mod sbc_ext;
@@ -57,6 +63,9 @@ mod xcopy;
 pub use cmd::*;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS, MAX_TASKS_PER_LUN};
 pub use registry::LunRegistry;
+/// The calling thread's io_uring, for front ends that drive
+/// [`ScsiTarget::run_on_ring`] (a reactor creates, serves and drains it).
+pub use rustgt_backstore::uring;
 pub use sense::{Asc, FieldPointer, Sense, SenseFormat, SenseKey};
 pub use spc::{lun_from_sam, lun_to_sam, MAX_LUN};
 pub use target::{ScsiError, ScsiTarget};

@@ -17,7 +17,9 @@
 //!   ([`LogicalUnit::run_inline`]) when the store says it can without
 //!   blocking: it is in the task set as a running task meanwhile, so task
 //!   management sees it like any other, and a command that would have to
-//!   wait is handed back untouched for the workers;
+//!   wait is handed back untouched for the workers; the io_uring path
+//!   (`ring`) enters its tasks the same way and completes them like a
+//!   worker does ([`LogicalUnit::complete`]);
 //! - a condition variable is signalled only when a thread waits on it.
 
 use std::collections::{HashSet, VecDeque};
@@ -220,6 +222,12 @@ struct TaskSet {
 }
 
 impl TaskSet {
+    /// Stopping with no task left: the workers may exit. A task that ends
+    /// off the workers (inline, io_uring) must wake them for this.
+    fn drained(&self) -> bool {
+        self.stopping && self.entries.is_empty()
+    }
+
     fn position(&self, key: TaskKey) -> Option<usize> {
         self.entries.iter().position(|e| e.key == key)
     }
@@ -493,24 +501,8 @@ impl LogicalUnit {
             nexus: cmd.nexus.id,
             tag: cmd.tag,
         };
-        {
-            let mut set = lock(&self.tasks);
-            // Refusals (stopping, overlapped tag, full set) and ORDERED
-            // tasks are the workers' business.
-            if set.stopping
-                || set.entries.len() >= MAX_TASKS_PER_LUN
-                || set
-                    .entries
-                    .iter()
-                    .any(|e| e.key == key || e.attr == TaskAttr::Ordered)
-            {
-                return Err(cmd);
-            }
-            set.entries.push_back(TaskEntry {
-                key,
-                attr: TaskAttr::Simple,
-                state: TaskState::Running { aborted: false },
-            });
+        if !self.enter_running(key) {
+            return Err(cmd);
         }
         let (response, blocked) = rustgt_backstore::nowait::attempt(|| {
             catch_unwind(AssertUnwindSafe(|| exec::execute(&cmd, Some(self), target)))
@@ -520,6 +512,43 @@ impl LogicalUnit {
                     exec::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
                 })
         });
+        let aborted = self.leave_running(key);
+        if aborted {
+            Ok(exec::aborted(key.tag))
+        } else if blocked {
+            Err(cmd)
+        } else {
+            Ok(response)
+        }
+    }
+
+    /// Puts a SIMPLE task straight into the task set as running, for a
+    /// command run off the workers (inline, or on a reactor's io_uring):
+    /// false when the workers must see it instead (stopping, full set,
+    /// overlapped tag, an ORDERED task in the set).
+    pub(crate) fn enter_running(&self, key: TaskKey) -> bool {
+        let mut set = lock(&self.tasks);
+        if set.stopping
+            || set.entries.len() >= MAX_TASKS_PER_LUN
+            || set
+                .entries
+                .iter()
+                .any(|e| e.key == key || e.attr == TaskAttr::Ordered)
+        {
+            return false;
+        }
+        set.entries.push_back(TaskEntry {
+            key,
+            attr: TaskAttr::Simple,
+            state: TaskState::Running { aborted: false },
+        });
+        true
+    }
+
+    /// Takes a task of [`Self::enter_running`] out of the set without a
+    /// completion (its command goes to the workers, or is answered by the
+    /// caller); returns whether task management aborted it meanwhile.
+    pub(crate) fn leave_running(&self, key: TaskKey) -> bool {
         let mut set = lock(&self.tasks);
         let aborted = match set.position(key) {
             Some(i) => matches!(
@@ -531,7 +560,7 @@ impl LogicalUnit {
         // Its removal can only have released an ORDERED task queued
         // meanwhile; idle workers stay asleep otherwise.
         let wake_idle = set.idle_waiters > 0;
-        let wake_work = set.work_waiters > 0 && set.next_runnable().is_some();
+        let wake_work = set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained());
         drop(set);
         if wake_idle {
             self.idle.notify_all();
@@ -539,13 +568,7 @@ impl LogicalUnit {
         if wake_work {
             self.work.notify_one();
         }
-        if aborted {
-            Ok(exec::aborted(key.tag))
-        } else if blocked {
-            Err(cmd)
-        } else {
-            Ok(response)
-        }
+        aborted
     }
 
     fn worker_loop(&self, target: &TargetShared) {
@@ -594,7 +617,7 @@ impl LogicalUnit {
 
     /// Ends a running task: delivers its response, or an aborted completion
     /// when task management marked it meanwhile.
-    fn complete(&self, key: TaskKey, done: Completion, response: Response) {
+    pub(crate) fn complete(&self, key: TaskKey, done: Completion, response: Response) {
         let mut set = lock(&self.tasks);
         let aborted = match set.position(key) {
             Some(i) => {
@@ -612,7 +635,7 @@ impl LogicalUnit {
         let wakes = |set: &TaskSet| {
             (
                 set.idle_waiters > 0,
-                set.work_waiters > 0 && set.next_runnable().is_some(),
+                set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained()),
             )
         };
         let mut wake = wakes(&set);
@@ -740,7 +763,7 @@ fn inline_class(cdb: &[u8]) -> Option<InlineClass> {
 }
 
 /// Calls a completion, keeping the worker alive if the front end panics.
-fn call(done: Completion, response: Response) {
+pub(crate) fn call(done: Completion, response: Response) {
     if catch_unwind(AssertUnwindSafe(move || done(response))).is_err() {
         tracing::error!("completion callback panicked");
     }

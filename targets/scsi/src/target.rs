@@ -48,6 +48,17 @@ pub enum ScsiError {
     ShutDown,
 }
 
+/// Says once per LUN where its commands that cannot complete at once run.
+fn log_blocking_path(target: &str, lu: &LogicalUnit) {
+    let path = match rustgt_backstore::uring::probe() {
+        _ if !rustgt_backstore::uring::enabled() => "worker threads (io_uring off)",
+        Err(_) => "worker threads (io_uring unavailable)",
+        Ok(()) if crate::ring::serves(lu) => "io_uring",
+        Ok(()) => "worker threads (store not driven by io_uring)",
+    };
+    tracing::info!(target, lun = lu.lun, path, "blocking I/O path");
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -251,6 +262,7 @@ impl ScsiTarget {
             reason: e.to_string(),
         })?;
         lu.start(&self.shared, cfg.workers)?;
+        log_blocking_path(self.name.as_str(), &lu);
         {
             let mut luns = self
                 .shared
@@ -351,6 +363,26 @@ impl ScsiTarget {
                 lu.run_inline(cmd, &self.shared)
             }
             None => Err(cmd),
+        }
+    }
+
+    /// Starts `cmd` on the calling thread's io_uring when [`Self::run_inline`]
+    /// gave it back and the LUN's store is a file or block device the ring
+    /// can drive (`ring`: SIMPLE READ, WRITE and SYNCHRONIZE CACHE); `done`
+    /// is then called on this thread, from the ring's completion
+    /// ([`rustgt_backstore::uring::reap`]) or at once when the checks
+    /// answer the command. `Err` hands both back for [`Self::submit`].
+    #[allow(clippy::result_large_err)]
+    pub fn run_on_ring(&self, cmd: Command, done: Completion) -> Result<(), (Command, Completion)> {
+        if !rustgt_backstore::uring::active() {
+            return Err((cmd, done));
+        }
+        match self.shared.lu(cmd.lun) {
+            Some(lu) => {
+                self.shared.register(&cmd.nexus);
+                crate::ring::start(&lu, cmd, done)
+            }
+            None => Err((cmd, done)),
         }
     }
 

@@ -1,0 +1,898 @@
+//! io_uring on a reactor thread: reads, writes and fsyncs of file and
+//! block-device stores that would otherwise block, submitted by the thread
+//! that owns the ring and completed on that same thread.
+//!
+//! Each reactor thread has at most one ring, thread-local: [`start_thread`]
+//! creates it (when io_uring is [enabled](set_enabled) and the
+//! [probe](probe) passed) and returns an eventfd the kernel signals on
+//! every completion; the reactor waits on it and calls [`reap`], which runs
+//! each finished operation's callback on the reactor thread. [`stop_thread`]
+//! waits for every operation still in flight and runs their callbacks
+//! before the ring is freed. With [`defer_submission`] the ops submitted
+//! during one reactor turn wait in the submission queue and go to the
+//! kernel together at [`flush`] (one `io_uring_enter` per batch).
+//!
+//! An operation owns its buffer ([`RingBuf`]) and a clone of the store's
+//! `Arc<File>` ([`UringFile`]) until its completion has been reaped, so
+//! neither memory nor descriptor can go away under the kernel. Short reads
+//! and writes are continued by the ring itself; a read that meets the end
+//! of the file fails with `UnexpectedEof`, a write that makes no progress
+//! with `WriteZero`. A callback that receives an error of kind
+//! [`io::ErrorKind::WouldBlock`] was not performed at all (the ring was
+//! full, or the kernel kept answering EAGAIN): run it elsewhere.
+//!
+//! FUA writes carry `RWF_DSYNC` on the write op itself: every kernel with
+//! io_uring (5.1 on) knows that flag. O_DIRECT stores get buffers aligned
+//! to their block size ([`RingBuf::aligned`]).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::common::AlignedBuf;
+
+/// Submission queue entries of one ring; the completion queue is twice as
+/// large, so it cannot overflow while at most this many ops are in flight.
+pub const RING_ENTRIES: u32 = 256;
+
+/// How often an op answered with EAGAIN or EINTR is submitted again
+/// before it is handed back as not performed.
+const RETRIES: u8 = 3;
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Whether reactors started from now on create a ring (`[reactor]
+/// io_uring = "auto"`, the default) or leave every blocking operation to
+/// the LUNs' workers (`"off"`).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// See [`set_enabled`].
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Sets up a small ring once per process and checks that the kernel has
+/// the opcodes used here (READ, WRITE, FSYNC): `Err` says why not. The
+/// answer is cached.
+pub fn probe() -> Result<(), String> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT
+        .get_or_init(|| {
+            let ring = IoUring::new(2).map_err(|e| format!("io_uring_setup: {e}"))?;
+            let mut probe = io_uring::Probe::new();
+            ring.submitter()
+                .register_probe(&mut probe)
+                .map_err(|e| format!("io_uring opcode probe: {e}"))?;
+            for (code, name) in [
+                (opcode::Read::CODE, "READ"),
+                (opcode::Write::CODE, "WRITE"),
+                (opcode::Fsync::CODE, "FSYNC"),
+            ] {
+                if !probe.is_supported(code) {
+                    return Err(format!("the kernel's io_uring lacks {name}"));
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// What a store hands the ring: its open file and how it must be driven.
+#[derive(Clone)]
+pub struct UringFile {
+    pub file: Arc<File>,
+    /// `Some(alignment)` when the file was opened with O_DIRECT: buffers,
+    /// offsets and lengths must be multiples of it.
+    pub direct_align: Option<usize>,
+    /// Layers that count the store's I/O (see [`IoMeter`]).
+    pub meters: Vec<Arc<dyn IoMeter>>,
+    /// Stores kept alive while an op is in flight, so that a layer that
+    /// waits for the calls on a store before swapping it (the daemon's
+    /// LUN store) waits for the ring's ops too.
+    pub holds: Vec<Arc<dyn crate::Backstore>>,
+}
+
+impl fmt::Debug for UringFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UringFile")
+            .field("fd", &self.file.as_raw_fd())
+            .field("direct_align", &self.direct_align)
+            .field("meters", &self.meters.len())
+            .field("holds", &self.holds.len())
+            .finish()
+    }
+}
+
+impl UringFile {
+    /// Tells every meter that an op of `len` bytes started at `started`
+    /// has ended (`ok`: without error).
+    pub fn record(&self, kind: IoKind, len: u64, started: Instant, ok: bool) {
+        for m in &self.meters {
+            m.io_done(kind, len, started, ok);
+        }
+    }
+
+    /// A buffer of `len` bytes fit for this file (aligned for O_DIRECT):
+    /// a pooled one, whose start is aligned to [`crate::buf::ALIGN`], when
+    /// that is enough.
+    pub fn buffer(&self, len: usize) -> io::Result<RingBuf> {
+        match self.direct_align {
+            Some(align) if align > crate::buf::ALIGN => RingBuf::aligned(len, align),
+            _ => Ok(RingBuf::Pooled(crate::buf::IoBuf::for_overwrite(len))),
+        }
+    }
+}
+
+/// Which kind of operation a meter is told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoKind {
+    Read,
+    Write,
+    Flush,
+}
+
+/// A layer of a store that keeps statistics (the daemon's per-LUN store,
+/// an I/O context): told of each op the ring did for it, since those ops
+/// bypass its `read_at`/`write_at`.
+pub trait IoMeter: Send + Sync + fmt::Debug {
+    fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool);
+}
+
+/// The memory of one op, owned by the ring until the op completes.
+#[derive(Debug)]
+pub enum RingBuf {
+    /// A pooled buffer (buffered I/O; a command's own Data-In or Data-Out).
+    Pooled(crate::buf::IoBuf),
+    /// Memory aligned for O_DIRECT.
+    Aligned(AlignedBuf),
+    /// No memory (fsync).
+    Empty,
+}
+
+impl RingBuf {
+    /// A zeroed buffer of `len` bytes starting on an `align` boundary.
+    pub fn aligned(len: usize, align: usize) -> io::Result<RingBuf> {
+        AlignedBuf::zeroed(len, align.max(1))
+            .map(RingBuf::Aligned)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cannot align a buffer"))
+    }
+
+    /// An aligned copy of `src` (a write's data for an O_DIRECT file).
+    pub fn aligned_copy(src: &[u8], align: usize) -> io::Result<RingBuf> {
+        let mut buf = RingBuf::aligned(src.len(), align)?;
+        buf.as_mut_slice().copy_from_slice(src);
+        Ok(buf)
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            RingBuf::Pooled(v) => v,
+            RingBuf::Aligned(a) => a.as_slice(),
+            RingBuf::Empty => &[],
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            RingBuf::Pooled(v) => v,
+            RingBuf::Aligned(a) => a.as_mut_slice(),
+            RingBuf::Empty => &mut [],
+        }
+    }
+
+    /// The bytes as a pooled buffer (a copy only for aligned memory).
+    pub fn into_pooled(self) -> crate::buf::IoBuf {
+        match self {
+            RingBuf::Pooled(v) => v,
+            RingBuf::Aligned(a) => {
+                let mut b = crate::buf::IoBuf::for_overwrite(a.as_slice().len());
+                b.copy_from_slice(a.as_slice());
+                b
+            }
+            RingBuf::Empty => crate::buf::IoBuf::default(),
+        }
+    }
+}
+
+/// What to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Fill the first `len` bytes of the buffer from `offset`.
+    Read { offset: u64, len: usize },
+    /// Write the first `len` bytes of the buffer at `offset`; `dsync`
+    /// makes them durable before completion (FUA).
+    Write {
+        offset: u64,
+        len: usize,
+        dsync: bool,
+    },
+    /// fdatasync the file.
+    Fsync,
+}
+
+/// Called once on the ring's thread with the op's outcome (bytes moved)
+/// and its buffer back.
+pub type OpDone = Box<dyn FnOnce(io::Result<usize>, RingBuf)>;
+
+struct InFlight {
+    file: Arc<File>,
+    buf: RingBuf,
+    op: Op,
+    /// Bytes already moved (short reads and writes go on from here).
+    done_bytes: usize,
+    retries: u8,
+    callback: OpDone,
+}
+
+struct Ring {
+    ring: IoUring,
+    /// Kept open while registered with the ring.
+    _eventfd: OwnedFd,
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    in_flight: usize,
+    /// Set by [`defer_submission`]: new SQEs wait for [`flush`], and this
+    /// is called when the first of them is queued.
+    deferred: Option<Box<dyn Fn()>>,
+    /// SQEs queued and not yet handed to the kernel.
+    unsubmitted: bool,
+}
+
+thread_local! {
+    static RING: RefCell<Option<Ring>> = const { RefCell::new(None) };
+}
+
+/// Creates this thread's ring if io_uring is enabled and the probe passes;
+/// returns a duplicate of its eventfd (readable after completions), or
+/// `None` when this thread is to leave blocking I/O to the workers.
+/// A second call on a thread with a ring fails.
+pub fn start_thread() -> io::Result<Option<OwnedFd>> {
+    if !enabled() {
+        return Ok(None);
+    }
+    if let Err(why) = probe() {
+        tracing::debug!(%why, "io_uring unavailable");
+        return Ok(None);
+    }
+    if active() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "this thread already has a ring",
+        ));
+    }
+    let ring = IoUring::builder()
+        .setup_cqsize(RING_ENTRIES * 2)
+        .build(RING_ENTRIES)?;
+    // SAFETY: eventfd only reads its scalar arguments.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new descriptor this function alone owns.
+    let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
+    let dup = eventfd.try_clone()?;
+    RING.with(|r| {
+        *r.borrow_mut() = Some(Ring {
+            ring,
+            _eventfd: eventfd,
+            slots: Vec::new(),
+            free: Vec::new(),
+            in_flight: 0,
+            deferred: None,
+            unsubmitted: false,
+        });
+    });
+    Ok(Some(dup))
+}
+
+/// Whether this thread has a ring.
+pub fn active() -> bool {
+    RING.with(|r| r.try_borrow().map(|r| r.is_some()).unwrap_or(true))
+}
+
+/// Whether one more op can be submitted now on this thread (a ring with
+/// room): a caller checks this before taking locks for an op.
+pub fn has_room() -> bool {
+    RING.with(|r| {
+        r.try_borrow().is_ok_and(|r| {
+            r.as_ref()
+                .is_some_and(|r| r.in_flight < RING_ENTRIES as usize)
+        })
+    })
+}
+
+/// Ops submitted on this thread and not yet reaped.
+pub fn in_flight() -> usize {
+    RING.with(|r| {
+        r.try_borrow()
+            .map_or(0, |r| r.as_ref().map_or(0, |r| r.in_flight))
+    })
+}
+
+/// Submits `op` on `buf` to this thread's ring; `callback` runs from a
+/// later [`reap`] (or [`stop_thread`]) on this thread. Without a ring or
+/// room, the callback runs now with a `WouldBlock` error.
+pub fn submit(file: &UringFile, op: Op, buf: RingBuf, callback: OpDone) {
+    let bad_len = match op {
+        Op::Read { len, .. } | Op::Write { len, .. } => len > buf.len() || len > u32::MAX as usize,
+        Op::Fsync => false,
+    };
+    if bad_len {
+        let e = io::Error::new(io::ErrorKind::InvalidInput, "op longer than its buffer");
+        callback(Err(e), buf);
+        return;
+    }
+    let entry = InFlight {
+        file: Arc::clone(&file.file),
+        buf,
+        op,
+        done_bytes: 0,
+        retries: 0,
+        callback,
+    };
+    let refused = RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(ring) if ring.in_flight < RING_ENTRIES as usize => ring.start(entry),
+            _ => Err(entry),
+        },
+        Err(_) => Err(entry),
+    });
+    if let Err(entry) = refused {
+        (entry.callback)(Err(not_performed()), entry.buf);
+    }
+}
+
+/// Batches submissions on this thread's ring: from now on a submitted op
+/// waits in the submission queue until [`flush`], and `wake` is called
+/// when the first op of a batch is queued (a reactor then flushes once
+/// its current task yields, so a turn's commands go to the kernel with one
+/// system call). Without a ring it does nothing.
+pub fn defer_submission(wake: Box<dyn Fn()>) {
+    RING.with(|r| {
+        if let Ok(mut guard) = r.try_borrow_mut() {
+            if let Some(ring) = guard.as_mut() {
+                ring.deferred = Some(wake);
+            }
+        }
+    });
+}
+
+/// Hands every queued op of this thread's ring to the kernel.
+pub fn flush() {
+    RING.with(|r| {
+        if let Ok(mut guard) = r.try_borrow_mut() {
+            if let Some(ring) = guard.as_mut() {
+                if ring.unsubmitted {
+                    ring.flush();
+                }
+            }
+        }
+    });
+}
+
+/// Runs the callbacks of every completed op of this thread's ring;
+/// returns how many ran.
+pub fn reap() -> usize {
+    let finished = RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => guard.as_mut().map(Ring::collect).unwrap_or_default(),
+        Err(_) => Vec::new(),
+    });
+    let n = finished.len();
+    for (entry, result) in finished {
+        (entry.callback)(result, entry.buf);
+    }
+    n
+}
+
+/// Waits until at least one op of this thread's ring has completed (when
+/// any is in flight), then reaps like [`reap`]. For a thread that has
+/// nothing else to wait for (tests; a reactor waits on the eventfd).
+pub fn reap_blocking() -> usize {
+    let waited = RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(ring) if ring.in_flight > 0 => ring.ring.submit_and_wait(1).map(|_| ()),
+            _ => Ok(()),
+        },
+        Err(_) => Ok(()),
+    });
+    if let Err(e) = waited {
+        tracing::debug!(error = %e, "io_uring wait");
+    }
+    reap()
+}
+
+/// Takes this thread's ring away, waits for every op still in flight and
+/// runs their callbacks, then frees the ring. A callback that submits
+/// meanwhile finds no ring (its op is refused as not performed).
+pub fn stop_thread() {
+    let ring = RING.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
+    let Some(mut ring) = ring else {
+        return;
+    };
+    while ring.in_flight > 0 {
+        if let Err(e) = ring.ring.submit_and_wait(1) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!(error = %e, "io_uring: waiting for ops in flight");
+                break;
+            }
+        }
+        for (entry, result) in ring.collect() {
+            (entry.callback)(result, entry.buf);
+        }
+    }
+}
+
+/// Reads the eventfd's counter to zero (after a wake-up; before [`reap`]).
+pub fn clear_eventfd(fd: &OwnedFd) {
+    let mut counter = 0u64;
+    loop {
+        // SAFETY: reads 8 bytes into `counter`, which lives across the
+        // call; the fd is borrowed from `fd` and open.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                std::ptr::addr_of_mut!(counter).cast::<libc::c_void>(),
+                8,
+            )
+        };
+        if n != 8 {
+            return;
+        }
+    }
+}
+
+fn not_performed() -> io::Error {
+    io::Error::new(io::ErrorKind::WouldBlock, "io_uring op not performed")
+}
+
+impl Ring {
+    /// Puts `entry` in a slot and its SQE on the ring, then submits.
+    fn start(&mut self, entry: InFlight) -> Result<(), InFlight> {
+        let slot = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = Some(entry);
+        }
+        if self.push(slot) {
+            self.in_flight += 1;
+            if self.deferred.is_some() {
+                if !self.unsubmitted {
+                    self.unsubmitted = true;
+                    if let Some(wake) = &self.deferred {
+                        wake();
+                    }
+                }
+            } else {
+                self.flush();
+            }
+            Ok(())
+        } else {
+            self.free.push(slot);
+            match self.slots.get_mut(slot).and_then(Option::take) {
+                Some(entry) => Err(entry),
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// Pushes the SQE for what is left of the op in `slot`.
+    fn push(&mut self, slot: usize) -> bool {
+        let Some(Some(e)) = self.slots.get_mut(slot) else {
+            return false;
+        };
+        let fd = types::Fd(e.file.as_raw_fd());
+        let sqe = match e.op {
+            Op::Read { offset, len } => {
+                let rest = e
+                    .buf
+                    .as_mut_slice()
+                    .get_mut(e.done_bytes..len)
+                    .unwrap_or_default();
+                opcode::Read::new(fd, rest.as_mut_ptr(), rest.len() as u32)
+                    .offset(offset + e.done_bytes as u64)
+                    .build()
+            }
+            Op::Write { offset, len, dsync } => {
+                let rest = e.buf.as_slice().get(e.done_bytes..len).unwrap_or_default();
+                let flags = if dsync { libc::RWF_DSYNC } else { 0 };
+                opcode::Write::new(fd, rest.as_ptr(), rest.len() as u32)
+                    .offset(offset + e.done_bytes as u64)
+                    .rw_flags(flags)
+                    .build()
+            }
+            Op::Fsync => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+        };
+        let sqe = sqe.user_data(slot as u64);
+        // SAFETY: the SQE points into `e.buf` and names `e.file`'s fd; both
+        // are owned by the slot, which stays filled until this op's CQE has
+        // been reaped (`collect`) or the ring has waited for it
+        // (`stop_thread`, `Drop`). The buffer's heap memory does not move
+        // when the slot's struct does.
+        unsafe { self.ring.submission().push(&sqe).is_ok() }
+    }
+
+    /// Hands queued SQEs to the kernel. An error leaves them queued for
+    /// the next call (EBUSY, EAGAIN) and is only logged.
+    fn flush(&mut self) {
+        self.unsubmitted = false;
+        loop {
+            match self.ring.submit() {
+                Ok(_) => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!(error = %e, "io_uring submit deferred");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes every completion off the queue: finished ops come back with
+    /// their result; short transfers and retries are pushed again.
+    fn collect(&mut self) -> Vec<(InFlight, io::Result<usize>)> {
+        let cqes: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        let mut finished = Vec::with_capacity(cqes.len());
+        let mut resubmitted = false;
+        for (user_data, res) in cqes {
+            let slot = user_data as usize;
+            let Some(Some(e)) = self.slots.get_mut(slot) else {
+                tracing::error!(user_data, "io_uring completion for no op");
+                continue;
+            };
+            let again = match progress(e, res) {
+                Progress::Again => true,
+                Progress::Done(result) => {
+                    if let Some(entry) = self.slots.get_mut(slot).and_then(Option::take) {
+                        self.free.push(slot);
+                        self.in_flight -= 1;
+                        finished.push((entry, result));
+                    }
+                    false
+                }
+            };
+            if again {
+                if self.push(slot) {
+                    resubmitted = true;
+                } else if let Some(entry) = self.slots.get_mut(slot).and_then(Option::take) {
+                    self.free.push(slot);
+                    self.in_flight -= 1;
+                    finished.push((entry, Err(not_performed())));
+                }
+            }
+        }
+        if resubmitted {
+            self.flush();
+        }
+        finished
+    }
+}
+
+enum Progress {
+    Again,
+    Done(io::Result<usize>),
+}
+
+/// Accounts one CQE result for the op `e`.
+fn progress(e: &mut InFlight, res: i32) -> Progress {
+    let total = match e.op {
+        Op::Read { len, .. } | Op::Write { len, .. } => len,
+        Op::Fsync => 0,
+    };
+    if res < 0 {
+        let errno = -res;
+        if (errno == libc::EAGAIN || errno == libc::EINTR) && e.retries < RETRIES {
+            e.retries += 1;
+            return Progress::Again;
+        }
+        if errno == libc::EAGAIN && e.done_bytes == 0 {
+            return Progress::Done(Err(not_performed()));
+        }
+        return Progress::Done(Err(io::Error::from_raw_os_error(errno)));
+    }
+    let n = res as usize;
+    if matches!(e.op, Op::Fsync) {
+        return Progress::Done(Ok(0));
+    }
+    if n == 0 && total > e.done_bytes {
+        let kind = match e.op {
+            Op::Read { .. } => io::ErrorKind::UnexpectedEof,
+            _ => io::ErrorKind::WriteZero,
+        };
+        return Progress::Done(Err(io::Error::new(kind, "short transfer")));
+    }
+    e.done_bytes += n;
+    if e.done_bytes < total {
+        Progress::Again
+    } else {
+        Progress::Done(Ok(total))
+    }
+}
+
+impl Drop for Ring {
+    /// Normally [`stop_thread`] has drained the ring. If not (a thread
+    /// ending without it), wait for the kernel to finish with every buffer
+    /// before they are freed; callbacks are dropped without running.
+    fn drop(&mut self) {
+        while self.in_flight > 0 {
+            if self.ring.submit_and_wait(1).is_err() {
+                // Cannot wait: leak the buffers rather than free memory
+                // the kernel may still write.
+                for slot in self.slots.drain(..).flatten() {
+                    std::mem::forget(slot);
+                }
+                return;
+            }
+            let done: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
+            for slot in done {
+                if self
+                    .slots
+                    .get_mut(slot as usize)
+                    .and_then(Option::take)
+                    .is_some()
+                {
+                    self.in_flight -= 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::io::Write as _;
+    use std::os::unix::fs::FileExt;
+    use std::rc::Rc;
+
+    type Outcome = Rc<RefCell<Option<(io::Result<usize>, RingBuf)>>>;
+
+    fn ring_or_skip() -> bool {
+        if let Err(why) = probe() {
+            eprintln!("skipping: io_uring unavailable here: {why}");
+            return false;
+        }
+        true
+    }
+
+    fn run(file: &UringFile, op: Op, buf: RingBuf) -> (io::Result<usize>, RingBuf) {
+        let out: Outcome = Rc::new(RefCell::new(None));
+        let sink = Rc::clone(&out);
+        submit(
+            file,
+            op,
+            buf,
+            Box::new(move |r, b| *sink.borrow_mut() = Some((r, b))),
+        );
+        // Blocks until the op is done: stop_thread waits for it.
+        stop_thread();
+        let got = out.borrow_mut().take();
+        got.expect("callback ran")
+    }
+
+    fn uring_file(file: File) -> UringFile {
+        UringFile {
+            file: Arc::new(file),
+            direct_align: None,
+            meters: Vec::new(),
+            holds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn write_then_read_fua_and_fsync_on_a_tempfile() {
+        if !ring_or_skip() {
+            return;
+        }
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&[0u8; 8192]).expect("fill");
+        let f = uring_file(tmp);
+
+        assert!(start_thread().expect("ring").is_some());
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let (r, buf) = run(
+            &f,
+            Op::Write {
+                offset: 4096,
+                len: 4096,
+                dsync: true,
+            },
+            RingBuf::Pooled(data.clone().into()),
+        );
+        assert_eq!(r.expect("write"), 4096);
+        assert_eq!(buf.as_slice(), &data[..], "the buffer comes back");
+        let mut check = vec![0u8; 4096];
+        f.file.read_exact_at(&mut check, 4096).expect("pread");
+        assert_eq!(check, data, "the ring's write is in the file");
+
+        assert!(start_thread().expect("ring").is_some());
+        let (r, buf) = run(
+            &f,
+            Op::Read {
+                offset: 4096,
+                len: 4096,
+            },
+            RingBuf::Pooled(vec![0; 4096].into()),
+        );
+        assert_eq!(r.expect("read"), 4096);
+        assert_eq!(buf.into_pooled().into_vec(), data);
+
+        assert!(start_thread().expect("ring").is_some());
+        let (r, _) = run(&f, Op::Fsync, RingBuf::Empty);
+        assert_eq!(r.expect("fsync"), 0);
+        assert!(!active(), "stop_thread freed the ring");
+    }
+
+    #[test]
+    fn read_past_the_end_is_an_eof_error_and_bad_fd_an_os_error() {
+        if !ring_or_skip() {
+            return;
+        }
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&[7u8; 1024]).expect("fill");
+        let f = uring_file(tmp);
+        assert!(start_thread().expect("ring").is_some());
+        // 512 bytes exist from 512 on, 1024 are asked for: the ring
+        // continues the short read, then meets the end.
+        let (r, _) = run(
+            &f,
+            Op::Read {
+                offset: 512,
+                len: 1024,
+            },
+            RingBuf::Pooled(vec![0; 1024].into()),
+        );
+        assert_eq!(r.expect_err("eof").kind(), io::ErrorKind::UnexpectedEof);
+
+        // A file opened read-only refuses the write with EBADF.
+        let path = tempfile::NamedTempFile::new().expect("named");
+        let ro = uring_file(File::open(path.path()).expect("open"));
+        assert!(start_thread().expect("ring").is_some());
+        let (r, _) = run(
+            &ro,
+            Op::Write {
+                offset: 0,
+                len: 512,
+                dsync: false,
+            },
+            RingBuf::Pooled(vec![1; 512].into()),
+        );
+        assert_eq!(r.expect_err("ebadf").raw_os_error(), Some(libc::EBADF));
+    }
+
+    #[test]
+    fn without_a_ring_the_op_is_refused_as_not_performed() {
+        let f = uring_file(tempfile::tempfile().expect("tempfile"));
+        assert!(!active());
+        assert!(!has_room());
+        let called = Rc::new(Cell::new(false));
+        let c = Rc::clone(&called);
+        submit(
+            &f,
+            Op::Fsync,
+            RingBuf::Empty,
+            Box::new(move |r, _| {
+                assert_eq!(r.expect_err("refused").kind(), io::ErrorKind::WouldBlock);
+                c.set(true);
+            }),
+        );
+        assert!(called.get(), "refusal runs the callback at once");
+    }
+
+    #[test]
+    fn reap_runs_callbacks_on_this_thread_and_aligned_buffers_are_aligned() {
+        if !ring_or_skip() {
+            return;
+        }
+        let b = RingBuf::aligned(4096, 4096).expect("aligned");
+        assert_eq!(b.as_slice().as_ptr() as usize % 4096, 0);
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&[3u8; 4096]).expect("fill");
+        let f = uring_file(tmp);
+        let fd = start_thread().expect("ring").expect("eventfd");
+        let out: Outcome = Rc::new(RefCell::new(None));
+        let sink = Rc::clone(&out);
+        submit(
+            &f,
+            Op::Read {
+                offset: 0,
+                len: 4096,
+            },
+            b,
+            Box::new(move |r, b| *sink.borrow_mut() = Some((r, b))),
+        );
+        // Wait for the eventfd the way a reactor's poll would.
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        while out.borrow().is_none() {
+            // SAFETY: one pollfd that lives across the call.
+            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            assert!(rc >= 0, "poll");
+            clear_eventfd(&fd);
+            reap();
+        }
+        let (r, buf) = out.borrow_mut().take().expect("done");
+        assert_eq!(r.expect("read"), 4096);
+        assert!(buf.as_slice().iter().all(|&b| b == 3));
+        assert_eq!(in_flight(), 0);
+        stop_thread();
+    }
+
+    #[test]
+    fn deferred_submission_wakes_once_per_batch_and_flush_submits() {
+        if !ring_or_skip() {
+            return;
+        }
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&[9u8; 8192]).expect("fill");
+        let f = uring_file(tmp);
+        let fd = start_thread().expect("ring").expect("eventfd");
+        let wakes = Rc::new(Cell::new(0));
+        let w = Rc::clone(&wakes);
+        defer_submission(Box::new(move || w.set(w.get() + 1)));
+        let done = Rc::new(Cell::new(0));
+        for offset in [0u64, 4096] {
+            let d = Rc::clone(&done);
+            submit(
+                &f,
+                Op::Read { offset, len: 4096 },
+                RingBuf::Pooled(vec![0; 4096].into()),
+                Box::new(move |r, b| {
+                    assert_eq!(r.expect("read"), 4096);
+                    assert!(b.as_slice().iter().all(|&x| x == 9));
+                    d.set(d.get() + 1);
+                }),
+            );
+        }
+        assert_eq!(wakes.get(), 1, "one wake for the batch");
+        assert_eq!(in_flight(), 2);
+        flush();
+        while done.get() < 2 {
+            reap_blocking();
+        }
+        clear_eventfd(&fd);
+        // The next batch wakes again.
+        submit(
+            &f,
+            Op::Fsync,
+            RingBuf::Empty,
+            Box::new(|r, _| assert!(r.is_ok())),
+        );
+        assert_eq!(wakes.get(), 2);
+        // stop_thread submits what is queued and waits for it.
+        stop_thread();
+        assert_eq!(in_flight(), 0);
+    }
+}

@@ -1,0 +1,333 @@
+//! Commands on the calling thread's io_uring (`ScsiTarget::run_on_ring`)
+//! against real file LUNs: a WRITE then READ returns the data (buffered and
+//! O_DIRECT), SYNCHRONIZE CACHE and FUA complete, a failed read is a MEDIUM
+//! ERROR, and without a ring the command comes back for the workers, which
+//! serve it.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+
+use common::*;
+use rustgt_backstore::{uring, FileBackstore, FileOptions};
+use rustgt_scsi::{Command, LunConfig, Response, Status, TaskAttr};
+
+const FILE_BLOCKS: u64 = 256;
+
+/// A harness whose LUN 1 is a file of 256 blocks of 512 bytes.
+fn file_lun(path: &Path, direct: bool) -> Option<Harness> {
+    let opts = FileOptions {
+        size: Some(FILE_BLOCKS * u64::from(BS)),
+        block_size: BS,
+        read_only: false,
+        thin: false,
+        direct,
+    };
+    let store = match FileBackstore::open(path, &opts) {
+        Ok(s) => s,
+        Err(e) if direct => {
+            eprintln!("skipping O_DIRECT: {e}");
+            return None;
+        }
+        Err(e) => panic!("open: {e}"),
+    };
+    let h = Harness::new();
+    let mut cfg = LunConfig::new(Arc::new(store));
+    cfg.workers = 2;
+    h.target.add_lun(1, cfg).unwrap();
+    // Clear the REPORTED LUNS DATA HAS CHANGED the new LUN raised.
+    let _ = h.run_on(&h.nexus, 1, &[0; 6], 0);
+    Some(h)
+}
+
+fn ring_available() -> bool {
+    match uring::probe() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("skipping: io_uring unavailable: {why}");
+            false
+        }
+    }
+}
+
+/// Runs `cmd` through this thread's ring, which must take it, and reaps
+/// until its completion arrives.
+fn on_ring(h: &Harness, cmd: Command) -> Response {
+    let (tx, rx) = mpsc::channel();
+    let taken = h.target.run_on_ring(
+        cmd,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    assert!(taken.is_ok(), "the ring path takes the command");
+    loop {
+        if let Ok(r) = rx.try_recv() {
+            assert!(rx.try_recv().is_err(), "second completion");
+            return r;
+        }
+        assert!(
+            uring::in_flight() > 0,
+            "no completion and nothing in flight"
+        );
+        uring::reap_blocking();
+    }
+}
+
+fn pattern(blocks: usize, seed: u8) -> Vec<u8> {
+    (0..blocks * BS as usize)
+        .map(|i| (i % 251) as u8 ^ seed)
+        .collect()
+}
+
+fn write_read_sync(direct: bool) {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lun.img");
+    let Some(h) = file_lun(&path, direct) else {
+        return;
+    };
+    assert!(uring::start_thread().unwrap().is_some());
+    let cmd = |cdb: &[u8], din: u32, dout: Vec<u8>| h.cmd_on(&h.nexus, 1, cdb, din, dout);
+
+    let data = pattern(8, 0x5A);
+    let fua = pattern(2, 0xA5);
+    // A write: on the ring with O_DIRECT; buffered ones stay with the
+    // workers (the ring gives them back untouched).
+    let write = |c: Command| {
+        if direct {
+            on_ring(&h, c)
+        } else {
+            let Err((c, _)) = h.target.run_on_ring(c, Box::new(|_| {})) else {
+                panic!("a buffered write is given back");
+            };
+            h.exec(c)
+        }
+    };
+    let w = write(cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()));
+    assert_eq!(w.status, Status::GOOD, "{w:?}");
+    // FUA, with a WRITE(16).
+    let w = write(cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()));
+    assert_eq!(w.status, Status::GOOD, "{w:?}");
+
+    let r = on_ring(&h, cmd(&cdb10(0x28, 0, 16, 8), 8 * BS, vec![]));
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(r.data_in, data, "READ returns what WRITE stored");
+    let r = on_ring(&h, cmd(&cdb12(0xA8, 0, 40, 2), 2 * BS, vec![]));
+    assert_eq!(r.data_in, fua);
+    let s = on_ring(&h, cmd(&cdb10(0x35, 0, 0, 0), 0, vec![]));
+    assert_eq!(s.status, Status::GOOD, "SYNCHRONIZE CACHE(10)");
+
+    // The bytes are in the file itself.
+    let file = std::fs::File::open(&path).unwrap();
+    let mut back = vec![0u8; data.len()];
+    file.read_exact_at(&mut back, 16 * u64::from(BS)).unwrap();
+    assert_eq!(back, data);
+
+    let stats = h.target.lun_stats(1).unwrap();
+    assert_eq!((stats.read_commands, stats.write_commands), (2, 2));
+    assert_eq!(stats.write_bytes, 10 * u64::from(BS));
+    uring::stop_thread();
+}
+
+#[test]
+fn write_then_read_through_the_ring_buffered() {
+    write_read_sync(false);
+}
+
+#[test]
+fn write_then_read_through_the_ring_o_direct() {
+    write_read_sync(true);
+}
+
+#[test]
+fn checks_answer_at_once_and_residuals_match_the_workers() {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    // Past the end: CHECK CONDITION from the start, no op submitted.
+    let (tx, rx) = mpsc::channel();
+    let past = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 255, 2), 2 * BS, vec![]);
+    assert!(h
+        .target
+        .run_on_ring(
+            past,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            })
+        )
+        .is_ok());
+    let r = rx.try_recv().expect("answered at once");
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    assert_eq!(sense_of(&r), (0x05, 0x21, 0x00), "LBA OUT OF RANGE");
+    assert_eq!(uring::in_flight(), 0);
+
+    // A Data-In buffer smaller than the transfer: same residual as a worker.
+    let short = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 4), 2 * BS, vec![]);
+    let ring = on_ring(&h, short);
+    let short = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 4), 2 * BS, vec![]);
+    let worker = h.exec(short);
+    assert_eq!(ring.status, Status::GOOD);
+    assert_eq!(ring.data_in.len(), 2 * BS as usize);
+    assert_eq!(
+        (ring.residual, ring.data_in),
+        (worker.residual, worker.data_in)
+    );
+    uring::stop_thread();
+}
+
+#[test]
+fn a_failed_read_is_a_medium_error() {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lun.img");
+    let h = file_lun(&path, false).unwrap();
+    // The file shrinks under the LUN: its last blocks cannot be read.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(64 * u64::from(BS))
+        .unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 200, 4), 4 * BS, vec![]);
+    let r = on_ring(&h, cmd);
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    assert_eq!(
+        sense_of(&r),
+        (0x03, 0x11, 0x00),
+        "MEDIUM ERROR, UNRECOVERED READ ERROR"
+    );
+    assert!(r.data_in.is_empty());
+    uring::stop_thread();
+}
+
+#[test]
+fn without_a_ring_the_workers_serve_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
+    assert!(!uring::active(), "this thread has no ring");
+    let data = pattern(2, 1);
+    let w = h.cmd_on(&h.nexus, 1, &cdb10(0x2A, 0, 4, 2), 0, data.clone());
+    let (w, _done) = h
+        .target
+        .run_on_ring(w, Box::new(|_| {}))
+        .expect_err("given back");
+    assert_eq!(h.exec(w).status, Status::GOOD);
+    let r = h.exec(h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 4, 2), 2 * BS, vec![]));
+    assert_eq!(r.data_in, data);
+
+    // With a ring: ORDERED tasks, other commands and stores the ring cannot
+    // drive are given back too.
+    if !ring_available() {
+        return;
+    }
+    assert!(uring::start_thread().unwrap().is_some());
+    let mut ordered = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]);
+    ordered.attr = TaskAttr::Ordered;
+    assert!(h.target.run_on_ring(ordered, Box::new(|_| {})).is_err());
+    let inquiry = h.cmd_on(&h.nexus, 1, &[0x12, 0, 0, 0, 96, 0], 96, vec![]);
+    assert!(h.target.run_on_ring(inquiry, Box::new(|_| {})).is_err());
+    // LUN 0 is a mock store of memory.
+    let mock = h.cmd(&cdb10(0x28, 0, 0, 1), BS, vec![]);
+    assert!(h.target.run_on_ring(mock, Box::new(|_| {})).is_err());
+    assert_eq!(uring::in_flight(), 0);
+    uring::stop_thread();
+}
+
+/// Starts `cmd` on the ring and returns the channel its completion
+/// arrives on (after a reap).
+fn start_on_ring(h: &Harness, cmd: Command) -> mpsc::Receiver<Response> {
+    let (tx, rx) = mpsc::channel();
+    let taken = h.target.run_on_ring(
+        cmd,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    assert!(taken.is_ok(), "the ring path takes the command");
+    rx
+}
+
+#[test]
+fn removing_a_lun_waits_for_its_ring_ops_and_then_ends() {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    let rx = start_on_ring(
+        &h,
+        h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]),
+    );
+    assert_eq!(uring::in_flight(), 1);
+    let target = Arc::clone(&h.target);
+    let remover = std::thread::spawn(move || target.remove_lun(1));
+    // The LUN leaves the table first, then its workers wait for the task
+    // the ring still holds.
+    while h.target.luns().contains(&1) {
+        std::thread::yield_now();
+    }
+    let r = loop {
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        uring::reap_blocking();
+    };
+    assert_eq!(r.status, Status::GOOD);
+    // The task's completion wakes the stopping workers: the removal ends.
+    remover.join().unwrap().unwrap();
+    uring::stop_thread();
+}
+
+#[test]
+fn task_management_aborts_a_ring_task_or_finds_it_done() {
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
+    let tag = cmd.tag;
+    let rx = start_on_ring(&h, cmd);
+    let target = Arc::clone(&h.target);
+    let nexus = Arc::clone(&h.nexus);
+    let tmf = std::thread::spawn(move || {
+        target.task_management(&nexus, 1, rustgt_scsi::TmfFunction::AbortTask { tag })
+    });
+    let r = loop {
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        uring::reap_blocking();
+    };
+    let answer = tmf.join().unwrap();
+    // Either the abort marked the running task (it completes as aborted,
+    // and only then does the TMF answer) or the task had completed first.
+    match answer {
+        rustgt_scsi::TmfResponse::FunctionComplete => {
+            assert!(r.aborted, "{r:?}");
+            assert_eq!(r.status, Status::TASK_ABORTED);
+        }
+        rustgt_scsi::TmfResponse::TaskNotFound => {
+            assert_eq!(r.status, Status::GOOD);
+            assert!(!r.aborted);
+        }
+        other => panic!("unexpected TMF answer {other:?}"),
+    }
+    assert!(rx.try_recv().is_err(), "one completion");
+    uring::stop_thread();
+}
