@@ -44,7 +44,7 @@ mod ram;
 mod spec;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
-pub use buf::IoBuf;
+pub use buf::{BufStorage, IoBuf};
 pub use builder::{attach_context, build, open_engine, LunStoreSpec};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
