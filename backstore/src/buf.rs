@@ -18,12 +18,17 @@
 //!   buffer;
 //! - memory is bounded: at most [`THREAD_CACHE_BYTES`] per thread and
 //!   [`SHARED_CACHE_BYTES`] in the shared cache are kept idle; buffers past
-//!   that, and buffers larger than [`MAX_POOLED`], are freed.
+//!   that, and buffers larger than [`MAX_POOLED`], are freed;
+//! - pooled storage never moves while it exists, and every pooled storage
+//!   the pool frees (cache overflow, a thread's cache at thread exit) is
+//!   first shown to the [release hook](set_release_hook), if one is set:
+//!   a transport that registered the storage with a device (RDMA) drops
+//!   that registration there, before the memory can be reused.
 
 use std::cell::RefCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Alignment of a pooled buffer's first byte.
 pub const ALIGN: usize = 4096;
@@ -55,6 +60,59 @@ pub struct IoBuf {
 /// The longest all-zero buffer [`IoBuf::zeros`] lends without allocating.
 pub const ZEROS_LEN: usize = 1 << 20;
 static ZEROS: [u8; ZEROS_LEN] = [0; ZEROS_LEN];
+
+/// Called with the address and length of a pooled storage just before the
+/// pool frees it (see [`set_release_hook`]).
+pub type ReleaseHook = fn(addr: usize, len: usize);
+
+static RELEASE_HOOK: OnceLock<ReleaseHook> = OnceLock::new();
+
+/// Sets the hook every pooled storage passes through before it is freed.
+/// One hook per process; false (and no change) if another one is set.
+/// The hook may run on any thread; it must not drop an [`IoBuf`].
+pub fn set_release_hook(hook: ReleaseHook) -> bool {
+    RELEASE_HOOK.set(hook).is_ok() || RELEASE_HOOK.get() == Some(&hook)
+}
+
+/// Frees pooled storage, telling the release hook first.
+fn free_storage(v: Vec<u8>) {
+    if let Some(hook) = RELEASE_HOOK.get() {
+        if !v.is_empty() {
+            hook(v.as_ptr() as usize, v.len());
+        }
+    }
+    drop(v);
+}
+
+/// Where a pooled buffer's storage lies: the whole allocation, which does
+/// not move or shrink while it exists. Only [`IoBuf::storage`] makes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BufStorage {
+    addr: usize,
+    len: usize,
+}
+
+impl BufStorage {
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `len` bytes at `addr` lie inside this storage.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        addr >= self.addr
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.addr.saturating_add(self.len))
+    }
+}
 
 /// Idle buffers of one cache, by size class.
 struct Cache {
@@ -94,6 +152,18 @@ impl Cache {
     }
 }
 
+impl Drop for Cache {
+    fn drop(&mut self) {
+        // A thread's cache at thread exit: its storage goes through the hook.
+        for list in &mut self.free {
+            for v in list.drain(..) {
+                free_storage(v);
+            }
+        }
+        self.bytes = 0;
+    }
+}
+
 thread_local! {
     static LOCAL: RefCell<Cache> = const { RefCell::new(Cache::new(THREAD_CACHE_BYTES)) };
 }
@@ -124,15 +194,18 @@ fn take_storage(class: usize) -> Vec<u8> {
 }
 
 fn give_back(class: usize, v: Vec<u8>) {
-    let rest = match LOCAL.try_with(|c| c.borrow_mut().put(class, v)) {
-        Ok(rest) => rest,
-        // The thread is exiting: its cache is gone; the shared one may keep it.
-        Err(_) => return,
+    let mut v = Some(v);
+    // When the thread is exiting its cache is gone and `v` stays here.
+    let local = LOCAL.try_with(|c| v.take().and_then(|v| c.borrow_mut().put(class, v)));
+    let Some(v) = local.ok().flatten().or(v) else {
+        return;
+    };
+    let rest = match SHARED.lock() {
+        Ok(mut shared) => shared.put(class, v),
+        Err(_) => Some(v),
     };
     if let Some(v) = rest {
-        if let Ok(mut shared) = SHARED.lock() {
-            drop(shared.put(class, v));
-        }
+        free_storage(v);
     }
 }
 
@@ -215,6 +288,15 @@ impl IoBuf {
     /// Whether the buffer goes back to a pool when dropped.
     pub fn is_pooled(&self) -> bool {
         self.class.is_some()
+    }
+
+    /// The storage of a pooled buffer (None for a plain one, whose memory
+    /// the pool does not track).
+    pub fn storage(&self) -> Option<BufStorage> {
+        self.class.map(|_| BufStorage {
+            addr: self.storage.as_ptr() as usize,
+            len: self.storage.len(),
+        })
     }
 
     /// The bytes as a vector (copies a pooled buffer).
@@ -378,6 +460,51 @@ mod tests {
         assert!(local <= THREAD_CACHE_BYTES, "{local}");
         let shared = SHARED.lock().map(|c| c.bytes).unwrap_or(0);
         assert!(shared <= SHARED_CACHE_BYTES, "{shared}");
+    }
+
+    static RELEASED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+    fn record(addr: usize, len: usize) {
+        if let Ok(mut r) = RELEASED.lock() {
+            r.push((addr, len));
+        }
+    }
+
+    fn released(s: BufStorage) -> bool {
+        RELEASED
+            .lock()
+            .map(|r| r.contains(&(s.addr(), s.len())))
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn storage_the_pool_frees_passes_the_release_hook_first() {
+        assert!(set_release_hook(record));
+        assert!(set_release_hook(record), "the same hook again is fine");
+        // A thread's cache goes when the thread exits. (Overflowing the
+        // shared cache here would disturb the other tests' use of it.)
+        let len = 3 << 20;
+        let kept = std::thread::spawn(move || {
+            let a = IoBuf::for_overwrite(len);
+            let sa = a.storage().expect("pooled");
+            assert_eq!(sa.len(), storage_len(class_of(len).expect("class")));
+            assert!(sa.contains(a.as_ptr() as usize, a.len()));
+            assert!(!sa.contains(sa.addr() + 1, sa.len()));
+            drop(a);
+            assert!(!released(sa), "idle in the thread's cache, still alive");
+            sa
+        })
+        .join()
+        .expect("thread");
+        assert!(
+            released(kept),
+            "at thread exit its cache was freed through the hook"
+        );
+        assert_eq!(
+            IoBuf::from(vec![1]).storage(),
+            None,
+            "plain buffers untracked"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ mod spec;
 pub mod uring;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
-pub use buf::IoBuf;
+pub use buf::{BufStorage, IoBuf};
 pub use builder::{attach_context, build, open_engine, LunStoreSpec};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};

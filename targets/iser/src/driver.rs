@@ -9,11 +9,20 @@
 //! holds one data buffer until its completion. When a slot or the send
 //! queue runs out, operations wait in order in a backlog: a command's
 //! Writes always go before its response.
+//!
+//! Zero-copy Data-In: an RDMA Write whose data lies in a pooled buffer
+//! (the command's `data_in`) is sent from that buffer, registered with the
+//! connection's PD on first use and cached ([`crate::regcache`]); the
+//! driver holds the data until the Write completes (or, at teardown, until
+//! the QP is destroyed: `res` drops before `writes_from`). Data in no pooled
+//! buffer, or past the pinned-bytes limit, is copied into a data buffer.
 
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
+
+use bytes::Bytes;
 
 use rustgt_iscsi::{Connection, IserOp, RdmaRead};
 
@@ -53,6 +62,14 @@ pub struct Driver {
     /// A work request failed (or the peer left): post nothing more.
     failed: bool,
     completions: Vec<Completion>,
+    /// Zero-copy RDMA Writes posted and not completed: the data each sends
+    /// from, held so that its buffer (and registration) outlives the WR.
+    /// Declared after `res`, so at drop the QP goes first.
+    writes_from: HashMap<u32, Bytes>,
+    next_write_from: u32,
+    /// RDMA Writes sent from the buffer they were in / copied first.
+    pub writes_zero_copy: u64,
+    pub writes_copied: u64,
 }
 
 impl Driver {
@@ -69,6 +86,10 @@ impl Driver {
             reads: HashMap::new(),
             failed: false,
             completions: Vec::with_capacity(POLL_BATCH),
+            writes_from: HashMap::new(),
+            next_write_from: 0,
+            writes_zero_copy: 0,
+            writes_copied: 0,
         }
     }
 
@@ -167,10 +188,25 @@ impl Driver {
                 }
             }
             IserOp::Write(w) => {
+                let lkey = w
+                    .storage
+                    .as_ref()
+                    .and_then(|st| self.res.lkey_for(st, &w.data));
+                if let Some(lkey) = lkey {
+                    let id = self.write_from_id();
+                    let wr = WrKind::WriteFrom(id).encode();
+                    self.res
+                        .post_write_from(&w.data, lkey, w.remote_addr, w.stag, wr)?;
+                    self.sq_used += 1;
+                    self.writes_from.insert(id, w.data.clone());
+                    self.writes_zero_copy += 1;
+                    return Ok(true);
+                }
                 let Some(chunk) = self.chunks.take() else {
                     return Ok(false);
                 };
                 self.res.data.write(chunk, &w.data);
+                self.writes_copied += 1;
                 let kind = SendKind::RdmaWrite {
                     remote_addr: w.remote_addr,
                     rkey: w.stag,
@@ -204,6 +240,18 @@ impl Driver {
             }
         }
         Ok(true)
+    }
+
+    /// An id for a zero-copy Write no posted Write has.
+    fn write_from_id(&mut self) -> u32 {
+        // At most sq_depth are posted, so a free id is found quickly.
+        loop {
+            let id = self.next_write_from;
+            self.next_write_from = self.next_write_from.wrapping_add(1);
+            if !self.writes_from.contains_key(&id) {
+                return id;
+            }
+        }
     }
 
     /// Post one WR; on failure give its slot back.
@@ -321,7 +369,9 @@ impl Driver {
                 }
                 self.chunks.give_back(chunk);
             }
-            WrKind::Send(_) | WrKind::SendLarge(_) | WrKind::Write(_) => self.release(kind),
+            WrKind::Send(_) | WrKind::SendLarge(_) | WrKind::Write(_) | WrKind::WriteFrom(_) => {
+                self.release(kind)
+            }
         }
     }
 
@@ -338,6 +388,10 @@ impl Driver {
             WrKind::Read(chunk) => {
                 self.reads.remove(&chunk);
                 self.chunks.give_back(chunk);
+            }
+            WrKind::WriteFrom(id) => {
+                // The device is done with it: the buffer may go.
+                self.writes_from.remove(&id);
             }
         }
     }

@@ -15,9 +15,13 @@
 //! requests; every connection task runs on one of the port's reactors.
 //!
 //! Guarantees:
-//! - no memory registration on the I/O path: each connection registers
-//!   its receive, send and data buffers once, at accept; the target's
-//!   memory is registered for local access only, never exposed;
+//! - no memory registration per I/O: each connection registers its
+//!   receive, send and data buffers once, at accept, and a pooled read
+//!   buffer (`IoBuf`) the first time an RDMA Write sends from it; that
+//!   registration is cached until the buffer pool frees the storage (its
+//!   release hook deregisters first) or the connection goes, and bounded
+//!   ([`regcache::PINNED_LIMIT`] bytes; past it the data is copied). The
+//!   target's memory is registered for local access only, never exposed;
 //! - receives are posted for as many unexpected PDUs as the target
 //!   declares (MaxOutstandingUnexpectedPDUs), send and completion queues
 //!   follow the session queue depth, RDMA Reads in flight never exceed the
@@ -30,6 +34,9 @@
 //!   with MaxOutstandingUnexpectedPDUs set to the receives it posts
 //!   ([`iser_config`]), so targets and settings changed at run time reach
 //!   iSER connections like TCP ones;
+//! - a buffer a posted work request uses outlives it: slots are held
+//!   until the completion, the data of a zero-copy Write too, and at
+//!   teardown until the QP is destroyed;
 //! - a disconnect, a flushed work request or an error completion ends the
 //!   connection: its SCSI tasks are aborted (nexus loss) and its QP, CQ,
 //!   memory regions, PD and CM id are released in order, exactly once;
@@ -43,6 +50,7 @@
 #![cfg_attr(not(feature = "rdma"), forbid(unsafe_code))]
 
 pub mod pool;
+pub mod regcache;
 pub mod sizing;
 pub mod wrid;
 

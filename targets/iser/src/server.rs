@@ -329,8 +329,17 @@ async fn drive(
             }
         }
     }
+    let (pinned, registrations) = crate::verbs::pinned();
+    tracing::info!(
+        zero_copy = d.writes_zero_copy,
+        copied = d.writes_copied,
+        pinned,
+        registrations,
+        "iSER Data-In RDMA Writes"
+    );
     drop(cm_fd);
     drop(cq_fd);
+    // The QP goes before the buffers of zero-copy Writes (field order).
     drop(d);
     Ok(())
 }

@@ -4,11 +4,17 @@
 //! Guarantees:
 //! - every object is released exactly once, in an order the libraries
 //!   accept: a connection's QP, CQ, completion channel, memory regions,
-//!   PD, CM id and CM event channel go in that order ([`ConnResources`]);
+//!   registrations of pooled buffers, PD, CM id and CM event channel go in
+//!   that order ([`ConnResources`]);
 //! - registered memory is never handed out as a Rust reference while the
 //!   device may write it: buffers are raw allocations, and a slot is only
 //!   borrowed while no work request that uses it is posted (the caller's
 //!   slot pools track that);
+//! - pooled `IoBuf` storage registered for zero-copy RDMA Writes is only
+//!   read by the device, and only while the driver holds a `Bytes` of it
+//!   for a posted WR; its registration is dropped before the pool frees the
+//!   storage (release hook) and with the connection's PD, never while a WR
+//!   names it;
 //! - file descriptors are non-blocking, so readiness-driven callers never
 //!   block in `rdma_get_cm_event` or `ibv_get_cq_event`.
 
@@ -17,11 +23,16 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr::{self, NonNull};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use rustgt_backstore::BufStorage;
 
 use rdma_sys::*;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+use crate::regcache::{Lookup, RegCache, PINNED_LIMIT};
 use crate::sizing::DeviceLimits;
 
 /// A failed library call.
@@ -531,6 +542,93 @@ struct Pd {
     pd: NonNull<ibv_pd>,
 }
 
+// ---------------------------------------------------------------------------
+// Registration cache: pooled I/O buffers registered with a connection's PD
+// on first use and kept registered until the pool frees the storage or the
+// PD goes (see `regcache` for the rules).
+// ---------------------------------------------------------------------------
+
+/// One memory registration of pooled storage.
+#[derive(Debug)]
+struct Mr(NonNull<ibv_mr>);
+
+// SAFETY: an MR is a handle libibverbs lets any thread use and deregister;
+// the cache's mutex serialises every use of it here.
+unsafe impl Send for Mr {}
+
+impl Mr {
+    fn lkey(&self) -> u32 {
+        // SAFETY: the MR is live while the cache holds it (callers hold the
+        // cache's lock).
+        unsafe { (*self.0.as_ptr()).lkey }
+    }
+
+    /// Deregister. Only for an MR no posted work request names: its storage
+    /// is being freed (then nothing holds a buffer in it, and the driver
+    /// holds the buffer of every WR it posted), or its PD's QP is destroyed.
+    fn dereg(self) {
+        // SAFETY: live MR, removed from the cache, deregistered once; per
+        // the rule above no DMA can use it any more.
+        let rc = unsafe { ibv_dereg_mr(self.0.as_ptr()) };
+        if rc != 0 {
+            tracing::warn!(rc, "ibv_dereg_mr of a pooled buffer failed");
+        }
+    }
+}
+
+static REGS: Mutex<Option<RegCache<Mr>>> = Mutex::new(None);
+
+fn regs() -> std::sync::MutexGuard<'static, Option<RegCache<Mr>>> {
+    REGS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The buffer pool's release hook: storage about to be freed loses every
+/// registration first, so its address, reused by the allocator, is never
+/// found registered (an MR keeps the old pages pinned and would send them).
+fn release_storage(addr: usize, _len: usize) {
+    let gone = match regs().as_mut() {
+        Some(c) => c.remove_storage(addr),
+        None => return,
+    };
+    for mr in gone {
+        mr.dereg();
+    }
+}
+
+/// Registrations pinned now (bytes) and their count.
+pub fn pinned() -> (usize, usize) {
+    regs().as_ref().map_or((0, 0), |c| (c.pinned(), c.len()))
+}
+
+/// A connection PD's share of the cache: dropped after the QP and before
+/// the PD, it deregisters the PD's registrations.
+#[derive(Debug)]
+struct PdRegs {
+    pd: usize,
+}
+
+impl PdRegs {
+    fn new(pd: &Pd) -> PdRegs {
+        rustgt_backstore::buf::set_release_hook(release_storage);
+        regs().get_or_insert_with(|| RegCache::new(PINNED_LIMIT));
+        PdRegs {
+            pd: pd.pd.as_ptr() as usize,
+        }
+    }
+}
+
+impl Drop for PdRegs {
+    fn drop(&mut self) {
+        let gone = regs()
+            .as_mut()
+            .map(|c| c.remove_pd(self.pd))
+            .unwrap_or_default();
+        for mr in gone {
+            mr.dereg();
+        }
+    }
+}
+
 impl Drop for Pd {
     fn drop(&mut self) {
         // SAFETY: its QP and MRs are gone (field order of `ConnResources`).
@@ -651,8 +749,11 @@ pub struct ConnResources {
     pub recv: Region,
     pub send: Region,
     pub data: Region,
+    /// Pooled buffers registered with the PD: deregistered after the QP
+    /// is gone and before the PD.
+    regs: PdRegs,
     /// Held for its `Drop`, after the regions and before the id.
-    _pd: Pd,
+    pd: Pd,
     pub cm: IdChannel,
 }
 
@@ -687,6 +788,7 @@ impl ConnResources {
         let recv = Region::new(&pd, shape.recv_size, shape.recv_depth)?;
         let send = Region::new(&pd, shape.send_size, shape.send_slots)?;
         let data = Region::new(&pd, shape.chunk_size, shape.data_chunks)?;
+        let regs = PdRegs::new(&pd);
         let mut attr = ibv_qp_init_attr {
             qp_context: ptr::null_mut(),
             send_cq: cq.cq.as_ptr(),
@@ -719,7 +821,8 @@ impl ConnResources {
             recv,
             send,
             data,
-            _pd: pd,
+            regs,
+            pd,
             cm,
         };
         me.arm()?;
@@ -818,7 +921,84 @@ impl ConnResources {
             Buf::Send => &self.send,
             Buf::Data => &self.data,
         };
-        let mut sge = region.sge(slot, len).ok_or_else(|| invalid("send slot"))?;
+        let sge = region.sge(slot, len).ok_or_else(|| invalid("send slot"))?;
+        // The slot is reserved for this WR until its completion (caller's
+        // pool), so the device may read or write it meanwhile.
+        self.post_sge(kind, sge, wr_id)
+    }
+
+    /// The local key of `storage` registered with this connection's PD,
+    /// registering it now if it is not and the pinned-bytes limit allows.
+    /// `data` must be a slice of a buffer in `storage` (checked), which
+    /// keeps the storage alive while we register it. None: send `data` by
+    /// the copy path.
+    pub fn lkey_for(&self, storage: &BufStorage, data: &Bytes) -> Option<u32> {
+        if data.is_empty() || !storage.contains(data.as_ptr() as usize, data.len()) {
+            return None;
+        }
+        let pd = self.regs.pd;
+        let mut guard = regs();
+        let cache = guard.as_mut()?;
+        match cache.lookup(pd, storage.addr(), storage.len()) {
+            Lookup::Hit(mr) => return Some(mr.lkey()),
+            Lookup::Refuse => return None,
+            Lookup::Register => {}
+        }
+        // Local write too, so that an RDMA Read may land in the same
+        // storage; never remote access (the initiator gets no key to it).
+        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
+        // SAFETY: the PD is live (ours); `storage` is a pooled allocation
+        // that is alive (`data`, which lies inside it, keeps it so) and does
+        // not move while it exists; before the pool frees it the release
+        // hook deregisters this MR, which takes the same lock we hold, so
+        // the registration can never outlive the memory.
+        let mr = unsafe {
+            ibv_reg_mr(
+                self.pd.pd.as_ptr(),
+                storage.addr() as *mut libc::c_void,
+                storage.len(),
+                access,
+            )
+        };
+        let Some(mr) = NonNull::new(mr) else {
+            tracing::debug!(error = %io::Error::last_os_error(), len = storage.len(),
+                "cannot register a pooled buffer; its data is copied");
+            return None;
+        };
+        let mr = Mr(mr);
+        let lkey = mr.lkey();
+        match cache.insert(pd, storage.addr(), storage.len(), mr) {
+            Ok(()) => Some(lkey),
+            Err(mr) => {
+                mr.dereg();
+                None
+            }
+        }
+    }
+
+    /// Post an RDMA Write of `data` straight from where it is, under
+    /// `lkey` (from [`lkey_for`](Self::lkey_for) with `data`'s storage).
+    /// The caller holds `data` (and so its buffer and registration) until
+    /// the WR completes or the QP is destroyed.
+    pub fn post_write_from(
+        &self,
+        data: &Bytes,
+        lkey: u32,
+        remote_addr: u64,
+        rkey: u32,
+        wr_id: u64,
+    ) -> Result<()> {
+        let sge = ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: u32::try_from(data.len()).map_err(|_| invalid("write length"))?,
+            lkey,
+        };
+        self.post_sge(SendKind::RdmaWrite { remote_addr, rkey }, sge, wr_id)
+    }
+
+    /// Post one send-queue WR over `sge`, whose memory stays valid and
+    /// unborrowed-for-writing until the WR completes (callers' rule).
+    fn post_sge(&self, kind: SendKind, mut sge: ibv_sge, wr_id: u64) -> Result<()> {
         // SAFETY: all-zero is a valid ibv_send_wr (null pointers, zero
         // fields); the fields that matter are set below.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -842,8 +1022,9 @@ impl ConnResources {
             }
         }
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
-        // SAFETY: live QP; `wr` and `sge` outlive the call; the slot is
-        // reserved for this WR until its completion (caller's pool).
+        // SAFETY: live QP; `wr` and `sge` outlive the call (the library
+        // copies them); the memory `sge` names stays valid until the WR
+        // completes (callers' rule: a reserved slot, or a held buffer).
         let rc = unsafe { ibv_post_send(self.qp.qp.as_ptr(), &mut wr, &mut bad) };
         check_errno(rc, "ibv_post_send")
     }

@@ -17,6 +17,9 @@ pub enum WrKind {
     Write(u32),
     /// An RDMA Read (Data-Out) into data buffer `n`.
     Read(u32),
+    /// An RDMA Write (Data-In) straight from a registered pooled buffer,
+    /// which the driver holds as zero-copy write `n`.
+    WriteFrom(u32),
 }
 
 const SHIFT: u32 = 56;
@@ -25,6 +28,7 @@ const SEND: u64 = 2;
 const SEND_LARGE: u64 = 3;
 const WRITE: u64 = 4;
 const READ: u64 = 5;
+const WRITE_FROM: u64 = 6;
 
 impl WrKind {
     pub fn encode(self) -> u64 {
@@ -34,6 +38,7 @@ impl WrKind {
             WrKind::SendLarge(n) => (SEND_LARGE, n),
             WrKind::Write(n) => (WRITE, n),
             WrKind::Read(n) => (READ, n),
+            WrKind::WriteFrom(n) => (WRITE_FROM, n),
         };
         (kind << SHIFT) | u64::from(n)
     }
@@ -49,6 +54,7 @@ impl WrKind {
             SEND_LARGE => WrKind::SendLarge(n),
             WRITE => WrKind::Write(n),
             READ => WrKind::Read(n),
+            WRITE_FROM => WrKind::WriteFrom(n),
             _ => return None,
         })
     }
@@ -71,6 +77,7 @@ mod tests {
             WrKind::SendLarge(u32::MAX),
             WrKind::Write(12),
             WrKind::Read(99),
+            WrKind::WriteFrom(5),
         ] {
             assert_eq!(WrKind::decode(k.encode()), Some(k));
         }
@@ -80,5 +87,7 @@ mod tests {
         assert_eq!(WrKind::decode(0x0100_0001_0000_0001), None);
         assert!(!WrKind::Recv(1).on_send_queue());
         assert!(WrKind::Read(1).on_send_queue());
+        assert!(WrKind::WriteFrom(1).on_send_queue());
+        assert_eq!(WrKind::WriteFrom(2).encode(), 0x0600_0000_0000_0002);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-pub use rustgt_backstore::IoBuf;
+pub use rustgt_backstore::{BufStorage, IoBuf};
 
 /// The bytes of a CDB. Up to 16 bytes (every CDB without an extended-CDB
 /// AHS) live inline, so handing a command over allocates nothing.

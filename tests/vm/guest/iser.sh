@@ -162,9 +162,24 @@ iser_target_health() {
     echo "${inv:-remote_invalidate=?}"
 }
 
+# iser_data_in_writes BEFORE: waits (10 s at most) for more than BEFORE
+# "iSER Data-In RDMA Writes" lines (one per closed connection) and prints
+# the last one's zero_copy=N copied=N.
+iser_data_in_lines() { grep -c 'iSER Data-In RDMA Writes' "$STATE/rustgt-iser.log" || true; }
+iser_data_in_writes() {
+    local i
+    for i in $(seq 50); do
+        [ "$(iser_data_in_lines)" -gt "$1" ] && break
+        sleep 0.2
+    done
+    grep 'iSER Data-In RDMA Writes' "$STATE/rustgt-iser.log" | tail -n 1 |
+        grep -oE '(zero_copy|copied)=[0-9]+' | tr '\n' ' '
+}
+
 check_iser_login() {
-    local dev before proof health
+    local dev before proof health lines writes
     iser_ready
+    lines=$(iser_data_in_lines)
     before=$(rxe_packets)
     dev=$(iser_login_ok) || exit 1
     dd if="$dev" of=/dev/null bs=1M count=4 iflag=direct status=none || fail "reading $dev failed"
@@ -172,7 +187,12 @@ check_iser_login() {
     iser_logout || fail "logout failed"
     iser_session_dir >/dev/null && fail "a session remains after logout"
     health=$(iser_target_health) || exit 1
-    pass "ib_iser login to $ISER_PORTAL (transport iser), $dev readable, logout; $proof; $health"
+    # The 4 MiB read went out by RDMA Writes straight from the pooled
+    # read buffers (registered once, cached), not copied.
+    writes=$(iser_data_in_writes "$lines")
+    echo "$writes" | grep -qE 'zero_copy=[1-9]' ||
+        fail "no zero-copy RDMA Write for the 4 MiB read (${writes:-no summary line})"
+    pass "ib_iser login to $ISER_PORTAL (transport iser), $dev readable, logout; $proof; $health; Data-In writes: $writes"
 }
 
 check_iser_fs_roundtrip() {

@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
+use rustgt_scsi::BufStorage;
 use rustgt_scsi::{Response, Status};
 
 use super::{Connection, Ending, SeqError, Wire};
@@ -83,6 +84,11 @@ pub struct RdmaWrite {
     pub stag: u32,
     pub remote_addr: u64,
     pub data: Bytes,
+    /// The pooled buffer `data` is a slice of (the command's `data_in`),
+    /// which lives at least as long as `data`: a driver that registered it
+    /// with its device sends `data` from where it is, without a copy.
+    /// None when the data is not in a pooled buffer.
+    pub storage: Option<BufStorage>,
 }
 
 /// RDMA Read `len` bytes from the initiator at `remote_addr` under `stag`:
@@ -550,6 +556,7 @@ impl Connection {
         let Wire::Rdma(w) = &mut self.wire else {
             return;
         };
+        let storage = resp.data_in.storage();
         let data = Bytes::from_owner(resp.data_in);
         let mut status = resp.status;
         let mut sense = resp.sense;
@@ -565,6 +572,7 @@ impl Connection {
                         stag: buf.stag,
                         remote_addr: buf.base.wrapping_add(offset as u64),
                         data: data.slice(offset..end),
+                        storage,
                     }));
                     offset = end;
                 }

@@ -360,6 +360,12 @@ impl Pair {
                 }
             }
             IserOp::Write(w) => {
+                if let Some(st) = w.storage {
+                    assert!(
+                        st.contains(w.data.as_ptr() as usize, w.data.len()),
+                        "an RDMA Write's data lies in the storage it names"
+                    );
+                }
                 self.posted.push(Posted::Write {
                     itt: w.itt,
                     len: w.data.len(),
