@@ -216,35 +216,9 @@ fn decode_frame<H>(
 /// in), AHS, header digest, data, padding, data digest.
 /// Where encoded PDUs are appended: a `Vec` or a `BytesMut` (whose written
 /// part a driver can take as `Bytes` while keeping the allocation).
-pub trait PduSink: std::ops::Deref<Target = [u8]> {
-    fn reserve_more(&mut self, additional: usize);
-    fn append(&mut self, bytes: &[u8]);
-    fn resize_to(&mut self, len: usize);
-}
+pub trait PduSink: bytes::BufMut + std::ops::Deref<Target = [u8]> {}
 
-impl PduSink for Vec<u8> {
-    fn reserve_more(&mut self, additional: usize) {
-        self.reserve(additional);
-    }
-    fn append(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-    fn resize_to(&mut self, len: usize) {
-        self.resize(len, 0);
-    }
-}
-
-impl PduSink for bytes::BytesMut {
-    fn reserve_more(&mut self, additional: usize) {
-        self.reserve(additional);
-    }
-    fn append(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-    fn resize_to(&mut self, len: usize) {
-        self.resize(len, 0);
-    }
-}
+impl<B: bytes::BufMut + std::ops::Deref<Target = [u8]>> PduSink for B {}
 
 fn write_pdu<B: PduSink>(
     out: &mut B,
@@ -261,20 +235,19 @@ fn write_pdu<B: PduSink>(
     bhs.set_data_segment_len(data.len() as u32);
 
     let start = out.len();
-    out.reserve_more(BHS_LEN + ahs.len() + padded_len(data.len()) + 2 * DIGEST_LEN);
-    out.append(&bhs.into_array());
-    out.append(ahs);
+    out.put_slice(&bhs.into_array());
+    out.put_slice(ahs);
     if header_digest {
         let digest = digest_wire_bytes(out.get(start..).unwrap_or_default());
-        out.append(&digest);
+        out.put_slice(&digest);
     }
     if !data.is_empty() {
         let data_start = out.len();
-        out.append(data);
-        out.resize_to(data_start + padded_len(data.len()));
+        out.put_slice(data);
+        out.put_bytes(0, padded_len(data.len()) - data.len());
         if data_digest {
             let digest = digest_wire_bytes(out.get(data_start..).unwrap_or_default());
-            out.append(&digest);
+            out.put_slice(&digest);
         }
     }
 }
