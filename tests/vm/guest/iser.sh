@@ -190,7 +190,7 @@ check_iser_login() {
     # The 4 MiB read went out by RDMA Writes straight from the pooled
     # read buffers (registered once, cached), not copied.
     writes=$(iser_data_in_writes "$lines")
-    echo "$writes" | grep -qE 'zero_copy=[1-9]' ||
+    grep -qE 'zero_copy=[1-9]' <<<"$writes" ||
         fail "no zero-copy RDMA Write for the 4 MiB read (${writes:-no summary line})"
     pass "ib_iser login to $ISER_PORTAL (transport iser), $dev readable, logout; $proof; $health; Data-In writes: $writes"
 }
