@@ -361,16 +361,7 @@ impl Backstore for IoContext {
         }
         let n = len_u64(len);
         check_range(&sh.geometry, offset, n)?;
-        let t0 = Instant::now();
-        let r = sh.inner.read_buf(offset, len);
-        if matches!(r, Err(BackstoreError::WouldBlock)) {
-            return r;
-        }
-        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let mut state = lock(&sh.state);
-        state.core.count_direct(n);
-        state.core.record_latency(ns);
-        r
+        passthrough_read(sh, n, || sh.inner.read_buf(offset, len))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -380,19 +371,10 @@ impl Backstore for IoContext {
         if len == 0 {
             return Ok(());
         }
-        let t0 = Instant::now();
         if sh.passthrough {
-            let r = sh.inner.read_at(buf, offset);
-            if matches!(r, Err(BackstoreError::WouldBlock)) {
-                // A reactor's attempt, run again where it may block.
-                return r;
-            }
-            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let mut state = lock(&sh.state);
-            state.core.count_direct(len);
-            state.core.record_latency(ns);
-            return r;
+            return passthrough_read(sh, len, || sh.inner.read_at(buf, offset));
         }
+        let t0 = Instant::now();
         let result = self.cached_read(buf, offset);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         lock(&sh.state).core.record_latency(ns);
@@ -471,4 +453,20 @@ impl crate::uring::IoMeter for Shared {
             state.core.record_latency(ns);
         }
     }
+}
+
+/// A read passed straight to the engine, counted as direct I/O with
+/// its latency; a reactor's refused attempt (`WouldBlock`) is not
+/// counted, as it runs again where it may block.
+fn passthrough_read<T>(sh: &Shared, len: u64, read: impl FnOnce() -> Result<T>) -> Result<T> {
+    let t0 = Instant::now();
+    let r = read();
+    if matches!(r, Err(BackstoreError::WouldBlock)) {
+        return r;
+    }
+    let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut state = lock(&sh.state);
+    state.core.count_direct(len);
+    state.core.record_latency(ns);
+    r
 }

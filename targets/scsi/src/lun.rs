@@ -739,6 +739,29 @@ impl LogicalUnit {
     }
 }
 
+/// The data path's commands, by opcode: the ones the reactor may run
+/// itself ([`LogicalUnit::run_inline`]) or on its io_uring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataPathOp {
+    /// READ (6/10/12/16).
+    Read,
+    /// WRITE (6/10/12/16).
+    Write,
+    /// SYNCHRONIZE CACHE (10/16).
+    Sync,
+    TestUnitReady,
+}
+
+pub(crate) fn data_path_op(cdb: &[u8]) -> Option<DataPathOp> {
+    match cdb.first()? {
+        0x08 | 0x28 | 0xA8 | 0x88 => Some(DataPathOp::Read),
+        0x0A | 0x2A | 0xAA | 0x8A => Some(DataPathOp::Write),
+        0x35 | 0x91 => Some(DataPathOp::Sync),
+        0x00 => Some(DataPathOp::TestUnitReady),
+        _ => None,
+    }
+}
+
 /// What an inline command touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum InlineClass {
@@ -754,11 +777,11 @@ enum InlineClass {
 /// and writes, whose handlers have no side effect before their first
 /// possible wait, and TEST UNIT READY.
 fn inline_class(cdb: &[u8]) -> Option<InlineClass> {
-    match cdb.first()? {
-        0x08 | 0x28 | 0xA8 | 0x88 => Some(InlineClass::Read),
-        0x0A | 0x2A | 0xAA | 0x8A => Some(InlineClass::Write),
-        0x00 => Some(InlineClass::NoMedium),
-        _ => None,
+    match data_path_op(cdb)? {
+        DataPathOp::Read => Some(InlineClass::Read),
+        DataPathOp::Write => Some(InlineClass::Write),
+        DataPathOp::TestUnitReady => Some(InlineClass::NoMedium),
+        DataPathOp::Sync => None,
     }
 }
 

@@ -27,6 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::lun::DataPathOp;
 use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
 use rustgt_backstore::BackstoreError;
 
@@ -47,11 +48,11 @@ enum Class {
 }
 
 fn class(cdb: &[u8]) -> Option<Class> {
-    match cdb.first()? {
-        0x08 | 0x28 | 0xA8 | 0x88 => Some(Class::Read),
-        0x0A | 0x2A | 0xAA | 0x8A => Some(Class::Write),
-        0x35 | 0x91 => Some(Class::Sync),
-        _ => None,
+    match crate::lun::data_path_op(cdb)? {
+        DataPathOp::Read => Some(Class::Read),
+        DataPathOp::Write => Some(Class::Write),
+        DataPathOp::Sync => Some(Class::Sync),
+        DataPathOp::TestUnitReady => None,
     }
 }
 
