@@ -98,7 +98,15 @@ pub struct ReactorSettings {
     /// io_uring when the kernel offers one; "off" sends it to the LUN's
     /// workers.
     pub io_uring: String,
+    /// The longest a connection checks its socket without sleeping before
+    /// its reactor parks, in microseconds, 0..=1000; 0 never polls. The
+    /// window adapts: it grows while waits are shorter than this and
+    /// shrinks to nothing on an idle connection.
+    pub busy_poll_us: u64,
 }
+
+/// `[reactor] busy_poll_us` when not set.
+pub const DEFAULT_BUSY_POLL_US: u64 = 200;
 
 impl Default for ReactorSettings {
     fn default() -> Self {
@@ -106,6 +114,7 @@ impl Default for ReactorSettings {
             threads: 0,
             run_to_completion: true,
             io_uring: "auto".into(),
+            busy_poll_us: DEFAULT_BUSY_POLL_US,
         }
     }
 }
@@ -965,6 +974,12 @@ fn validate(config: &Config) -> Vec<(KeyPath, String)> {
         config.reactor.threads,
         0,
         256,
+    );
+    c.range(
+        root.key("reactor").key("busy_poll_us"),
+        config.reactor.busy_poll_us,
+        0,
+        1000,
     );
     if !matches!(config.reactor.io_uring.as_str(), "auto" | "off") {
         c.fail(
@@ -2126,6 +2141,15 @@ mod tests {
             jail.set_env("RUSTGT_REACTOR__IO_URING", "off");
             let (_, res) = load_str("");
             assert!(!res.expect("env override").reactor.io_uring_enabled());
+
+            let (_, res) = load_str("");
+            assert_eq!(res.expect("default").reactor.busy_poll_us, 200);
+            let (_, res) = load_str("[reactor]\nbusy_poll_us = 0\n");
+            assert_eq!(res.expect("off").reactor.busy_poll_us, 0);
+            let (_, res) = load_str("[reactor]\nbusy_poll_us = 5000\n");
+            let err = res.expect_err("too long a busy-poll");
+            let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, ["reactor.busy_poll_us"]);
         });
     }
 

@@ -272,9 +272,9 @@ const CONFIGS: &[Config] = &[
     },
     Config {
         name: "workers-only",
-        what: "thin 1 GiB file, run_to_completion = false: every command on the LUN's workers",
+        what: "thin 1 GiB file, run_to_completion = false, busy_poll_us = 0: every command on the LUN's workers, reactors never poll",
         lun: Lun::File {
-            keys: "thin = true\n\n[reactor]\nrun_to_completion = false",
+            keys: "thin = true\n\n[reactor]\nrun_to_completion = false\nbusy_poll_us = 0",
             existing: false,
         },
         multipath: false,

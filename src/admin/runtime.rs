@@ -123,6 +123,7 @@ impl Runtime {
         let port = Port::new(crate::daemon::portal_config(&empty));
         port.set_reactors(cfg.reactor.threads);
         port.set_run_to_completion(cfg.reactor.run_to_completion);
+        port.set_busy_poll(std::time::Duration::from_micros(cfg.reactor.busy_poll_us));
         // Before any LUN or reactor starts: both read it.
         rustgt_backstore::uring::set_enabled(cfg.reactor.io_uring_enabled());
         match rustgt_backstore::uring::probe() {

@@ -151,49 +151,87 @@ async fn drive(
     let mut out = Output::default();
     let mut buf = vec![0u8; 256 * 1024];
     let mut killed = false;
+    let mut poll = pc.busy_poll();
 
     // One turn: send what is ready, wait for input, a message from the port
     // (a worker's completion, a kill), room in the socket or the timer;
     // then run every PDU that came in, to completion where the LUN allows,
     // and queue what they produced. Nothing here waits for another thread.
+    // The wait starts with a short busy-poll when recent waits were short
+    // (see `rustgt_port::BusyPoll`).
     loop {
         out.flush(&sock)?;
-        let timeout = conn.poll_timeout();
-        let sleep = async {
-            match timeout {
-                Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            Some(msg) = pc.recv() => {
+        let wait_from = std::time::Instant::now();
+        let mut got = Got::Nothing;
+        let until = wait_from + poll.budget();
+        let mut step = SPIN_STEP_MIN;
+        while !out.pending() && std::time::Instant::now() < until {
+            // Let the reactor's other tasks run and its epoll look (without
+            // sleeping) at every socket, this one included.
+            tokio::task::yield_now().await;
+            if let Some(msg) = pc.try_recv() {
                 on_msg(&mut conn, msg, &mut killed);
+                got = Got::Input;
+                break;
+            }
+            tokio::select! {
+                biased;
+                r = sock.readable() => {
+                    r?;
+                    got = read_into(&sock, &mut buf, &mut conn)?;
+                    if !matches!(got, Got::Nothing) {
+                        break;
+                    }
+                }
+                () = std::future::ready(()) => {}
+            }
+            // Between looks the CPU stays busy but makes no system call;
+            // the looks thin out the longer the wait.
+            let next = std::time::Instant::now() + step;
+            while std::time::Instant::now() < next.min(until) {
+                std::hint::spin_loop();
+            }
+            step = (step * 2).min(SPIN_STEP_MAX);
+            std::thread::yield_now();
+        }
+        if matches!(got, Got::Nothing) {
+            let timeout = conn.poll_timeout();
+            let sleep = async {
+                match timeout {
+                    Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                Some(msg) = pc.recv() => {
+                    on_msg(&mut conn, msg, &mut killed);
+                    got = Got::Input;
+                }
+                r = sock.readable() => {
+                    r?;
+                    got = read_into(&sock, &mut buf, &mut conn)?;
+                }
+                r = sock.writable(), if out.pending() => r?,
+                _ = sleep => conn.handle_timeout(std::time::Instant::now()),
+            }
+        }
+        match got {
+            Got::Eof => {
+                // The initiator is gone. With nothing in flight its nexus
+                // goes now, before anything else.
+                if conn.in_flight() == 0 {
+                    pc.release_nexus();
+                }
+                break;
+            }
+            Got::Input => {
+                poll.waited(wait_from.elapsed());
                 while let Some(msg) = pc.try_recv() {
                     on_msg(&mut conn, msg, &mut killed);
                 }
             }
-            r = sock.readable() => {
-                r?;
-                match read_some(&sock, &mut buf) {
-                    Ok(0) => {
-                        // The initiator is gone. With nothing in flight
-                        // its nexus goes now, before anything else.
-                        if conn.in_flight() == 0 {
-                            pc.release_nexus();
-                        }
-                        break;
-                    }
-                    Ok(n) => conn.handle_input(
-                        buf.get(..n).unwrap_or_default(),
-                        std::time::Instant::now(),
-                    ),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            r = sock.writable(), if out.pending() => r?,
-            _ = sleep => conn.handle_timeout(std::time::Instant::now()),
+            Got::Nothing => {}
         }
         while let Some(ev) = conn.poll_event() {
             if let Some(resp) = pc.on_event(ev) {
@@ -233,6 +271,16 @@ async fn drive(
     Ok(())
 }
 
+/// What a wait brought.
+enum Got {
+    /// Bytes or a port message, now handed to the connection.
+    Input,
+    /// The initiator closed its side.
+    Eof,
+    /// A timer, room in the socket, or a spurious wake-up.
+    Nothing,
+}
+
 /// Acts on a message from outside the connection's thread.
 fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
     match msg {
@@ -248,6 +296,23 @@ fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
 
 /// How long a closing connection may take to send what it queued.
 const LINGER: Duration = Duration::from_secs(10);
+
+/// Reads what the socket holds (without waiting) into the connection.
+fn read_into(sock: &TcpStream, buf: &mut [u8], conn: &mut Connection) -> std::io::Result<Got> {
+    match read_some(sock, buf) {
+        Ok(0) => Ok(Got::Eof),
+        Ok(n) => {
+            conn.handle_input(buf.get(..n).unwrap_or_default(), std::time::Instant::now());
+            Ok(Got::Input)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Got::Nothing),
+        Err(e) => Err(e),
+    }
+}
+
+/// The first and the longest pause between two looks of a busy-poll.
+const SPIN_STEP_MIN: Duration = Duration::from_micros(2);
+const SPIN_STEP_MAX: Duration = Duration::from_micros(16);
 
 /// One read of what the socket holds, without waiting. A read that did
 /// not fill `buf` drained the socket, so its readiness is cleared at once

@@ -87,6 +87,11 @@ impl PortConn {
         self.port.config()
     }
 
+    /// A busy-poller with the port's bound, for this connection's waits.
+    pub fn busy_poll(&self) -> crate::BusyPoll {
+        self.port.busy_poll()
+    }
+
     /// The session table to give the core's `Connection`.
     pub fn sessions(&self) -> Arc<Mutex<SessionTable>> {
         self.port.sessions()

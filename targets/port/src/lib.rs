@@ -37,6 +37,7 @@
 //! is bounded.
 
 mod conn;
+mod poll;
 mod reactors;
 mod ring;
 mod stats;
@@ -48,6 +49,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub use conn::{ConnInfo, PortConn, PortMsg};
+pub use poll::BusyPoll;
 pub use reactors::Reactors;
 pub use rustgt_iscsi::negotiate::Transport;
 use rustgt_iscsi::{Directory, PortalConfig, SessionInfo, SessionTable};
@@ -97,6 +99,9 @@ pub struct Port {
     reactor_count: AtomicUsize,
     /// Commands may run to completion on the connection's thread.
     run_to_completion: AtomicBool,
+    /// Longest busy-poll of a connection before its reactor parks, in
+    /// microseconds (0: never).
+    busy_poll_us: AtomicU64,
     dir: Directory,
     sessions: Arc<Mutex<SessionTable>>,
     conns: Mutex<HashMap<u64, ConnEntry>>,
@@ -112,6 +117,7 @@ impl Port {
             reactors: OnceLock::new(),
             reactor_count: AtomicUsize::new(0),
             run_to_completion: AtomicBool::new(true),
+            busy_poll_us: AtomicU64::new(0),
             dir: Directory::new(config),
             sessions: Arc::new(Mutex::new(SessionTable::new())),
             conns: Mutex::new(HashMap::new()),
@@ -131,6 +137,20 @@ impl Port {
     /// workers. New commands see a change at once.
     pub fn set_run_to_completion(&self, on: bool) {
         self.run_to_completion.store(on, Ordering::Relaxed);
+    }
+
+    /// The longest a connection busy-polls before its reactor parks (see
+    /// [`BusyPoll`]); new connections see a change.
+    pub fn set_busy_poll(&self, max: Duration) {
+        let us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+        self.busy_poll_us.store(us, Ordering::Relaxed);
+    }
+
+    /// A busy-poller for a new connection, with the bound in force.
+    pub fn busy_poll(&self) -> BusyPoll {
+        BusyPoll::new(Duration::from_micros(
+            self.busy_poll_us.load(Ordering::Relaxed),
+        ))
     }
 
     /// The reactor threads, started at the first call.
