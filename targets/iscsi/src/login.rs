@@ -72,6 +72,7 @@ impl Connection {
 
     fn login_step(&mut self, req: &LoginRequest, data: &[u8]) -> Result<(), LoginFail> {
         let cfg = self.cfg.clone();
+        let local = self.setup.local_addr.clone();
         let Some(st) = self.login_state() else {
             return Ok(());
         };
@@ -124,7 +125,7 @@ impl Connection {
             .map_err(|_| LoginFail(LoginStatus::INITIATOR_ERROR, "malformed login text"))?;
 
         if st.initiator.is_none() {
-            Self::identify(st, &cfg, &pairs)?;
+            Self::identify(st, &cfg, &local, &pairs)?;
         }
         let (sec_keys, op_keys): (KeyValues, KeyValues) =
             pairs.into_iter().partition(|(k, _)| is_security_key(k));
@@ -231,10 +232,12 @@ impl Connection {
         Ok(())
     }
 
-    /// Leading-login keys: who is logging in, to what, for which session type.
+    /// Leading-login keys: who is logging in, to what, for which session
+    /// type; `local` is the portal the connection arrived at.
     fn identify(
         st: &mut LoginState,
         cfg: &PortalConfig,
+        local: &str,
         pairs: &KeyValues,
     ) -> Result<(), LoginFail> {
         let get = |k: &str| pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
@@ -260,6 +263,20 @@ impl Connection {
             let t = cfg
                 .target(&name)
                 .ok_or(LoginFail(LoginStatus::NOT_FOUND, "no such target"))?;
+            // A target is served only on its own portals. Through another
+            // one it is "Not found" (0x0203, RFC 7143 §11.13.5: the
+            // requested target name does not exist at this address), as
+            // SendTargets on that portal does not list it either. Not
+            // "Target moved" (0x0101/0x0102): that answer must carry a
+            // TargetAddress, and redirecting would tell an initiator on one
+            // network the address of the target's portal on another, which
+            // is what putting a target behind a portal keeps from it.
+            if !t.served_at(local) {
+                return Err(LoginFail(
+                    LoginStatus::NOT_FOUND,
+                    "target not served on this portal",
+                ));
+            }
             if !t.allows(&initiator) {
                 return Err(LoginFail(
                     LoginStatus::AUTHORIZATION_FAILURE,

@@ -35,6 +35,7 @@ macro_rules! on_both_transports {
 on_both_transports!(
     login_negotiates_and_reports_tpgt,
     unknown_target_and_missing_initiator_name_are_refused,
+    a_target_is_not_found_through_another_portal,
     acl_refuses_other_initiators,
     chap_and_mutual_chap,
     chap_required_refuses_skipping_security,
@@ -116,6 +117,49 @@ fn login_negotiates_and_reports_tpgt(mode: Mode) {
             assert!(params.rdma_extensions);
             assert_eq!(params.initiator_recv_dsl, 262_144);
         }
+    }
+}
+
+/// The pair's connection arrives at 127.0.0.1:3260: a target whose only
+/// portal is elsewhere is not found there (RFC 7143 0x0203), and is not
+/// even tested against its ACL; a wildcard portal of that port, or an
+/// iSER portal at that address, serves it.
+fn a_target_is_not_found_through_another_portal(mode: Mode) {
+    let with_portals = |portals: &[&str], iser: &[&str]| {
+        let mut cfg = portal_config(limits(), ChapPolicy::default());
+        for t in &mut cfg.targets {
+            t.portals = portals.iter().map(|p| (*p).to_owned()).collect();
+            t.iser_portals = iser.iter().map(|p| (*p).to_owned()).collect();
+            t.acl = vec![INITIATOR.into()];
+        }
+        Pair::with_mode(cfg, mode)
+    };
+    let first = [
+        ("InitiatorName", INITIATOR),
+        ("TargetName", TARGET),
+        ("SessionType", "Normal"),
+        ("AuthMethod", "None"),
+    ];
+    for portals in [
+        &["127.0.0.1:3401"][..],
+        &["127.0.0.2:3260"],
+        &["[::1]:3260"],
+    ] {
+        let mut p = with_portals(portals, &[]);
+        let (lr, kv) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+        assert_eq!(lr.status, LoginStatus::NOT_FOUND, "{portals:?}");
+        assert!(kv.is_empty(), "no redirect: {kv:?}");
+        assert!(p.conn.is_closing());
+    }
+    for (portals, iser) in [
+        (&["127.0.0.1:3401", "127.0.0.1:3260"][..], &[][..]),
+        (&["0.0.0.0:3260"], &[]),
+        (&["[::]:3260"], &[]),
+        (&["127.0.0.1:3401"], &["127.0.0.1:3260"]),
+    ] {
+        let mut p = with_portals(portals, iser);
+        let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+        assert_eq!(lr.status, LoginStatus::SUCCESS, "{portals:?} {iser:?}");
     }
 }
 

@@ -39,6 +39,7 @@ pub fn portal_config(limits: Limits, chap: ChapPolicy) -> PortalConfig {
             alias: Some("test".into()),
             tpgt: 1,
             portals: vec!["127.0.0.1:3260".into()],
+            iser_portals: vec![],
             acl: vec![],
             chap,
         }],
