@@ -36,6 +36,7 @@ on_both_transports!(
     login_negotiates_and_reports_tpgt,
     unknown_target_and_missing_initiator_name_are_refused,
     a_target_is_not_found_through_another_portal,
+    libiscsi_offering_chap_to_a_target_without_it_logs_in,
     acl_refuses_other_initiators,
     chap_and_mutual_chap,
     chap_required_refuses_skipping_security,
@@ -161,6 +162,55 @@ fn a_target_is_not_found_through_another_portal(mode: Mode) {
         let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
         assert_eq!(lr.status, LoginStatus::SUCCESS, "{portals:?} {iser:?}");
     }
+}
+
+/// libiscsi with credentials, against a target that needs none: it
+/// offers AuthMethod=CHAP,None, and after the target picks None it
+/// declares InitiatorName, TargetName and SessionType again with its
+/// operational keys. That logs in; a changed TargetName does not.
+fn libiscsi_offering_chap_to_a_target_without_it_logs_in(mode: Mode) {
+    let first = [
+        ("InitiatorName", INITIATOR),
+        ("TargetName", TARGET),
+        ("SessionType", "Normal"),
+        ("AuthMethod", "CHAP,None"),
+    ];
+    let mut p = default_pair(mode);
+    let (lr, kv1) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    assert_eq!(kv(&kv1, "AuthMethod"), Some("None"));
+    assert!(lr.transit);
+    let mut ops = vec![
+        ("InitiatorName", INITIATOR),
+        ("TargetName", TARGET),
+        ("SessionType", "Normal"),
+        ("HeaderDigest", "None,CRC32C"),
+        ("DataDigest", "None"),
+        ("MaxRecvDataSegmentLength", "262144"),
+    ];
+    if mode == Mode::Iser {
+        ops.push(("RDMAExtensions", "Yes"));
+    }
+    let (lr, kv2) = p.login_step(Stage::OPERATIONAL, Stage::FULL_FEATURE, true, &ops);
+    assert_eq!(lr.status, LoginStatus::SUCCESS, "{kv2:?}");
+    assert_eq!(lr.nsg, Stage::FULL_FEATURE);
+    assert!(p.conn.session().is_some());
+
+    // The same, but the operational stage names another target.
+    let mut p = default_pair(mode);
+    let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    let (lr, _) = p.login_step(
+        Stage::OPERATIONAL,
+        Stage::FULL_FEATURE,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", "iqn.2026-11.org.rustgt:other"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::INITIATOR_ERROR);
+    assert!(p.conn.is_closing());
 }
 
 fn unknown_target_and_missing_initiator_name_are_refused(mode: Mode) {
