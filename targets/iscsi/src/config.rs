@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::brake::BrakeSettings;
 use crate::chap::ChapPolicy;
 use crate::negotiate::Limits;
 
@@ -97,6 +98,8 @@ pub struct PortalConfig {
     pub max_write_len: u32,
     /// Largest text (login or Text request) accepted, across C-bit PDUs.
     pub max_text_len: usize,
+    /// How failed authentications hold back an address's next logins.
+    pub brake: BrakeSettings,
 }
 
 impl PortalConfig {
@@ -118,6 +121,7 @@ impl Default for PortalConfig {
             nop_timeout: Duration::from_secs(30),
             max_write_len: 32 << 20,
             max_text_len: 64 << 10,
+            brake: BrakeSettings::default(),
         }
     }
 }

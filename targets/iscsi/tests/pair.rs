@@ -40,6 +40,7 @@ on_both_transports!(
     acl_refuses_other_initiators,
     chap_and_mutual_chap,
     chap_required_refuses_skipping_security,
+    chap_failures_hold_back_the_next_login_from_that_address,
     read_write_round_trip_with_small_pdus,
     unsolicited_data_out_with_initial_r2t_no,
     out_of_window_cmdsn_is_ignored_and_window_moves,
@@ -315,6 +316,136 @@ fn chap_and_mutual_chap(mode: Mode) {
         chap_login(mode, b"wrong-secret-xyz", false),
         LoginStatus::AUTHENTICATION_FAILURE
     );
+}
+
+/// The CHAP exchange of `chap_login` on a pair of the caller's, with
+/// `secret`; the first request must get its answer at once.
+fn chap_exchange(p: &mut Pair, secret: &[u8]) -> LoginStatus {
+    let (lr, _) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP,None"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    chap_exchange_after_first(p, secret)
+}
+
+fn chap_exchange_after_first(p: &mut Pair, secret: &[u8]) -> LoginStatus {
+    let (_, k) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("CHAP_A", "5")],
+    );
+    let id: u8 = kv(&k, "CHAP_I").unwrap().parse().unwrap();
+    let challenge = decode_binary(kv(&k, "CHAP_C").unwrap()).unwrap();
+    let resp = encode_hex(&ChapAlgorithm::Md5.response(id, secret, &challenge));
+    let (lr, _) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("CHAP_N", "alice"), ("CHAP_R", resp.as_str())],
+    );
+    lr.status
+}
+
+/// The brake (crate::brake) with simulated time: five wrong CHAP answers
+/// from one address cost nothing, the sixth login from it gets its first
+/// answer only after 1 s (nothing waits: the request is held until
+/// `poll_timeout`), a login from another address is not held, and a
+/// proven login forgets the failures.
+fn chap_failures_hold_back_the_next_login_from_that_address(mode: Mode) {
+    use std::sync::{Arc, Mutex};
+    let policy = ChapPolicy {
+        initiator: Some(ChapCredentials {
+            user: "alice".into(),
+            secret: b"alice-secret-123".to_vec(),
+        }),
+        target: None,
+    };
+    let cfg = portal_config(limits(), policy);
+    let table = Arc::new(Mutex::new(rustgt_iscsi::SessionTable::new()));
+    let from =
+        |conn: u64, peer: &str| Pair::with_peer(cfg.clone(), table.clone(), conn, mode, peer);
+    for i in 0..5 {
+        let mut p = from(i, "127.0.0.1:40000");
+        assert_eq!(
+            chap_exchange(&mut p, b"wrong-secret-xyz"),
+            LoginStatus::AUTHENTICATION_FAILURE
+        );
+        assert!(p.conn.is_closing());
+    }
+    assert_eq!(table.lock().unwrap().brake().failures_total(), 5);
+
+    // The sixth from that address (another port): held for 1 s.
+    let mut p = from(10, "127.0.0.1:40001");
+    assert_eq!(
+        p.conn.poll_timeout(),
+        None,
+        "nothing armed before a request"
+    );
+    let first = p.login_request(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP,None"),
+        ],
+    );
+    p.send(&first);
+    assert!(p.replies().is_empty(), "answered at once");
+    let due = p.conn.poll_timeout().expect("held until a deadline");
+    assert_eq!(due, p.now + Duration::from_secs(1));
+    p.now += Duration::from_millis(999);
+    p.conn.handle_timeout(p.now);
+    p.pump();
+    assert!(p.replies().is_empty(), "answered before the deadline");
+
+    // Meanwhile another address logs in at once, and proves itself.
+    let mut other = from(11, "127.0.0.2:40000");
+    assert_eq!(
+        chap_exchange(&mut other, b"alice-secret-123"),
+        LoginStatus::SUCCESS
+    );
+
+    p.now += Duration::from_millis(1);
+    p.conn.handle_timeout(p.now);
+    p.pump();
+    match &p.replies()[..] {
+        [Reply::LoginResponse(lr)] => assert_eq!(lr.status, LoginStatus::SUCCESS),
+        other => panic!("expected the held login response: {other:?}"),
+    }
+    assert_eq!(p.conn.poll_timeout(), None, "no deadline left");
+    // The rest of the exchange is not held again; the right secret logs in.
+    assert_eq!(
+        chap_exchange_after_first(&mut p, b"alice-secret-123"),
+        LoginStatus::SUCCESS
+    );
+    // ... and forgets the failures: the next login from there is free.
+    let mut p = from(12, "127.0.0.1:40002");
+    assert_eq!(
+        chap_exchange(&mut p, b"alice-secret-123"),
+        LoginStatus::SUCCESS
+    );
+    assert_eq!(table.lock().unwrap().brake().held_total(), 1);
+
+    // A second request while the first is held closes the connection.
+    for i in 0..5 {
+        let mut p = from(20 + i, "127.0.0.1:40003");
+        chap_exchange(&mut p, b"wrong-secret-xyz");
+    }
+    let mut p = from(30, "127.0.0.1:40004");
+    p.send(&first);
+    assert!(p.replies().is_empty());
+    p.send(&first);
+    assert!(p.conn.is_closing());
 }
 
 fn chap_required_refuses_skipping_security(mode: Mode) {
