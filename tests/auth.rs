@@ -154,7 +154,9 @@ fn counter(a: &mut Admin, name: &str) -> u64 {
 /// answers from 127.0.0.1, the next login from there is answered only
 /// after about a second (and still succeeds with the right secret); a
 /// login from 127.0.0.2 meanwhile is not held. Failures are logged with
-/// the initiator name and CHAP user, and counted in the metrics.
+/// the initiator name and CHAP user, and counted in the metrics. The
+/// only timing assertions of these tests: the daemon holds the login for
+/// 1 s, so a held one takes at least that and an unheld one less.
 #[test]
 fn failed_chap_logins_hold_back_that_address_only() {
     let d = Daemon::start_with_config(&auth_config(), 3);
@@ -180,7 +182,8 @@ fn failed_chap_logins_hold_back_that_address_only() {
     );
 
     // Another address is not held: a whole login to a target without CHAP
-    // from 127.0.0.2 takes well under the hold.
+    // from 127.0.0.2 takes less than the 1 s a held one cannot beat (and
+    // the counter of held logins says so too).
     let t = Instant::now();
     let wire = Wire::connect_from(Ipv4Addr::new(127, 0, 0, 2), d.portal);
     let mut s = Session::login_on(wire, ACL_IQN, ALLOWED, [0x80, 0, 0, 0, 0, 2]);
@@ -188,7 +191,7 @@ fn failed_chap_logins_hold_back_that_address_only() {
     assert!(s.ping(1), "the session from 127.0.0.2 works");
     s.logout();
     assert!(
-        other < Duration::from_millis(800),
+        other < Duration::from_secs(1),
         "a login from 127.0.0.2 took {other:?}"
     );
     assert_eq!(counter(&mut a, "rustgt_logins_held_total"), 0);
