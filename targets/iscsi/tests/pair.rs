@@ -197,6 +197,25 @@ fn libiscsi_offering_chap_to_a_target_without_it_logs_in(mode: Mode) {
     assert_eq!(lr.nsg, Stage::FULL_FEATURE);
     assert!(p.conn.session().is_some());
 
+    // An initiator that offers only CHAP: no CHAP exchange without a
+    // secret to check it against; Reject, and it may go on (nothing is
+    // required), or give up if it insists on CHAP.
+    let mut p = default_pair(mode);
+    let (lr, k) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    assert_eq!(kv(&k, "AuthMethod"), Some("Reject"));
+    assert!(lr.transit);
+    assert_eq!(kv(&k, "CHAP_C"), None);
+
     // The same, but the operational stage names another target.
     let mut p = default_pair(mode);
     let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
