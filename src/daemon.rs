@@ -340,6 +340,7 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
             alias: t.alias.clone(),
             tpgt: t.tpgt,
             portals: t.portals.iter().map(SocketAddr::to_string).collect(),
+            iser_portals: t.iser_portals.iter().map(SocketAddr::to_string).collect(),
             acl: t.acl.clone(),
             chap: chap_policy(t.chap.as_ref()),
         })

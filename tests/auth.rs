@@ -1,9 +1,19 @@
 //! CHAP (one-way and mutual), discovery CHAP and initiator ACLs, checked by
-//! logging in with libiscsi's iscsi-inq / iscsi-ls.
+//! logging in with libiscsi's iscsi-inq / iscsi-ls; credentials offered
+//! where none are needed; the brake on password guessing.
 
+mod admin_common;
 mod common;
+#[path = "common/initiator.rs"]
+mod initiator;
 
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use admin_common::Admin;
 use common::{run_tool, Daemon, TOOL_TIMEOUT};
+use initiator::{Session, Wire};
+use serde_json::json;
 
 const CHAP_IQN: &str = "iqn.2026-11.org.rustgt:chap";
 const MUTUAL_IQN: &str = "iqn.2026-11.org.rustgt:mutual";
@@ -101,5 +111,108 @@ fn discovery_chap() {
         out.stdout
             .contains(&format!("Target:{CHAP_IQN} Portal:{},1", d.portal)),
         "{out}"
+    );
+}
+
+/// libiscsi with credentials offers AuthMethod=CHAP,None and, once the
+/// target picks None, declares its names again in the operational stage
+/// (issue 14 item 7): a target and a discovery session that need no CHAP
+/// let it in, as tgt does.
+#[test]
+fn credentials_offered_where_none_are_needed_log_in() {
+    let d = Daemon::start_with_config(&auth_config(), 3);
+    // The ACL target has no CHAP.
+    assert_inquiry_ok(&inq(&args![
+        "-i",
+        ALLOWED,
+        d.chap_url(USER, SECRET, ACL_IQN, 0)
+    ]));
+    // Discovery without CHAP.
+    let url = format!("iscsi://{USER}%{SECRET}@{}", d.portal);
+    let out = run_tool("iscsi-ls", &args![url], TOOL_TIMEOUT);
+    out.assert_success();
+    assert!(
+        out.stdout
+            .contains(&format!("Target:{CHAP_IQN} Portal:{},1", d.portal)),
+        "{out}"
+    );
+    // CHAP still guards the CHAP target.
+    inq(&args![d.chap_url(USER, "wrong-secret-0000", CHAP_IQN, 0)]).assert_failure();
+}
+
+/// The counter `name` in the daemon's Prometheus text.
+fn counter(a: &mut Admin, name: &str) -> u64 {
+    let m = a.ok(json!({"cmd": "metrics"}));
+    let text = m["text"].as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"))
+}
+
+/// The brake on password guessing (issue 14 item 2): after five wrong CHAP
+/// answers from 127.0.0.1, the next login from there is answered only
+/// after about a second (and still succeeds with the right secret); a
+/// login from 127.0.0.2 meanwhile is not held. Failures are logged with
+/// the initiator name and CHAP user, and counted in the metrics. The
+/// only timing assertions of these tests: the daemon holds the login for
+/// 1 s, so a held one takes at least that and an unheld one less.
+#[test]
+fn failed_chap_logins_hold_back_that_address_only() {
+    let d = Daemon::start_with_config(&auth_config(), 3);
+    let mut a = Admin::connect(&d);
+    assert_eq!(counter(&mut a, "rustgt_auth_failures_total"), 0);
+    for _ in 0..5 {
+        inq(&args![d.chap_url(
+            "mallory",
+            "guess-0123456789",
+            CHAP_IQN,
+            0
+        )])
+        .assert_failure();
+    }
+    assert_eq!(counter(&mut a, "rustgt_auth_failures_total"), 5);
+    let log = d.stderr();
+    assert!(
+        log.lines().any(|l| l.contains("login rejected")
+            && l.contains("iscsi-inq")
+            && l.contains("chap_user=Some(\"mallory\")")),
+        "failed logins should name the initiator and CHAP user:\n{}",
+        d.stderr_tail(20)
+    );
+
+    // Another address is not held: a whole login to a target without CHAP
+    // from 127.0.0.2 takes less than the 1 s a held one cannot beat (and
+    // the counter of held logins says so too).
+    let t = Instant::now();
+    let wire = Wire::connect_from(Ipv4Addr::new(127, 0, 0, 2), d.portal);
+    let mut s = Session::login_on(wire, ACL_IQN, ALLOWED, [0x80, 0, 0, 0, 0, 2]);
+    let other = t.elapsed();
+    assert!(s.ping(1), "the session from 127.0.0.2 works");
+    s.logout();
+    assert!(
+        other < Duration::from_secs(1),
+        "a login from 127.0.0.2 took {other:?}"
+    );
+    assert_eq!(counter(&mut a, "rustgt_logins_held_total"), 0);
+
+    // The sixth attempt from 127.0.0.1 waits about a second, then logs in
+    // with the right secret.
+    let t = Instant::now();
+    assert_inquiry_ok(&inq(&args![d.chap_url(USER, SECRET, CHAP_IQN, 0)]));
+    let held = t.elapsed();
+    assert!(
+        held >= Duration::from_millis(800),
+        "the login after five failures took only {held:?}"
+    );
+    assert_eq!(counter(&mut a, "rustgt_logins_held_total"), 1);
+    // That proved itself: the failures are forgotten, the next is free.
+    let t = Instant::now();
+    assert_inquiry_ok(&inq(&args![d.chap_url(USER, SECRET, CHAP_IQN, 0)]));
+    assert_eq!(
+        counter(&mut a, "rustgt_logins_held_total"),
+        1,
+        "{:?}",
+        t.elapsed()
     );
 }

@@ -36,7 +36,8 @@ pub struct LunUpdate {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TargetPlan {
     pub iqn: String,
-    /// Changed login/discovery settings: "alias", "tpgt", "acl", "chap", "portals".
+    /// Changed login/discovery settings: "alias", "tpgt", "acl", "chap",
+    /// "portals", "iser_portals".
     pub settings: Vec<&'static str>,
     pub added_luns: Vec<LunSettings>,
     pub removed_luns: Vec<u64>,
@@ -216,6 +217,15 @@ fn target_plan(a: &TargetSettings, b: &TargetSettings, ca: &Config, cb: &Config)
     pb.sort();
     if pa != pb {
         tp.settings.push("portals");
+    }
+    // Where the target is served (the portal fence) changes at once; an
+    // iSER listener for a new address still needs a restart.
+    let mut ia = a.iser_portals.clone();
+    let mut ib = b.iser_portals.clone();
+    ia.sort();
+    ib.sort();
+    if ia != ib {
+        tp.settings.push("iser_portals");
     }
     let old: BTreeMap<u64, &LunSettings> = a.luns.iter().map(|l| (l.id, l)).collect();
     let new: BTreeMap<u64, &LunSettings> = b.luns.iter().map(|l| (l.id, l)).collect();

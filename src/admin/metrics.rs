@@ -32,6 +32,10 @@ pub struct Gauges {
     pub connections: usize,
     pub tcp_connections: usize,
     pub iser_connections: usize,
+    /// Logins refused for failed authentication, since start.
+    pub auth_failures: u64,
+    /// Logins held back by the brake on password guessing, since start.
+    pub logins_held: u64,
 }
 
 /// Renders the exposition.
@@ -74,6 +78,20 @@ pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) 
         &[],
         sessions.len() as u64,
     );
+    let name = "rustgt_auth_failures_total";
+    out.header(
+        name,
+        "Logins refused for failed authentication (CHAP), since start.",
+        "counter",
+    );
+    out.sample(name, &[], g.auth_failures);
+    let name = "rustgt_logins_held_total";
+    out.header(
+        name,
+        "Logins held back because their source address failed to authenticate before.",
+        "counter",
+    );
+    out.sample(name, &[], g.logins_held);
     lun_metrics(&mut out, luns);
     session_metrics(&mut out, sessions);
     out.text
@@ -623,6 +641,13 @@ mod tests {
         };
         let text = render(&g, &[], &[session]);
         assert!(text.contains("rustgt_connections 3\n"), "{text}");
+        assert!(
+            text.contains(
+                "# TYPE rustgt_auth_failures_total counter\nrustgt_auth_failures_total 0\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("rustgt_logins_held_total 0\n"), "{text}");
         assert!(text.contains("rustgt_transport_connections{transport=\"tcp\"} 2\n"));
         assert!(text.contains("rustgt_transport_connections{transport=\"iser\"} 1\n"));
         assert!(text.contains(

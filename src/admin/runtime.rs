@@ -663,6 +663,12 @@ impl Runtime {
         let sessions = self.session_stats(None).unwrap_or_default();
         let conns = self.port.connections();
         let on = |t: Transport| conns.iter().filter(|c| c.transport == t).count();
+        let (auth_failures, logins_held) = self
+            .port
+            .sessions()
+            .lock()
+            .map(|t| (t.brake().failures_total(), t.brake().held_total()))
+            .unwrap_or_default();
         let gauges = super::metrics::Gauges {
             uptime_secs: self.started.elapsed().as_secs(),
             targets: self.cfg.targets.len(),
@@ -670,6 +676,8 @@ impl Runtime {
             connections: conns.len(),
             tcp_connections: on(Transport::Tcp),
             iser_connections: on(Transport::Iser),
+            auth_failures,
+            logins_held,
         };
         super::metrics::render(&gauges, &luns, &sessions)
     }

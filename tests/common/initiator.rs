@@ -11,7 +11,8 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
 use rustgt_iscsi::pdu::*;
@@ -125,6 +126,48 @@ pub struct Wire {
 impl Wire {
     pub fn connect(portal: SocketAddr) -> Wire {
         let sock = TcpStream::connect(portal).unwrap_or_else(|e| panic!("connect {portal}: {e}"));
+        Wire::on(sock)
+    }
+
+    /// Connects from the local address `source` (any port). The kernel
+    /// picks 127.0.0.1 as the source of every loopback connection by
+    /// itself; this one comes from e.g. 127.0.0.2.
+    pub fn connect_from(source: Ipv4Addr, portal: SocketAddr) -> Wire {
+        let SocketAddr::V4(dst) = portal else {
+            panic!("connect_from: IPv4 portals only, not {portal}");
+        };
+        let sin = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(ip.octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: socket(2) has no memory effects; the descriptor is ours.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh socket nobody else owns; the stream
+        // closes it when dropped, also on the failures below.
+        let sock = unsafe { TcpStream::from_raw_fd(fd) };
+        let (src, to) = (sin(source, 0), sin(*dst.ip(), dst.port()));
+        // SAFETY: `src` and `to` are valid sockaddr_in values of `len`
+        // bytes that outlive the calls; bind and connect only read them.
+        let rc = unsafe { libc::bind(sock.as_raw_fd(), std::ptr::from_ref(&src).cast(), len) };
+        assert_eq!(rc, 0, "bind {source}: {}", std::io::Error::last_os_error());
+        // SAFETY: as above.
+        let rc = unsafe { libc::connect(sock.as_raw_fd(), std::ptr::from_ref(&to).cast(), len) };
+        assert_eq!(
+            rc,
+            0,
+            "connect {portal} from {source}: {}",
+            std::io::Error::last_os_error()
+        );
+        Wire::on(sock)
+    }
+
+    fn on(sock: TcpStream) -> Wire {
         sock.set_read_timeout(Some(Duration::from_millis(200)))
             .expect("read timeout");
         let _ = sock.set_nodelay(true);
@@ -203,8 +246,14 @@ impl Session {
     /// Connects and logs in to `target` (no authentication) as `initiator`
     /// with ISID `isid`, negotiating InitialR2T=Yes and ImmediateData=Yes.
     pub fn login(portal: SocketAddr, target: &str, initiator: &str, isid: [u8; 6]) -> Session {
+        Self::login_on(Wire::connect(portal), target, initiator, isid)
+    }
+
+    /// [`Session::login`] on a connection of the caller's (e.g.
+    /// [`Wire::connect_from`]).
+    pub fn login_on(wire: Wire, target: &str, initiator: &str, isid: [u8; 6]) -> Session {
         let mut s = Session {
-            wire: Wire::connect(portal),
+            wire,
             cmd_sn: 1,
             exp_stat_sn: 0,
             next_itt: 1,

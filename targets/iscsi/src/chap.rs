@@ -222,7 +222,13 @@ pub struct SecurityNegotiator {
     challenge: Vec<u8>,
     identifier: u8,
     state: State,
+    /// The CHAP_N the initiator answered with (cut to [`MAX_LOGGED_USER`]
+    /// bytes), for log lines.
+    user: Option<String>,
 }
+
+/// Longest CHAP user name kept for log lines.
+const MAX_LOGGED_USER: usize = 64;
 
 impl SecurityNegotiator {
     /// `challenge`: random bytes from the driver ([`MIN_CHALLENGE_LEN`]..=
@@ -233,7 +239,20 @@ impl SecurityNegotiator {
             challenge,
             identifier,
             state: State::Start,
+            user: None,
         }
+    }
+
+    /// The CHAP user the initiator named, if it got that far (at most 64
+    /// bytes of it).
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// True once the initiator proved itself with CHAP (not when no
+    /// authentication was needed).
+    pub fn authenticated(&self) -> bool {
+        self.state == State::Done && self.requires_chap()
     }
 
     fn requires_chap(&self) -> bool {
@@ -356,6 +375,13 @@ impl SecurityNegotiator {
         let State::AwaitResponse(alg) = self.state else {
             return Err(AuthError::Protocol("unexpected CHAP response".into()));
         };
+        if let Some(name) = reply.name {
+            let mut end = name.len().min(MAX_LOGGED_USER);
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.user = name.get(..end).map(str::to_owned);
+        }
         let (Some(name), Some(response)) = (reply.name, reply.response) else {
             return Err(AuthError::Protocol(
                 "CHAP_N and CHAP_R must come together".into(),

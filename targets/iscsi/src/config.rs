@@ -3,8 +3,10 @@
 //! snapshot; a live change swaps the `Arc`, so logins in progress keep the
 //! snapshot they started with.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::brake::BrakeSettings;
 use crate::chap::ChapPolicy;
 use crate::negotiate::Limits;
 
@@ -18,6 +20,9 @@ pub struct TargetInfo {
     pub tpgt: u16,
     /// `host:port` of every portal of the group, for SendTargets.
     pub portals: Vec<String>,
+    /// `host:port` of its iSER portals (RFC 7145). With `portals`, the
+    /// only places the target is served (see [`TargetInfo::served_at`]).
+    pub iser_portals: Vec<String>,
     /// Initiator names allowed to log in; empty means any.
     pub acl: Vec<String>,
     pub chap: ChapPolicy,
@@ -27,6 +32,50 @@ impl TargetInfo {
     /// Whether `initiator` may log in to this target or see it in discovery.
     pub fn allows(&self, initiator: &str) -> bool {
         self.acl.is_empty() || self.acl.iter().any(|a| a.eq_ignore_ascii_case(initiator))
+    }
+
+    /// Whether a connection that arrived at `local` (the local
+    /// `host:port` it was accepted on) may reach this target: `local` is
+    /// one of its portals, TCP or iSER (an iSER portal is an address and
+    /// port like any other, usually that of one of its TCP portals). A
+    /// wildcard portal covers every local address of its port: `0.0.0.0`
+    /// every IPv4 one, `[::]` every one (a dual-stack socket accepts IPv4
+    /// too, seen as `::ffff:a.b.c.d`). A local address that does not
+    /// parse is served nowhere.
+    pub fn served_at(&self, local: &str) -> bool {
+        let Ok(local) = local.parse::<SocketAddr>() else {
+            return false;
+        };
+        let local = unmapped(local);
+        self.portals
+            .iter()
+            .chain(&self.iser_portals)
+            .filter_map(|p| p.parse::<SocketAddr>().ok())
+            .any(|p| covers(unmapped(p), local))
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it stands for.
+fn unmapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), a.port()),
+            None => a,
+        },
+        SocketAddr::V4(_) => a,
+    }
+}
+
+/// Whether `portal` (unmapped) serves a connection accepted at `local`
+/// (unmapped).
+fn covers(portal: SocketAddr, local: SocketAddr) -> bool {
+    if portal.port() != local.port() {
+        return false;
+    }
+    match (portal, local) {
+        (SocketAddr::V4(p), _) if p.ip().is_unspecified() => local.is_ipv4(),
+        (SocketAddr::V6(p), _) if p.ip().is_unspecified() => true,
+        _ => portal.ip() == local.ip(),
     }
 }
 
@@ -49,6 +98,8 @@ pub struct PortalConfig {
     pub max_write_len: u32,
     /// Largest text (login or Text request) accepted, across C-bit PDUs.
     pub max_text_len: usize,
+    /// How failed authentications hold back an address's next logins.
+    pub brake: BrakeSettings,
 }
 
 impl PortalConfig {
@@ -70,6 +121,57 @@ impl Default for PortalConfig {
             nop_timeout: Duration::from_secs(30),
             max_write_len: 32 << 20,
             max_text_len: 64 << 10,
+            brake: BrakeSettings::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(portals: &[&str], iser: &[&str]) -> TargetInfo {
+        TargetInfo {
+            name: "iqn.2026-11.org.rustgt:t".into(),
+            alias: None,
+            tpgt: 1,
+            portals: portals.iter().map(|p| (*p).to_owned()).collect(),
+            iser_portals: iser.iter().map(|p| (*p).to_owned()).collect(),
+            acl: Vec::new(),
+            chap: ChapPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn served_only_at_its_own_portals() {
+        let t = target(&["127.0.0.1:3401", "[::1]:3260"], &["192.0.2.1:3260"]);
+        assert!(t.served_at("127.0.0.1:3401"));
+        assert!(t.served_at("[::1]:3260"));
+        assert!(t.served_at("192.0.2.1:3260"), "iSER portals count");
+        // Another port, another address of the same port, the other family.
+        assert!(!t.served_at("127.0.0.1:3260"));
+        assert!(!t.served_at("127.0.0.2:3401"));
+        assert!(!t.served_at("[::1]:3401"));
+        // IPv4 through a dual-stack socket.
+        assert!(t.served_at("[::ffff:127.0.0.1]:3401"));
+        // What does not parse is served nowhere.
+        assert!(!t.served_at(""));
+        assert!(!t.served_at("127.0.0.1"));
+    }
+
+    #[test]
+    fn wildcard_portals_cover_their_port_on_every_address() {
+        let v4 = target(&["0.0.0.0:3260"], &[]);
+        assert!(v4.served_at("127.0.0.1:3260"));
+        assert!(v4.served_at("10.1.2.3:3260"));
+        assert!(v4.served_at("[::ffff:10.1.2.3]:3260"));
+        assert!(!v4.served_at("[::1]:3260"), "0.0.0.0 is IPv4 only");
+        assert!(!v4.served_at("127.0.0.1:3261"));
+        let any = target(&["[::]:3260"], &[]);
+        assert!(any.served_at("[::1]:3260"));
+        assert!(any.served_at("127.0.0.1:3260"));
+        assert!(!any.served_at("127.0.0.1:3262"));
+        // A broken portal entry serves nothing.
+        assert!(!target(&["localhost:3260"], &[]).served_at("127.0.0.1:3260"));
     }
 }

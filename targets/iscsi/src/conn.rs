@@ -286,6 +286,10 @@ impl Connection {
 
     /// When [`Connection::handle_timeout`] next wants to run.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        // A login held back by the brake (crate::brake).
+        if let Some(t) = self.login_hold_until() {
+            return Some(t);
+        }
         if !matches!(self.phase, Phase::FullFeature) {
             return None;
         }
@@ -296,9 +300,16 @@ impl Connection {
         self.last_rx.map(|t| t + interval)
     }
 
-    /// Drive the keepalive timer: ping an idle initiator with NOP-In and
-    /// close the connection when a ping goes unanswered (RFC 7143 §11.19).
+    /// Drive the timers: run a login request the brake held back once its
+    /// time has come ([`crate::brake`]); ping an idle initiator with
+    /// NOP-In and close the connection when a ping goes unanswered (RFC
+    /// 7143 §11.19).
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.release_held_login(now) {
+            // It counts as heard from now, like input.
+            self.last_rx = Some(now);
+            return;
+        }
         if !matches!(self.phase, Phase::FullFeature) {
             return;
         }
@@ -635,6 +646,13 @@ impl Connection {
 
     pub(crate) fn login_state(&mut self) -> Option<&mut LoginState> {
         match &mut self.phase {
+            Phase::Login(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn login_state_ref(&self) -> Option<&LoginState> {
+        match &self.phase {
             Phase::Login(l) => Some(l),
             _ => None,
         }

@@ -4,10 +4,15 @@
 use crate::config::PortalConfig;
 
 /// Answer `SendTargets=<query>` for `initiator`, connected through
-/// `local_addr` (used for portals that listen on a wildcard address).
+/// `local_addr`: only the targets served on that portal
+/// ([`TargetInfo::served_at`]), each with the addresses of its own
+/// portals (those listening on a wildcard address reported as the
+/// address the initiator reached, with the portal's port).
 ///
 /// `only` restricts the answer to the session's own target (a Normal
 /// session may only discover the target it is logged in to).
+///
+/// [`TargetInfo::served_at`]: crate::TargetInfo::served_at
 pub fn send_targets(
     cfg: &PortalConfig,
     query: &str,
@@ -23,7 +28,7 @@ pub fn send_targets(
             ("All" | "", Some(_)) => true,
             (name, _) => name.eq_ignore_ascii_case(&t.name),
         };
-        if !wanted || !t.allows(initiator) {
+        if !wanted || !t.served_at(local_addr) || !t.allows(initiator) {
             continue;
         }
         out.push(("TargetName".to_string(), t.name.clone()));
@@ -63,6 +68,7 @@ mod tests {
             alias: None,
             tpgt: 1,
             portals: vec!["0.0.0.0:3260".into(), "127.0.0.2:3261".into()],
+            iser_portals: vec![],
             acl,
             chap: Default::default(),
         };
@@ -111,5 +117,68 @@ mod tests {
         );
         assert_eq!(r.iter().filter(|(k, _)| k == "TargetName").count(), 1);
         assert!(send_targets(&c, "iqn.nope", "i", "1.2.3.4:1", None).is_empty());
+    }
+
+    #[test]
+    fn a_portal_lists_only_the_targets_it_serves() {
+        let t = |name: &str, portals: &[&str]| TargetInfo {
+            name: name.into(),
+            alias: None,
+            tpgt: 1,
+            portals: portals.iter().map(|p| (*p).to_owned()).collect(),
+            iser_portals: vec![],
+            acl: vec![],
+            chap: Default::default(),
+        };
+        let c = PortalConfig {
+            targets: vec![
+                t("iqn.2026-11.org.rustgt:a", &["127.0.0.1:3401"]),
+                t(
+                    "iqn.2026-11.org.rustgt:b",
+                    &["127.0.0.1:3260", "10.0.0.1:3260"],
+                ),
+                t("iqn.2026-11.org.rustgt:all", &["0.0.0.0:3260"]),
+            ],
+            ..Default::default()
+        };
+        let names = |local: &str| -> Vec<String> {
+            send_targets(&c, "All", "iqn.x:i", local, None)
+                .into_iter()
+                .filter(|(k, _)| k == "TargetName")
+                .map(|(_, v)| v)
+                .collect()
+        };
+        assert_eq!(names("127.0.0.1:3401"), ["iqn.2026-11.org.rustgt:a"]);
+        assert_eq!(
+            names("127.0.0.1:3260"),
+            ["iqn.2026-11.org.rustgt:b", "iqn.2026-11.org.rustgt:all"]
+        );
+        assert_eq!(names("127.0.0.2:3260"), ["iqn.2026-11.org.rustgt:all"]);
+        assert!(names("127.0.0.1:9").is_empty());
+        // A target's own portals, all of them, and no other target's.
+        let r = send_targets(
+            &c,
+            "iqn.2026-11.org.rustgt:b",
+            "iqn.x:i",
+            "127.0.0.1:3260",
+            None,
+        );
+        assert_eq!(
+            r,
+            vec![
+                ("TargetName".into(), "iqn.2026-11.org.rustgt:b".into()),
+                ("TargetAddress".into(), "127.0.0.1:3260,1".into()),
+                ("TargetAddress".into(), "10.0.0.1:3260,1".into()),
+            ]
+        );
+        // Asked by name on a portal that does not serve it: nothing.
+        assert!(send_targets(
+            &c,
+            "iqn.2026-11.org.rustgt:a",
+            "iqn.x:i",
+            "127.0.0.1:3260",
+            None
+        )
+        .is_empty());
     }
 }

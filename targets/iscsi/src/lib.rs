@@ -17,6 +17,7 @@
 //! - memory per connection is bounded by the negotiated limits and the
 //!   configured queue depth.
 
+pub mod brake;
 pub mod chap;
 pub mod config;
 pub mod conn;

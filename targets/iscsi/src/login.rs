@@ -30,6 +30,19 @@ pub(crate) struct LoginState {
     target: Option<TargetInfo>,
     sent_first_response: bool,
     first_pdu_sent: bool,
+    /// The brake was consulted (at the first request).
+    brake_checked: bool,
+    /// The first request, held back by the brake until the deadline.
+    held: Option<Held>,
+}
+
+/// A login request waiting for its time (see [`crate::brake`]).
+#[derive(Debug)]
+struct Held {
+    req: LoginRequest,
+    /// At most the login data segment limit (8 KiB).
+    data: Vec<u8>,
+    until: Instant,
 }
 
 impl LoginState {
@@ -46,6 +59,8 @@ impl LoginState {
             target: None,
             sent_first_response: false,
             first_pdu_sent: false,
+            brake_checked: false,
+            held: None,
         }
     }
 }
@@ -55,23 +70,123 @@ struct LoginFail(LoginStatus, &'static str);
 
 impl Connection {
     pub(crate) fn handle_login(&mut self, req: LoginRequest, data: &[u8], now: Instant) {
-        let _ = now;
-        match self.login_step(&req, data) {
+        let peer = self.peer_ip();
+        let settings = self.cfg.brake.clone();
+        let sessions = self.sessions.clone();
+        let Some(st) = self.login_state() else {
+            return;
+        };
+        if st.held.is_some() {
+            // A request before the answer to the one held: an initiator
+            // waits for each Login Response before its next request.
+            tracing::warn!("login request while the previous one awaits its answer");
+            self.set_closing();
+            return;
+        }
+        if !std::mem::replace(&mut st.brake_checked, true) {
+            let until = peer.and_then(|ip| {
+                sessions
+                    .lock()
+                    .ok()
+                    .and_then(|mut t| t.brake_mut().hold(&settings, ip, now))
+            });
+            if let Some(until) = until {
+                tracing::info!(
+                    delay_ms = until.saturating_duration_since(now).as_millis() as u64,
+                    "login held back: earlier failed authentications from this address"
+                );
+                st.held = Some(Held {
+                    req,
+                    data: data.to_vec(),
+                    until,
+                });
+                return;
+            }
+        }
+        self.run_login(&req, data, now);
+    }
+
+    /// When a held login request is due (for `poll_timeout`).
+    pub(crate) fn login_hold_until(&self) -> Option<Instant> {
+        self.login_state_ref()?.held.as_ref().map(|h| h.until)
+    }
+
+    /// Runs a held login request once its time has come (from
+    /// `handle_timeout`); whether it did.
+    pub(crate) fn release_held_login(&mut self, now: Instant) -> bool {
+        let Some(st) = self.login_state() else {
+            return false;
+        };
+        if st.held.as_ref().is_none_or(|h| now < h.until) {
+            return false;
+        }
+        let Some(h) = st.held.take() else {
+            return false;
+        };
+        self.run_login(&h.req, &h.data, now);
+        true
+    }
+
+    fn run_login(&mut self, req: &LoginRequest, data: &[u8], now: Instant) {
+        match self.login_step(req, data) {
             Ok(()) => {}
             Err(LoginFail(status, why)) => {
+                let (initiator, chap_user) = match self.login_state() {
+                    Some(st) => (
+                        st.initiator.clone(),
+                        st.security
+                            .as_ref()
+                            .and_then(|s| s.user())
+                            .map(str::to_owned),
+                    ),
+                    None => (None, None),
+                };
                 tracing::warn!(
                     status = format_args!("{:#06x}", status.0),
                     why,
+                    initiator = ?initiator,
+                    chap_user = ?chap_user,
+                    portal = %self.setup.local_addr,
                     "login rejected"
                 );
-                self.send_login_response(&req, status, false, Stage(0), Stage(0), 0, Vec::new());
+                if status == LoginStatus::AUTHENTICATION_FAILURE {
+                    self.brake_failed(now);
+                }
+                self.send_login_response(req, status, false, Stage(0), Stage(0), 0, Vec::new());
                 self.set_closing();
             }
         }
     }
 
+    /// The initiator's IP address (IPv4-mapped ones as IPv4), the key of
+    /// the brake.
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        let ip = self
+            .setup
+            .peer_addr
+            .parse::<std::net::SocketAddr>()
+            .ok()?
+            .ip();
+        Some(match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        })
+    }
+
+    fn brake_failed(&mut self, now: Instant) {
+        let Some(ip) = self.peer_ip() else {
+            return;
+        };
+        if let Ok(mut t) = self.sessions.lock() {
+            t.brake_mut().failed(&self.cfg.brake, ip, now);
+        }
+    }
+
     fn login_step(&mut self, req: &LoginRequest, data: &[u8]) -> Result<(), LoginFail> {
         let cfg = self.cfg.clone();
+        let local = self.setup.local_addr.clone();
+        let peer = self.peer_ip();
+        let sessions = self.sessions.clone();
         let Some(st) = self.login_state() else {
             return Ok(());
         };
@@ -124,7 +239,7 @@ impl Connection {
             .map_err(|_| LoginFail(LoginStatus::INITIATOR_ERROR, "malformed login text"))?;
 
         if st.initiator.is_none() {
-            Self::identify(st, &cfg, &pairs)?;
+            Self::identify(st, &cfg, &local, &pairs)?;
         }
         let (sec_keys, op_keys): (KeyValues, KeyValues) =
             pairs.into_iter().partition(|(k, _)| is_security_key(k));
@@ -142,6 +257,12 @@ impl Connection {
                 .process(&sec_keys)
                 .map_err(|e| LoginFail(e.login_status(), "authentication"))?;
             let complete = sec.is_complete();
+            if sec.authenticated() {
+                // Proven with CHAP: the address's failures are forgotten.
+                if let (Some(ip), Ok(mut t)) = (peer, sessions.lock()) {
+                    t.brake_mut().succeeded(ip);
+                }
+            }
             if req.transit && !complete && sec_answer.is_empty() {
                 return Err(LoginFail(
                     LoginStatus::AUTHENTICATION_FAILURE,
@@ -231,10 +352,12 @@ impl Connection {
         Ok(())
     }
 
-    /// Leading-login keys: who is logging in, to what, for which session type.
+    /// Leading-login keys: who is logging in, to what, for which session
+    /// type; `local` is the portal the connection arrived at.
     fn identify(
         st: &mut LoginState,
         cfg: &PortalConfig,
+        local: &str,
         pairs: &KeyValues,
     ) -> Result<(), LoginFail> {
         let get = |k: &str| pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
@@ -260,6 +383,20 @@ impl Connection {
             let t = cfg
                 .target(&name)
                 .ok_or(LoginFail(LoginStatus::NOT_FOUND, "no such target"))?;
+            // A target is served only on its own portals. Through another
+            // one it is "Not found" (0x0203, RFC 7143 §11.13.5: the
+            // requested target name does not exist at this address), as
+            // SendTargets on that portal does not list it either. Not
+            // "Target moved" (0x0101/0x0102): that answer must carry a
+            // TargetAddress, and redirecting would tell an initiator on one
+            // network the address of the target's portal on another, which
+            // is what putting a target behind a portal keeps from it.
+            if !t.served_at(local) {
+                return Err(LoginFail(
+                    LoginStatus::NOT_FOUND,
+                    "target not served on this portal",
+                ));
+            }
             if !t.allows(&initiator) {
                 return Err(LoginFail(
                     LoginStatus::AUTHORIZATION_FAILURE,

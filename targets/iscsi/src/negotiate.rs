@@ -12,7 +12,10 @@
 //! - never panics on peer input; every numerical value is range-checked;
 //! - the negotiated [`SessionParams`] never exceed the configured [`Limits`]
 //!   (the target offers its own value when an RFC default would);
-//! - a key sent twice in one login phase is an error (§6.2).
+//! - a key sent twice in one login phase is an error (§6.2), except that
+//!   the declaratives that may ride along with the security stage
+//!   (InitiatorName, TargetName, InitiatorAlias, SessionType) may come
+//!   again in a later request with the same value (libiscsi does so).
 //!
 //! Result functions (§6.2.2, per key in §13):
 //!
@@ -38,7 +41,7 @@
 //! | Target/InitiatorRecvDataSegmentLength (7145 §6.4, 6.5) | declarative | 512..2^24-1 | TCP |
 //! | MaxOutstandingUnexpectedPDUs (7145 §6.7) | declarative | 0 or 2..2^32-1 | TCP  |
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::chap::is_security_key;
 use crate::pdu::{LoginStatus, Stage};
@@ -644,6 +647,9 @@ pub struct Negotiator {
     first_request: bool,
     /// Keys the initiator has sent in this login phase.
     seen: HashSet<String>,
+    /// The initiator's declarations that may be repeated unchanged
+    /// ([`Key::any_stage`]), with their values.
+    declared: HashMap<Key, String>,
     /// Keys the target has declared or offered.
     sent: HashSet<Key>,
     /// Target offers not yet answered.
@@ -667,6 +673,7 @@ impl Negotiator {
             params: SessionParams::default(),
             first_request: true,
             seen: HashSet::new(),
+            declared: HashMap::new(),
             sent: HashSet::new(),
             awaiting: Vec::new(),
             offered_max_burst: None,
@@ -807,6 +814,18 @@ impl Negotiator {
             return Ok(None);
         }
         if !self.seen.insert(name.to_owned()) {
+            // libiscsi (and so QEMU) declares InitiatorName, TargetName and
+            // SessionType again in the operational stage after a security
+            // stage that ended at once; tgt accepts that. The same value
+            // again changes nothing, so it is taken as it is; a changed
+            // one is still an error.
+            let same = Key::from_name(name)
+                .filter(|k| k.any_stage())
+                .and_then(|k| self.declared.get(&k))
+                .is_some_and(|before| before == value);
+            if same {
+                return Ok(None);
+            }
             return Err(NegotiationError::DuplicateKey(name.to_owned()));
         }
         let Some(key) = Key::from_name(name) else {
@@ -824,6 +843,9 @@ impl Negotiator {
         }
         if stage == Stage::SECURITY && !key.any_stage() {
             return Err(not_allowed());
+        }
+        if key.any_stage() {
+            self.declared.insert(key, value.to_owned());
         }
         if key == Key::SessionType {
             // Already applied by check_first_request.

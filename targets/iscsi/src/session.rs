@@ -1,8 +1,12 @@
 //! The session table of one target process: TSIH assignment and session
-//! reinstatement (RFC 7143 §6.3.5). Pure data; the driver keeps it behind a
-//! lock shared by all connections.
+//! reinstatement (RFC 7143 §6.3.5), and the [`LoginBrake`] (failed
+//! authentications by source address), the other state every login
+//! shares. Pure data; the driver keeps it behind a lock shared by all
+//! connections.
 
 use std::collections::HashMap;
+
+use crate::brake::LoginBrake;
 
 /// Identity of a session: initiator name plus ISID (RFC 7143 §4.4.1 "SSID").
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -33,6 +37,7 @@ pub struct Registered {
 pub struct SessionTable {
     by_key: HashMap<SessionKey, SessionEntry>,
     next_tsih: u16,
+    brake: LoginBrake,
 }
 
 impl SessionTable {
@@ -68,6 +73,15 @@ impl SessionTable {
 
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
+    }
+
+    /// Failed authentications by source address (see [`crate::brake`]).
+    pub fn brake(&self) -> &LoginBrake {
+        &self.brake
+    }
+
+    pub fn brake_mut(&mut self) -> &mut LoginBrake {
+        &mut self.brake
     }
 
     fn alloc_tsih(&mut self) -> Option<u16> {

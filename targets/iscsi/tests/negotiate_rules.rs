@@ -395,10 +395,63 @@ fn duplicate_keys_are_rejected() {
     op(&mut n, &[("MaxBurstLength", "4096")]).expect("first");
     let e = op(&mut n, &[("MaxBurstLength", "8192")]).expect_err("later request");
     assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
-    // InitiatorName may not be redeclared either.
+    // InitiatorName may not be declared with another value.
     let mut n = normal();
-    let e = op(&mut n, &[("InitiatorName", INITIATOR)]).expect_err("redeclared");
+    let e = op(&mut n, &[("InitiatorName", "iqn.1994-05.com.redhat:other")])
+        .expect_err("redeclared with another name");
+    assert_eq!(e, NegotiationError::DuplicateKey("InitiatorName".into()));
     assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
+    // Twice in one request, even with the same value, is still an error.
+    let mut n = normal();
+    let e =
+        op(&mut n, &[("TargetName", TARGET), ("TargetName", TARGET)]).expect_err("same request");
+    assert_eq!(e, NegotiationError::DuplicateKey("TargetName".into()));
+}
+
+/// What libiscsi sends after a security stage that ended at once (it
+/// offered AuthMethod=CHAP,None to a target that needs no CHAP): the
+/// leading declaratives again, unchanged, with its operational keys.
+#[test]
+fn identical_redeclaration_after_the_security_stage_is_accepted() {
+    let mut n = normal();
+    let a = op(
+        &mut n,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("SessionType", "Normal"),
+            ("MaxBurstLength", "65536"),
+        ],
+    )
+    .expect("identical redeclaration");
+    assert_eq!(get(&a, "MaxBurstLength"), Some("65536"));
+    assert_eq!(a.len(), 1, "declaratives get no answer: {a:?}");
+    assert_eq!(n.params().initiator_name.as_deref(), Some(INITIATOR));
+    assert_eq!(n.params().target_name.as_deref(), Some(TARGET));
+    assert_eq!(n.params().session_type, SessionType::Normal);
+    // And once more in a further request.
+    op(&mut n, &[("InitiatorName", INITIATOR)]).expect("again");
+
+    // A changed value is an error, for each of them.
+    for (key, other) in [
+        ("InitiatorName", "iqn.1994-05.com.redhat:someone-else"),
+        ("TargetName", "iqn.2024-01.org.rustgt:disk2"),
+        ("SessionType", "Discovery"),
+    ] {
+        let mut n = normal();
+        let e = op(&mut n, &[(key, other)]).expect_err(key);
+        assert_eq!(e, NegotiationError::DuplicateKey(key.into()), "{key}");
+        assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
+    }
+    // Case counts: iSCSI names compare case-insensitively, but an
+    // initiator that re-sends its declarations sends the same bytes.
+    let mut n = normal();
+    op(&mut n, &[("TargetName", &TARGET.to_ascii_uppercase())]).expect_err("changed spelling");
+    // Operational keys are never repeatable.
+    let mut n = normal();
+    op(&mut n, &[("MaxBurstLength", "65536")]).expect("first");
+    let e = op(&mut n, &[("MaxBurstLength", "65536")]).expect_err("repeated operational key");
+    assert_eq!(e, NegotiationError::DuplicateKey("MaxBurstLength".into()));
 }
 
 #[test]

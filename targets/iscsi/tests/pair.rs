@@ -35,9 +35,12 @@ macro_rules! on_both_transports {
 on_both_transports!(
     login_negotiates_and_reports_tpgt,
     unknown_target_and_missing_initiator_name_are_refused,
+    a_target_is_not_found_through_another_portal,
+    libiscsi_offering_chap_to_a_target_without_it_logs_in,
     acl_refuses_other_initiators,
     chap_and_mutual_chap,
     chap_required_refuses_skipping_security,
+    chap_failures_hold_back_the_next_login_from_that_address,
     read_write_round_trip_with_small_pdus,
     unsolicited_data_out_with_initial_r2t_no,
     out_of_window_cmdsn_is_ignored_and_window_moves,
@@ -117,6 +120,117 @@ fn login_negotiates_and_reports_tpgt(mode: Mode) {
             assert_eq!(params.initiator_recv_dsl, 262_144);
         }
     }
+}
+
+/// The pair's connection arrives at 127.0.0.1:3260: a target whose only
+/// portal is elsewhere is not found there (RFC 7143 0x0203), and is not
+/// even tested against its ACL; a wildcard portal of that port, or an
+/// iSER portal at that address, serves it.
+fn a_target_is_not_found_through_another_portal(mode: Mode) {
+    let with_portals = |portals: &[&str], iser: &[&str]| {
+        let mut cfg = portal_config(limits(), ChapPolicy::default());
+        for t in &mut cfg.targets {
+            t.portals = portals.iter().map(|p| (*p).to_owned()).collect();
+            t.iser_portals = iser.iter().map(|p| (*p).to_owned()).collect();
+            t.acl = vec![INITIATOR.into()];
+        }
+        Pair::with_mode(cfg, mode)
+    };
+    let first = [
+        ("InitiatorName", INITIATOR),
+        ("TargetName", TARGET),
+        ("SessionType", "Normal"),
+        ("AuthMethod", "None"),
+    ];
+    for portals in [
+        &["127.0.0.1:3401"][..],
+        &["127.0.0.2:3260"],
+        &["[::1]:3260"],
+    ] {
+        let mut p = with_portals(portals, &[]);
+        let (lr, kv) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+        assert_eq!(lr.status, LoginStatus::NOT_FOUND, "{portals:?}");
+        assert!(kv.is_empty(), "no redirect: {kv:?}");
+        assert!(p.conn.is_closing());
+    }
+    for (portals, iser) in [
+        (&["127.0.0.1:3401", "127.0.0.1:3260"][..], &[][..]),
+        (&["0.0.0.0:3260"], &[]),
+        (&["[::]:3260"], &[]),
+        (&["127.0.0.1:3401"], &["127.0.0.1:3260"]),
+    ] {
+        let mut p = with_portals(portals, iser);
+        let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+        assert_eq!(lr.status, LoginStatus::SUCCESS, "{portals:?} {iser:?}");
+    }
+}
+
+/// libiscsi with credentials, against a target that needs none: it
+/// offers AuthMethod=CHAP,None, and after the target picks None it
+/// declares InitiatorName, TargetName and SessionType again with its
+/// operational keys. That logs in; a changed TargetName does not.
+fn libiscsi_offering_chap_to_a_target_without_it_logs_in(mode: Mode) {
+    let first = [
+        ("InitiatorName", INITIATOR),
+        ("TargetName", TARGET),
+        ("SessionType", "Normal"),
+        ("AuthMethod", "CHAP,None"),
+    ];
+    let mut p = default_pair(mode);
+    let (lr, kv1) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    assert_eq!(kv(&kv1, "AuthMethod"), Some("None"));
+    assert!(lr.transit);
+    let mut ops = vec![
+        ("InitiatorName", INITIATOR),
+        ("TargetName", TARGET),
+        ("SessionType", "Normal"),
+        ("HeaderDigest", "None,CRC32C"),
+        ("DataDigest", "None"),
+        ("MaxRecvDataSegmentLength", "262144"),
+    ];
+    if mode == Mode::Iser {
+        ops.push(("RDMAExtensions", "Yes"));
+    }
+    let (lr, kv2) = p.login_step(Stage::OPERATIONAL, Stage::FULL_FEATURE, true, &ops);
+    assert_eq!(lr.status, LoginStatus::SUCCESS, "{kv2:?}");
+    assert_eq!(lr.nsg, Stage::FULL_FEATURE);
+    assert!(p.conn.session().is_some());
+
+    // An initiator that offers only CHAP: no CHAP exchange without a
+    // secret to check it against; Reject, and it may go on (nothing is
+    // required), or give up if it insists on CHAP.
+    let mut p = default_pair(mode);
+    let (lr, k) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    assert_eq!(kv(&k, "AuthMethod"), Some("Reject"));
+    assert!(lr.transit);
+    assert_eq!(kv(&k, "CHAP_C"), None);
+
+    // The same, but the operational stage names another target.
+    let mut p = default_pair(mode);
+    let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    let (lr, _) = p.login_step(
+        Stage::OPERATIONAL,
+        Stage::FULL_FEATURE,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", "iqn.2026-11.org.rustgt:other"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::INITIATOR_ERROR);
+    assert!(p.conn.is_closing());
 }
 
 fn unknown_target_and_missing_initiator_name_are_refused(mode: Mode) {
@@ -221,6 +335,136 @@ fn chap_and_mutual_chap(mode: Mode) {
         chap_login(mode, b"wrong-secret-xyz", false),
         LoginStatus::AUTHENTICATION_FAILURE
     );
+}
+
+/// The CHAP exchange of `chap_login` on a pair of the caller's, with
+/// `secret`; the first request must get its answer at once.
+fn chap_exchange(p: &mut Pair, secret: &[u8]) -> LoginStatus {
+    let (lr, _) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP,None"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    chap_exchange_after_first(p, secret)
+}
+
+fn chap_exchange_after_first(p: &mut Pair, secret: &[u8]) -> LoginStatus {
+    let (_, k) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("CHAP_A", "5")],
+    );
+    let id: u8 = kv(&k, "CHAP_I").unwrap().parse().unwrap();
+    let challenge = decode_binary(kv(&k, "CHAP_C").unwrap()).unwrap();
+    let resp = encode_hex(&ChapAlgorithm::Md5.response(id, secret, &challenge));
+    let (lr, _) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[("CHAP_N", "alice"), ("CHAP_R", resp.as_str())],
+    );
+    lr.status
+}
+
+/// The brake (crate::brake) with simulated time: five wrong CHAP answers
+/// from one address cost nothing, the sixth login from it gets its first
+/// answer only after 1 s (nothing waits: the request is held until
+/// `poll_timeout`), a login from another address is not held, and a
+/// proven login forgets the failures.
+fn chap_failures_hold_back_the_next_login_from_that_address(mode: Mode) {
+    use std::sync::{Arc, Mutex};
+    let policy = ChapPolicy {
+        initiator: Some(ChapCredentials {
+            user: "alice".into(),
+            secret: b"alice-secret-123".to_vec(),
+        }),
+        target: None,
+    };
+    let cfg = portal_config(limits(), policy);
+    let table = Arc::new(Mutex::new(rustgt_iscsi::SessionTable::new()));
+    let from =
+        |conn: u64, peer: &str| Pair::with_peer(cfg.clone(), table.clone(), conn, mode, peer);
+    for i in 0..5 {
+        let mut p = from(i, "127.0.0.1:40000");
+        assert_eq!(
+            chap_exchange(&mut p, b"wrong-secret-xyz"),
+            LoginStatus::AUTHENTICATION_FAILURE
+        );
+        assert!(p.conn.is_closing());
+    }
+    assert_eq!(table.lock().unwrap().brake().failures_total(), 5);
+
+    // The sixth from that address (another port): held for 1 s.
+    let mut p = from(10, "127.0.0.1:40001");
+    assert_eq!(
+        p.conn.poll_timeout(),
+        None,
+        "nothing armed before a request"
+    );
+    let first = p.login_request(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", TARGET),
+            ("AuthMethod", "CHAP,None"),
+        ],
+    );
+    p.send(&first);
+    assert!(p.replies().is_empty(), "answered at once");
+    let due = p.conn.poll_timeout().expect("held until a deadline");
+    assert_eq!(due, p.now + Duration::from_secs(1));
+    p.now += Duration::from_millis(999);
+    p.conn.handle_timeout(p.now);
+    p.pump();
+    assert!(p.replies().is_empty(), "answered before the deadline");
+
+    // Meanwhile another address logs in at once, and proves itself.
+    let mut other = from(11, "127.0.0.2:40000");
+    assert_eq!(
+        chap_exchange(&mut other, b"alice-secret-123"),
+        LoginStatus::SUCCESS
+    );
+
+    p.now += Duration::from_millis(1);
+    p.conn.handle_timeout(p.now);
+    p.pump();
+    match &p.replies()[..] {
+        [Reply::LoginResponse(lr)] => assert_eq!(lr.status, LoginStatus::SUCCESS),
+        other => panic!("expected the held login response: {other:?}"),
+    }
+    assert_eq!(p.conn.poll_timeout(), None, "no deadline left");
+    // The rest of the exchange is not held again; the right secret logs in.
+    assert_eq!(
+        chap_exchange_after_first(&mut p, b"alice-secret-123"),
+        LoginStatus::SUCCESS
+    );
+    // ... and forgets the failures: the next login from there is free.
+    let mut p = from(12, "127.0.0.1:40002");
+    assert_eq!(
+        chap_exchange(&mut p, b"alice-secret-123"),
+        LoginStatus::SUCCESS
+    );
+    assert_eq!(table.lock().unwrap().brake().held_total(), 1);
+
+    // A second request while the first is held closes the connection.
+    for i in 0..5 {
+        let mut p = from(20 + i, "127.0.0.1:40003");
+        chap_exchange(&mut p, b"wrong-secret-xyz");
+    }
+    let mut p = from(30, "127.0.0.1:40004");
+    p.send(&first);
+    assert!(p.replies().is_empty());
+    p.send(&first);
+    assert!(p.conn.is_closing());
 }
 
 fn chap_required_refuses_skipping_security(mode: Mode) {

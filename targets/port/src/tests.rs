@@ -30,6 +30,7 @@ fn port() -> Arc<Port> {
             alias: None,
             tpgt: 1,
             portals: vec!["127.0.0.1:3260".into()],
+            iser_portals: vec![],
             acl: vec![],
             chap: Default::default(),
         }],

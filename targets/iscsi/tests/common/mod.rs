@@ -39,6 +39,7 @@ pub fn portal_config(limits: Limits, chap: ChapPolicy) -> PortalConfig {
             alias: Some("test".into()),
             tpgt: 1,
             portals: vec!["127.0.0.1:3260".into()],
+            iser_portals: vec![],
             acl: vec![],
             chap,
         }],
@@ -178,12 +179,34 @@ impl Pair {
         Self::build(cfg, table, conn_id, mode, iser_params())
     }
 
+    /// A connection from `peer` (`host:port`) sharing `table`.
+    pub fn with_peer(
+        cfg: PortalConfig,
+        table: Arc<Mutex<SessionTable>>,
+        conn_id: u64,
+        mode: Mode,
+        peer: &str,
+    ) -> Pair {
+        Self::build_from(cfg, table, conn_id, mode, iser_params(), peer)
+    }
+
     fn build(
         cfg: PortalConfig,
         table: Arc<Mutex<SessionTable>>,
         conn_id: u64,
         mode: Mode,
         params: IserParams,
+    ) -> Pair {
+        Self::build_from(cfg, table, conn_id, mode, params, "127.0.0.1:50000")
+    }
+
+    fn build_from(
+        cfg: PortalConfig,
+        table: Arc<Mutex<SessionTable>>,
+        conn_id: u64,
+        mode: Mode,
+        params: IserParams,
+        peer: &str,
     ) -> Pair {
         let now = Instant::now();
         let setup = ConnectionSetup {
@@ -193,7 +216,7 @@ impl Pair {
                 Mode::Iser => Transport::Iser,
             },
             local_addr: "127.0.0.1:3260".into(),
-            peer_addr: "127.0.0.1:50000".into(),
+            peer_addr: peer.into(),
             random: [7u8; 32],
         };
         let (done_tx, done_rx) = mpsc::channel();
