@@ -49,6 +49,13 @@ pub struct PortalConfig {
     pub max_write_len: u32,
     /// Largest text (login or Text request) accepted, across C-bit PDUs.
     pub max_text_len: usize,
+    /// How long a connection may take from accept to full feature phase;
+    /// past it the connection closes (a peer that never logs in, or stops
+    /// halfway through a PDU, holds nothing for longer).
+    pub login_timeout: Duration,
+    /// Normal sessions one initiator name may hold at once (over all its
+    /// ISIDs and targets); a login past it fails with Out of Resources.
+    pub max_sessions_per_initiator: usize,
 }
 
 impl PortalConfig {
@@ -70,6 +77,8 @@ impl Default for PortalConfig {
             nop_timeout: Duration::from_secs(30),
             max_write_len: 32 << 20,
             max_text_len: 64 << 10,
+            login_timeout: Duration::from_secs(15),
+            max_sessions_per_initiator: 64,
         }
     }
 }
