@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustgt_iscsi::{Connection, ConnectionSetup};
-use rustgt_port::{ConnInfo, Port, PortConn, PortMsg, Transport};
+use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
@@ -55,7 +55,12 @@ pub async fn serve_until(
         tokio::select! {
             _ = &mut stop_listener => break,
             r = listener.accept() => match r {
-                Ok((sock, peer)) => hand_to_reactor(&port, sock, peer),
+                // Over a cap ([limits]): closed at once, before anything is
+                // allocated for it (the port logs refusals, rate-limited).
+                Ok((sock, peer)) => match port.admit(peer) {
+                    Ok(admitted) => hand_to_reactor(&port, sock, peer, admitted),
+                    Err(_) => drop(sock),
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -68,7 +73,7 @@ pub async fn serve_until(
 
 /// Moves an accepted connection to the least loaded reactor, which serves
 /// it from then on.
-fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr) {
+fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
     let reactors = match port.reactors() {
         Ok(r) => r,
         Err(e) => {
@@ -86,13 +91,13 @@ fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr) {
     let port = Arc::clone(port);
     reactors.spawn(async move {
         match TcpStream::from_std(sock) {
-            Ok(sock) => run_conn(port, sock, peer).await,
+            Ok(sock) => run_conn(port, sock, peer, admitted).await,
             Err(e) => tracing::warn!(error = %e, %peer, "cannot register a connection"),
         }
     });
 }
 
-async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr) {
+async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
     let local = match sock.local_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -109,6 +114,7 @@ async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr) {
             .try_clone_to_owned()
             .ok()
             .map(std::net::TcpStream::from),
+        admitted,
     });
     let span = tracing::info_span!(
         "conn",
@@ -199,6 +205,9 @@ async fn drive(
             if let Some(resp) = pc.on_event(ev) {
                 conn.complete(resp);
             }
+        }
+        if conn.session().is_some() {
+            pc.login_done();
         }
         let closing = conn.is_closing();
         if closing && conn.in_flight() == 0 {
