@@ -20,6 +20,7 @@
 //!
 //! [`Reactors`]: rustgt_port::Reactors
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::IoSlice;
@@ -155,7 +156,6 @@ async fn drive(
     };
     let mut conn = Connection::new(pc.config(), pc.sessions(), setup, std::time::Instant::now());
     let mut out = Output::default();
-    let mut buf = vec![0u8; 256 * 1024];
     let mut killed = false;
 
     // One turn: send what is ready, wait for input, a message from the port
@@ -181,7 +181,10 @@ async fn drive(
             }
             r = sock.readable() => {
                 r?;
-                match read_some(&sock, &mut buf) {
+                let now = std::time::Instant::now();
+                match read_into_core(&sock, conn.session().is_some(), |data| {
+                    conn.handle_input(data, now)
+                }) {
                     Ok(0) => {
                         // The initiator is gone. With nothing in flight
                         // its nexus goes now, before anything else.
@@ -190,10 +193,7 @@ async fn drive(
                         }
                         break;
                     }
-                    Ok(n) => conn.handle_input(
-                        buf.get(..n).unwrap_or_default(),
-                        std::time::Instant::now(),
-                    ),
+                    Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e),
                 }
@@ -257,6 +257,57 @@ fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
 
 /// How long a closing connection may take to send what it queued.
 const LINGER: Duration = Duration::from_secs(10);
+
+/// Most one read takes in full feature phase.
+const READ_MAX: usize = 256 * 1024;
+/// Most one read takes until then: one login PDU (a 48-byte header, at
+/// most 8192 bytes of data before MaxRecvDataSegmentLength is agreed,
+/// RFC 7143 §13.12, and digests), so what the core keeps of a login in
+/// progress stays within about two login PDUs.
+const LOGIN_READ_MAX: usize = 48 + 8192 + 8;
+
+thread_local! {
+    /// The read buffer of every connection on this reactor thread. A read
+    /// is handed to the core, which keeps only what is left of a partial
+    /// PDU, before the connection's task can yield, so no connection
+    /// needs a buffer of its own: one that never sends costs no read
+    /// buffer, and one in full feature phase no 256 KiB of its own.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One read of what the socket holds (at most [`LOGIN_READ_MAX`] until
+/// full feature phase, [`READ_MAX`] after), handed to `consume` if not
+/// empty; the byte count, 0 at end of file.
+fn read_into_core(
+    sock: &TcpStream,
+    full_feature: bool,
+    consume: impl FnOnce(&[u8]),
+) -> std::io::Result<usize> {
+    let limit = if full_feature {
+        READ_MAX
+    } else {
+        LOGIN_READ_MAX
+    };
+    READ_BUF.with(|cell| {
+        // Never borrowed already (nothing reads while a read is handed
+        // on); if it were, a buffer of this read's own does.
+        let mut own = Vec::new();
+        let mut shared = cell.try_borrow_mut();
+        let buf = match shared.as_deref_mut() {
+            Ok(b) => b,
+            Err(_) => &mut own,
+        };
+        if buf.len() < limit {
+            buf.resize(limit, 0);
+        }
+        let buf = buf.get_mut(..limit).unwrap_or_default();
+        let n = read_some(sock, buf)?;
+        if n > 0 {
+            consume(buf.get(..n).unwrap_or_default());
+        }
+        Ok(n)
+    })
+}
 
 /// One read of what the socket holds, without waiting. A read that did
 /// not fill `buf` drained the socket, so its readiness is cleared at once
