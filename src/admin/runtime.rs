@@ -122,6 +122,7 @@ impl Runtime {
         empty.targets.clear();
         let port = Port::new(crate::daemon::portal_config(&empty));
         port.set_reactors(cfg.reactor.threads);
+        port.set_limits(crate::daemon::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);
         // Before any LUN or reactor starts: both read it.
         rustgt_backstore::uring::set_enabled(cfg.reactor.io_uring_enabled());
