@@ -125,6 +125,11 @@ pub struct Wire {
 impl Wire {
     pub fn connect(portal: SocketAddr) -> Wire {
         let sock = TcpStream::connect(portal).unwrap_or_else(|e| panic!("connect {portal}: {e}"));
+        Wire::from_stream(sock)
+    }
+
+    /// Over a connection made elsewhere (e.g. from a chosen source address).
+    pub fn from_stream(sock: TcpStream) -> Wire {
         sock.set_read_timeout(Some(Duration::from_millis(200)))
             .expect("read timeout");
         let _ = sock.set_nodelay(true);
@@ -132,6 +137,11 @@ impl Wire {
             sock,
             buf: Vec::new(),
         }
+    }
+
+    /// The socket under this wire.
+    pub fn stream(&self) -> &TcpStream {
+        &self.sock
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
