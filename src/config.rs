@@ -79,6 +79,48 @@ pub struct Config {
     /// The threads that serve connections (read at start only).
     #[serde(default)]
     pub reactor: ReactorSettings,
+    /// Caps on what peers can make the daemon hold: connections, logins
+    /// in progress, sessions per initiator.
+    #[serde(default)]
+    pub limits: LimitSettings,
+}
+
+/// Caps on connections and sessions and the login timeout: what bounds the
+/// memory and descriptors peers can make the daemon hold before they have
+/// logged in (docs/ARCHITECTURE.md, "Memory bounds"). All of them apply
+/// live; connections already open are never closed by a lower cap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Seconds from accept to full feature phase; a connection still
+    /// logging in then (silent, or stopped halfway through a PDU) is
+    /// closed. 1..=3600.
+    pub login_timeout_secs: u64,
+    /// Connections open at once over every portal and transport,
+    /// 1..=1048576; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// Connections open at once from one source address,
+    /// 1..=max_connections.
+    pub max_connections_per_address: usize,
+    /// Connections open at once that have not reached full feature phase,
+    /// 1..=max_connections.
+    pub max_login_connections: usize,
+    /// Normal sessions one initiator name may hold at once (all ISIDs and
+    /// targets together), 1..=65535; the login of one more fails with
+    /// Out of Resources.
+    pub max_sessions_per_initiator: usize,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        Self {
+            login_timeout_secs: 15,
+            max_connections: 4096,
+            max_connections_per_address: 256,
+            max_login_connections: 256,
+            max_sessions_per_initiator: 64,
+        }
+    }
 }
 
 /// The data path's threads: reactors that own the connections and run
@@ -492,6 +534,7 @@ impl Default for Config {
             admin_socket: None,
             metrics_listen: None,
             reactor: ReactorSettings::default(),
+            limits: LimitSettings::default(),
         }
     }
 }
@@ -707,6 +750,7 @@ fn env_provider() -> Env {
                 || k.starts_with("iscsi__")
                 || k.starts_with("discovery__")
                 || k.starts_with("reactor__")
+                || k.starts_with("limits__")
         })
         .split("__")
 }
@@ -969,6 +1013,7 @@ fn validate(config: &Config) -> Vec<(KeyPath, String)> {
         }
     }
     check_iscsi(&mut c, &root.key("iscsi"), &config.iscsi);
+    check_limits(&mut c, &root.key("limits"), &config.limits);
     c.range(
         root.key("reactor").key("threads"),
         config.reactor.threads,
@@ -1069,6 +1114,38 @@ fn check_iscsi(c: &mut Checker, key: &KeyPath, s: &IscsiSettings) {
         3600,
     );
     c.range(key.key("workers_per_lun"), s.workers_per_lun, 1, 1024);
+}
+
+/// Most connections `[limits] max_connections` may allow (each TCP
+/// connection holds two descriptors).
+pub const MAX_CONNECTIONS: usize = 1 << 20;
+
+fn check_limits(c: &mut Checker, key: &KeyPath, s: &LimitSettings) {
+    c.range(key.key("login_timeout_secs"), s.login_timeout_secs, 1, 3600);
+    c.range(
+        key.key("max_connections"),
+        s.max_connections,
+        1,
+        MAX_CONNECTIONS,
+    );
+    let total = s.max_connections.clamp(1, MAX_CONNECTIONS);
+    for (name, value) in [
+        ("max_connections_per_address", s.max_connections_per_address),
+        ("max_login_connections", s.max_login_connections),
+    ] {
+        if value == 0 || value > total {
+            c.fail(
+                key.key(name),
+                format!("{value} is out of range 1..=max_connections ({total})"),
+            );
+        }
+    }
+    c.range(
+        key.key("max_sessions_per_initiator"),
+        s.max_sessions_per_initiator,
+        1,
+        65535,
+    );
 }
 
 fn check_digests(c: &mut Checker, key: &KeyPath, list: &[String]) {
@@ -1594,6 +1671,74 @@ mod tests {
         assert_eq!(s.default_time2wait, 2);
         assert_eq!(s.default_time2retain, 20);
         assert_eq!(s.workers_per_lun, 8);
+    }
+
+    #[test]
+    fn limits_defaults_match_the_documentation() {
+        let l = LimitSettings::default();
+        assert_eq!(l.login_timeout_secs, 15);
+        assert_eq!(l.max_connections, 4096);
+        assert_eq!(l.max_connections_per_address, 256);
+        assert_eq!(l.max_login_connections, 256);
+        assert_eq!(l.max_sessions_per_initiator, 64);
+        assert_eq!(Config::default().limits, l);
+    }
+
+    #[test]
+    fn limits_are_read_from_file_and_environment_and_checked_by_key() {
+        jailed(|jail| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let body = format!(
+                "{}[limits]\nlogin_timeout_secs = 5\nmax_connections = 1000\n",
+                base_config(dir.path(), "", "")
+            );
+            let path = write_config(dir.path(), &body);
+            jail.set_env("RUSTGT_LIMITS__MAX_LOGIN_CONNECTIONS", 10);
+            let cfg = load(Some(&path), &Overrides::default()).expect("loads");
+            assert_eq!(cfg.limits.login_timeout_secs, 5);
+            assert_eq!(cfg.limits.max_connections, 1000);
+            assert_eq!(cfg.limits.max_login_connections, 10);
+            assert_eq!(cfg.limits.max_connections_per_address, 256);
+        });
+    }
+
+    #[test]
+    fn limits_out_of_range_name_the_key() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let with =
+                |extra: &str| format!("{}[limits]\n{extra}\n", base_config(dir.path(), "", ""));
+            assert_problem(
+                &with("login_timeout_secs = 0"),
+                "limits.login_timeout_secs",
+                "out of range",
+            );
+            assert_problem(
+                &with("max_connections = 0"),
+                "limits.max_connections",
+                "out of range",
+            );
+            assert_problem(
+                &with("max_connections = 10\nmax_connections_per_address = 11"),
+                "limits.max_connections_per_address",
+                "max_connections",
+            );
+            assert_problem(
+                &with("max_connections = 10\nmax_login_connections = 0"),
+                "limits.max_login_connections",
+                "out of range",
+            );
+            assert_problem(
+                &with("max_sessions_per_initiator = 0"),
+                "limits.max_sessions_per_initiator",
+                "out of range",
+            );
+            assert_problem(
+                &with("max_session_per_initiator = 3"),
+                "limits.max_session_per_initiator",
+                "unknown field",
+            );
+        });
     }
 
     #[test]
@@ -2217,8 +2362,9 @@ mod tests {
             let cfg = load(Some(&path), &overrides)
                 .unwrap_or_else(|e| panic!("etc/rustgt.toml must load: {e}\n{text}"));
             assert!(!cfg.targets.is_empty(), "the example defines targets");
-            // Every documented iscsi default is the real default.
+            // Every documented iscsi and limits default is the real default.
             assert_eq!(cfg.iscsi, IscsiSettings::default());
+            assert_eq!(cfg.limits, LimitSettings::default());
         });
     }
 

@@ -353,7 +353,19 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
         queue_depth: cfg.iscsi.queue_depth.max(1),
         nop_interval: (nop > 0).then(|| Duration::from_secs(nop)),
         nop_timeout: Duration::from_secs(cfg.iscsi.nop_in_timeout_secs.max(1)),
+        login_timeout: Duration::from_secs(cfg.limits.login_timeout_secs.max(1)),
+        max_sessions_per_initiator: cfg.limits.max_sessions_per_initiator.max(1),
         ..PortalConfig::default()
+    }
+}
+
+/// The port's connection caps of `cfg` (`[limits]`).
+pub(crate) fn conn_limits(cfg: &Config) -> rustgt_port::ConnLimits {
+    let l = &cfg.limits;
+    rustgt_port::ConnLimits {
+        max_connections: l.max_connections.max(1),
+        max_per_address: l.max_connections_per_address.max(1),
+        max_in_login: l.max_login_connections.max(1),
     }
 }
 

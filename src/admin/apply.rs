@@ -392,6 +392,9 @@ impl Runtime {
             self.port
                 .set_config(crate::daemon::portal_config(&self.cfg));
         }
+        if plan.limits_changed {
+            self.port.set_limits(crate::daemon::conn_limits(&self.cfg));
+        }
 
         // (e) Serve new portals.
         for (configured, l) in std::mem::take(&mut prepared.listeners) {

@@ -9,6 +9,8 @@
 //!   portals), `[iscsi]` and `[discovery]`: a new portal configuration,
 //!   which new logins see; sessions already running keep what they
 //!   negotiated;
+//! - `[limits]`: new connections and logins meet the new caps and login
+//!   timeout; connections already open stay;
 //! - a LUN's size and readahead settings: its store is reopened or its
 //!   policy switched in place, the LUN stays exported;
 //! - any other LUN setting (engine, path, block size, workers, ...): the
@@ -66,6 +68,8 @@ pub struct Plan {
     pub iscsi_changed: bool,
     /// `[discovery]` differs.
     pub discovery_changed: bool,
+    /// `[limits]` differs (caps and login timeout for new connections).
+    pub limits_changed: bool,
     /// Global settings that differ but need a restart, by key.
     pub restart_needed: Vec<String>,
 }
@@ -78,6 +82,7 @@ impl Plan {
             && self.changed_targets.is_empty()
             && !self.iscsi_changed
             && !self.discovery_changed
+            && !self.limits_changed
     }
 
     /// Whether the portal configuration (what logins and SendTargets see)
@@ -87,6 +92,7 @@ impl Plan {
             || !self.added_targets.is_empty()
             || self.iscsi_changed
             || self.discovery_changed
+            || self.limits_changed
             || self.changed_targets.iter().any(|t| !t.settings.is_empty())
     }
 
@@ -153,6 +159,9 @@ impl Plan {
         if self.discovery_changed {
             out.push("[discovery] settings changed".to_owned());
         }
+        if self.limits_changed {
+            out.push("[limits] changed (new connections and logins)".to_owned());
+        }
         out
     }
 }
@@ -190,6 +199,7 @@ pub fn plan(running: &Config, wanted: &Config) -> Plan {
     }
     p.iscsi_changed = running.iscsi != wanted.iscsi;
     p.discovery_changed = running.discovery != wanted.discovery;
+    p.limits_changed = running.limits != wanted.limits;
     p.restart_needed = restart_only(running, wanted);
     p
 }
@@ -323,6 +333,7 @@ fn restart_only(a: &Config, b: &Config) -> Vec<String> {
     rest.reactor = a.reactor.clone();
     rest.iscsi = a.iscsi.clone();
     rest.discovery = a.discovery.clone();
+    rest.limits = a.limits.clone();
     rest.targets = a.targets.clone();
     if &rest != a {
         out.push("other global settings".to_owned());
@@ -463,6 +474,23 @@ mod tests {
         assert_eq!(
             t.replaced_luns.iter().map(|l| l.id).collect::<Vec<_>>(),
             [0]
+        );
+    }
+
+    #[test]
+    fn limits_change_live() {
+        let a = config(vec![target("a", &[0])]);
+        let mut b = a.clone();
+        b.limits.max_connections = 10;
+        b.limits.login_timeout_secs = 3;
+        let p = plan(&a, &b);
+        assert!(p.limits_changed);
+        assert!(!p.is_empty());
+        assert!(p.portal_config_changed(), "the login timeout is the core's");
+        assert!(p.restart_needed.is_empty(), "{:?}", p.restart_needed);
+        assert_eq!(
+            p.describe(),
+            ["[limits] changed (new connections and logins)"]
         );
     }
 

@@ -122,6 +122,7 @@ impl Runtime {
         empty.targets.clear();
         let port = Port::new(crate::daemon::portal_config(&empty));
         port.set_reactors(cfg.reactor.threads);
+        port.set_limits(crate::daemon::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);
         port.set_busy_poll(std::time::Duration::from_micros(cfg.reactor.busy_poll_us));
         // Before any LUN or reactor starts: both read it.

@@ -12,7 +12,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
 use rustgt_iscsi::pdu::*;
@@ -126,48 +125,24 @@ pub struct Wire {
 impl Wire {
     pub fn connect(portal: SocketAddr) -> Wire {
         let sock = TcpStream::connect(portal).unwrap_or_else(|e| panic!("connect {portal}: {e}"));
-        Wire::on(sock)
+        Wire::from_stream(sock)
     }
 
     /// Connects from the local address `source` (any port). The kernel
     /// picks 127.0.0.1 as the source of every loopback connection by
     /// itself; this one comes from e.g. 127.0.0.2.
     pub fn connect_from(source: Ipv4Addr, portal: SocketAddr) -> Wire {
-        let SocketAddr::V4(dst) = portal else {
-            panic!("connect_from: IPv4 portals only, not {portal}");
-        };
-        let sin = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes(ip.octets()),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        // SAFETY: socket(2) has no memory effects; the descriptor is ours.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        // SAFETY: `fd` is a fresh socket nobody else owns; the stream
-        // closes it when dropped, also on the failures below.
-        let sock = unsafe { TcpStream::from_raw_fd(fd) };
-        let (src, to) = (sin(source, 0), sin(*dst.ip(), dst.port()));
-        // SAFETY: `src` and `to` are valid sockaddr_in values of `len`
-        // bytes that outlive the calls; bind and connect only read them.
-        let rc = unsafe { libc::bind(sock.as_raw_fd(), std::ptr::from_ref(&src).cast(), len) };
-        assert_eq!(rc, 0, "bind {source}: {}", std::io::Error::last_os_error());
-        // SAFETY: as above.
-        let rc = unsafe { libc::connect(sock.as_raw_fd(), std::ptr::from_ref(&to).cast(), len) };
-        assert_eq!(
-            rc,
-            0,
-            "connect {portal} from {source}: {}",
-            std::io::Error::last_os_error()
-        );
-        Wire::on(sock)
+        use socket2::{Domain, Socket, Type};
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        sock.bind(&SocketAddr::from((source, 0)).into())
+            .unwrap_or_else(|e| panic!("bind {source}: {e}"));
+        sock.connect(&portal.into())
+            .unwrap_or_else(|e| panic!("connect {portal} from {source}: {e}"));
+        Wire::from_stream(sock.into())
     }
 
-    fn on(sock: TcpStream) -> Wire {
+    /// Over a connection made elsewhere (e.g. from a chosen source address).
+    pub fn from_stream(sock: TcpStream) -> Wire {
         sock.set_read_timeout(Some(Duration::from_millis(200)))
             .expect("read timeout");
         let _ = sock.set_nodelay(true);
@@ -175,6 +150,11 @@ impl Wire {
             sock,
             buf: Vec::new(),
         }
+    }
+
+    /// The socket under this wire.
+    pub fn stream(&self) -> &TcpStream {
+        &self.sock
     }
 
     pub fn send(&mut self, bytes: &[u8]) {

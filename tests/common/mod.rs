@@ -286,6 +286,17 @@ impl Daemon {
             .and_then(|mut p| p.as_mut().and_then(Proc::poll))
     }
 
+    /// The daemon's process id while it runs (for /proc/PID reads), `None`
+    /// once it has exited.
+    pub fn pid(&self) -> Option<u32> {
+        let mut guard = self.proc.lock().ok()?;
+        let proc = guard.as_mut()?;
+        match proc.poll() {
+            Some(_) => None,
+            None => Some(proc.child.id()),
+        }
+    }
+
     fn take_proc(&self) -> Option<Proc> {
         self.proc.lock().ok().and_then(|mut p| p.take())
     }

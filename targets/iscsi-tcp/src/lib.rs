@@ -20,6 +20,7 @@
 //!
 //! [`Reactors`]: rustgt_port::Reactors
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::IoSlice;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustgt_iscsi::{Connection, ConnectionSetup};
-use rustgt_port::{ConnInfo, Port, PortConn, PortMsg, Transport};
+use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
@@ -55,7 +56,12 @@ pub async fn serve_until(
         tokio::select! {
             _ = &mut stop_listener => break,
             r = listener.accept() => match r {
-                Ok((sock, peer)) => hand_to_reactor(&port, sock, peer),
+                // Over a cap ([limits]): closed at once, before anything is
+                // allocated for it (the port logs refusals, rate-limited).
+                Ok((sock, peer)) => match port.admit(peer) {
+                    Ok(admitted) => hand_to_reactor(&port, sock, peer, admitted),
+                    Err(_) => drop(sock),
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -68,7 +74,7 @@ pub async fn serve_until(
 
 /// Moves an accepted connection to the least loaded reactor, which serves
 /// it from then on.
-fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr) {
+fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
     let reactors = match port.reactors() {
         Ok(r) => r,
         Err(e) => {
@@ -86,13 +92,13 @@ fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr) {
     let port = Arc::clone(port);
     reactors.spawn(async move {
         match TcpStream::from_std(sock) {
-            Ok(sock) => run_conn(port, sock, peer).await,
+            Ok(sock) => run_conn(port, sock, peer, admitted).await,
             Err(e) => tracing::warn!(error = %e, %peer, "cannot register a connection"),
         }
     });
 }
 
-async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr) {
+async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
     let local = match sock.local_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -109,6 +115,7 @@ async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr) {
             .try_clone_to_owned()
             .ok()
             .map(std::net::TcpStream::from),
+        admitted,
     });
     let span = tracing::info_span!(
         "conn",
@@ -149,7 +156,6 @@ async fn drive(
     };
     let mut conn = Connection::new(pc.config(), pc.sessions(), setup, std::time::Instant::now());
     let mut out = Output::default();
-    let mut buf = vec![0u8; 256 * 1024];
     let mut killed = false;
     let mut poll = pc.busy_poll();
 
@@ -178,7 +184,7 @@ async fn drive(
                 biased;
                 r = sock.readable() => {
                     r?;
-                    got = read_into(&sock, &mut buf, &mut conn)?;
+                    got = read_into(&sock, &mut conn)?;
                     if !matches!(got, Got::Nothing) {
                         break;
                     }
@@ -210,7 +216,7 @@ async fn drive(
                 }
                 r = sock.readable() => {
                     r?;
-                    got = read_into(&sock, &mut buf, &mut conn)?;
+                    got = read_into(&sock, &mut conn)?;
                 }
                 r = sock.writable(), if out.pending() => r?,
                 _ = sleep => conn.handle_timeout(std::time::Instant::now()),
@@ -237,6 +243,9 @@ async fn drive(
             if let Some(resp) = pc.on_event(ev) {
                 conn.complete(resp);
             }
+        }
+        if conn.session().is_some() {
+            pc.login_done();
         }
         let closing = conn.is_closing();
         if closing && conn.in_flight() == 0 {
@@ -298,13 +307,12 @@ fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
 const LINGER: Duration = Duration::from_secs(10);
 
 /// Reads what the socket holds (without waiting) into the connection.
-fn read_into(sock: &TcpStream, buf: &mut [u8], conn: &mut Connection) -> std::io::Result<Got> {
-    match read_some(sock, buf) {
+fn read_into(sock: &TcpStream, conn: &mut Connection) -> std::io::Result<Got> {
+    let now = std::time::Instant::now();
+    let full_feature = conn.session().is_some();
+    match read_into_core(sock, full_feature, |data| conn.handle_input(data, now)) {
         Ok(0) => Ok(Got::Eof),
-        Ok(n) => {
-            conn.handle_input(buf.get(..n).unwrap_or_default(), std::time::Instant::now());
-            Ok(Got::Input)
-        }
+        Ok(_) => Ok(Got::Input),
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Got::Nothing),
         Err(e) => Err(e),
     }
@@ -313,6 +321,57 @@ fn read_into(sock: &TcpStream, buf: &mut [u8], conn: &mut Connection) -> std::io
 /// The first and the longest pause between two looks of a busy-poll.
 const SPIN_STEP_MIN: Duration = Duration::from_micros(2);
 const SPIN_STEP_MAX: Duration = Duration::from_micros(16);
+
+/// Most one read takes in full feature phase.
+const READ_MAX: usize = 256 * 1024;
+/// Most one read takes until then: one login PDU (a 48-byte header, at
+/// most 8192 bytes of data before MaxRecvDataSegmentLength is agreed,
+/// RFC 7143 §13.12, and digests), so what the core keeps of a login in
+/// progress stays within about two login PDUs.
+const LOGIN_READ_MAX: usize = 48 + 8192 + 8;
+
+thread_local! {
+    /// The read buffer of every connection on this reactor thread. A read
+    /// is handed to the core, which keeps only what is left of a partial
+    /// PDU, before the connection's task can yield, so no connection
+    /// needs a buffer of its own: one that never sends costs no read
+    /// buffer, and one in full feature phase no 256 KiB of its own.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One read of what the socket holds (at most [`LOGIN_READ_MAX`] until
+/// full feature phase, [`READ_MAX`] after), handed to `consume` if not
+/// empty; the byte count, 0 at end of file.
+fn read_into_core(
+    sock: &TcpStream,
+    full_feature: bool,
+    consume: impl FnOnce(&[u8]),
+) -> std::io::Result<usize> {
+    let limit = if full_feature {
+        READ_MAX
+    } else {
+        LOGIN_READ_MAX
+    };
+    READ_BUF.with(|cell| {
+        // Never borrowed already (nothing reads while a read is handed
+        // on); if it were, a buffer of this read's own does.
+        let mut own = Vec::new();
+        let mut shared = cell.try_borrow_mut();
+        let buf = match shared.as_deref_mut() {
+            Ok(b) => b,
+            Err(_) => &mut own,
+        };
+        if buf.len() < limit {
+            buf.resize(limit, 0);
+        }
+        let buf = buf.get_mut(..limit).unwrap_or_default();
+        let n = read_some(sock, buf)?;
+        if n > 0 {
+            consume(buf.get(..n).unwrap_or_default());
+        }
+        Ok(n)
+    })
+}
 
 /// One read of what the socket holds, without waiting. A read that did
 /// not fill `buf` drained the socket, so its readiness is cleared at once

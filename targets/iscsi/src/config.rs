@@ -100,6 +100,13 @@ pub struct PortalConfig {
     pub max_text_len: usize,
     /// How failed authentications hold back an address's next logins.
     pub brake: BrakeSettings,
+    /// How long a connection may take from accept to full feature phase;
+    /// past it the connection closes (a peer that never logs in, or stops
+    /// halfway through a PDU, holds nothing for longer).
+    pub login_timeout: Duration,
+    /// Normal sessions one initiator name may hold at once (over all its
+    /// ISIDs and targets); a login past it fails with Out of Resources.
+    pub max_sessions_per_initiator: usize,
 }
 
 impl PortalConfig {
@@ -122,6 +129,8 @@ impl Default for PortalConfig {
             max_write_len: 32 << 20,
             max_text_len: 64 << 10,
             brake: BrakeSettings::default(),
+            login_timeout: Duration::from_secs(15),
+            max_sessions_per_initiator: 64,
         }
     }
 }

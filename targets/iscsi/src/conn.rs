@@ -143,6 +143,9 @@ pub struct Connection {
     last_rx: Option<Instant>,
     ping: Option<(u32, Instant)>,
     async_logout_sent: bool,
+    /// When the login phase must be over: `now` at creation (the accept)
+    /// plus [`PortalConfig::login_timeout`].
+    login_deadline: Instant,
 }
 
 /// The one place the transports differ: how PDUs are framed and how data
@@ -211,6 +214,7 @@ impl Connection {
         now: Instant,
     ) -> Self {
         let login = LoginState::new(&cfg, &setup);
+        let cfg_login_timeout = cfg.login_timeout;
         let text_in = TextAssembler::new(cfg.max_text_len);
         let wire = match setup.transport {
             Transport::Tcp => Wire::Stream(stream::StreamWire::default()),
@@ -239,6 +243,7 @@ impl Connection {
             last_rx: Some(now),
             ping: None,
             async_logout_sent: false,
+            login_deadline: now + cfg_login_timeout,
         }
     }
 
@@ -284,14 +289,22 @@ impl Connection {
         self.events.pop_front()
     }
 
-    /// When [`Connection::handle_timeout`] next wants to run.
+    /// When [`Connection::handle_timeout`] next wants to run: the login
+    /// deadline until full feature phase, then the keepalive timer.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        // A login held back by the brake (crate::brake).
-        if let Some(t) = self.login_hold_until() {
-            return Some(t);
-        }
-        if !matches!(self.phase, Phase::FullFeature) {
-            return None;
+        // A login held back by the brake (crate::brake), and the login
+        // deadline: whichever comes first.
+        let hold = self.login_hold_until();
+        match self.phase {
+            Phase::Login(_) => {
+                return Some(hold.map_or(self.login_deadline, |t| t.min(self.login_deadline)))
+            }
+            Phase::Closing => return hold,
+            Phase::FullFeature => {
+                if hold.is_some() {
+                    return hold;
+                }
+            }
         }
         if let Some((_, sent)) = self.ping {
             return Some(sent + self.cfg.nop_timeout);
@@ -301,17 +314,31 @@ impl Connection {
     }
 
     /// Drive the timers: run a login request the brake held back once its
-    /// time has come ([`crate::brake`]); ping an idle initiator with
-    /// NOP-In and close the connection when a ping goes unanswered (RFC
-    /// 7143 §11.19).
+    /// time has come ([`crate::brake`]); close a connection whose login is
+    /// not over by its deadline (however far it got, a PDU header half
+    /// sent included); once in full feature phase, ping an idle initiator
+    /// with NOP-In and close the connection when a ping goes unanswered
+    /// (RFC 7143 §11.19).
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.release_held_login(now) {
             // It counts as heard from now, like input.
             self.last_rx = Some(now);
             return;
         }
-        if !matches!(self.phase, Phase::FullFeature) {
-            return;
+        match self.phase {
+            Phase::Login(_) => {
+                if now >= self.login_deadline {
+                    tracing::warn!(
+                        peer = %self.setup.peer_addr,
+                        timeout_ms = u64::try_from(self.cfg.login_timeout.as_millis()).unwrap_or(u64::MAX),
+                        "login not completed within the login timeout; closing"
+                    );
+                    self.fail();
+                }
+                return;
+            }
+            Phase::Closing => return,
+            Phase::FullFeature => {}
         }
         if let Some((_, sent)) = self.ping {
             if now >= sent + self.cfg.nop_timeout {

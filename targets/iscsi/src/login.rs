@@ -456,8 +456,9 @@ impl Connection {
                         target: target.clone(),
                     },
                     conn_id,
+                    self.cfg.max_sessions_per_initiator,
                 )
-                .ok_or(LoginFail(LoginStatus::OUT_OF_RESOURCES, "no TSIH left"))?;
+                .map_err(|e| LoginFail(LoginStatus::OUT_OF_RESOURCES, e.reason()))?;
             drop(table);
             if let Some(old) = reg.reinstated {
                 tracing::info!(old_conn = old, "session reinstatement");

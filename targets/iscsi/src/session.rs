@@ -33,6 +33,26 @@ pub struct Registered {
     pub reinstated: Option<u64>,
 }
 
+/// Why a session could not be registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// The initiator name holds as many sessions as it may.
+    TooManySessions,
+    /// Every TSIH is in use.
+    NoTsih,
+}
+
+impl RegisterError {
+    /// Why, for the log.
+    pub fn reason(self) -> &'static str {
+        match self {
+            RegisterError::TooManySessions => "initiator has too many sessions",
+            RegisterError::NoTsih => "no TSIH left",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct SessionTable {
     by_key: HashMap<SessionKey, SessionEntry>,
@@ -46,15 +66,35 @@ impl SessionTable {
     }
 
     /// Register a session for `conn_id`, replacing any session with the same
-    /// key. Returns `None` when all 65535 TSIHs are in use.
-    pub fn register(&mut self, key: SessionKey, conn_id: u64) -> Option<Registered> {
-        let old = self.by_key.remove(&key);
-        let tsih = self.alloc_tsih()?;
-        self.by_key.insert(key, SessionEntry { tsih, conn_id });
-        Some(Registered {
+    /// key (reinstatement, which does not add to the initiator's count).
+    /// Refused when the initiator name already holds `max_per_initiator`
+    /// other sessions, or when all 65535 TSIHs are in use; a refusal
+    /// changes nothing.
+    pub fn register(
+        &mut self,
+        key: SessionKey,
+        conn_id: u64,
+        max_per_initiator: usize,
+    ) -> Result<Registered, RegisterError> {
+        if !self.by_key.contains_key(&key) && self.sessions_of(&key.initiator) >= max_per_initiator
+        {
+            return Err(RegisterError::TooManySessions);
+        }
+        let tsih = self.alloc_tsih().ok_or(RegisterError::NoTsih)?;
+        let old = self.by_key.insert(key, SessionEntry { tsih, conn_id });
+        Ok(Registered {
             tsih,
             reinstated: old.map(|e| e.conn_id),
         })
+    }
+
+    /// Sessions registered for `initiator` (names compare as iSCSI names
+    /// do, ignoring ASCII case).
+    pub fn sessions_of(&self, initiator: &str) -> usize {
+        self.by_key
+            .keys()
+            .filter(|k| k.initiator.eq_ignore_ascii_case(initiator))
+            .count()
     }
 
     /// Look up a session by TSIH (a login with a non-zero TSIH).
@@ -115,16 +155,39 @@ mod tests {
     #[test]
     fn tsih_nonzero_unique_and_reinstatement() {
         let mut t = SessionTable::new();
-        let a = t.register(key("i1", 1), 10).unwrap();
-        let b = t.register(key("i1", 2), 11).unwrap();
+        let a = t.register(key("i1", 1), 10, 64).unwrap();
+        let b = t.register(key("i1", 2), 11, 64).unwrap();
         assert_ne!(a.tsih, 0);
         assert_ne!(a.tsih, b.tsih);
         assert_eq!(a.reinstated, None);
-        let c = t.register(key("i1", 1), 12).unwrap();
+        let c = t.register(key("i1", 1), 12, 64).unwrap();
         assert_eq!(c.reinstated, Some(10));
         assert_eq!(t.len(), 2);
         t.remove_conn(12);
         assert_eq!(t.len(), 1);
         assert!(t.find_tsih(b.tsih).is_some());
+    }
+
+    #[test]
+    fn sessions_per_initiator_are_bounded_but_reinstatement_is_not_refused() {
+        let mut t = SessionTable::new();
+        t.register(key("iqn.i1", 1), 10, 2).unwrap();
+        t.register(key("iqn.i1", 2), 11, 2).unwrap();
+        // A third ISID of the same name (in any case) is refused ...
+        assert_eq!(
+            t.register(key("IQN.I1", 3), 12, 2),
+            Err(RegisterError::TooManySessions)
+        );
+        assert_eq!(t.len(), 2);
+        // ... other initiators are not affected ...
+        t.register(key("iqn.i2", 1), 13, 2).unwrap();
+        // ... reinstating an existing session is not a new one ...
+        let r = t.register(key("iqn.i1", 2), 14, 2).unwrap();
+        assert_eq!(r.reinstated, Some(11));
+        assert_eq!(t.sessions_of("iqn.i1"), 2);
+        // ... and once a session goes, a new one is accepted again.
+        t.remove_conn(10);
+        t.register(key("iqn.i1", 3), 15, 2).unwrap();
+        assert_eq!(t.sessions_of("iqn.i1"), 2);
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use rdma_sys::rdma_cm_event_type as cm_event;
 use rustgt_iscsi::iser::CmPrivateData;
 use rustgt_iscsi::{Connection, ConnectionSetup, IserParams};
-use rustgt_port::{ConnInfo, Port, PortConn, PortMsg, Transport};
+use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport};
 use tracing::Instrument;
 
 use crate::driver::{Driver, DriverError};
@@ -125,13 +125,23 @@ fn accept_pending(port: &Arc<Port>, listener: &IserListener, settings: &IserSett
                     }
                 };
                 match IdChannel::adopt(id) {
-                    Ok(cm) => reactors.spawn(run_conn(
-                        Arc::clone(port),
-                        *settings,
-                        cm,
-                        peer,
-                        ev.private_data,
-                    )),
+                    Ok(cm) => {
+                        let unknown = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+                        // Over a cap ([limits]): refused before its queue
+                        // pair and buffers exist (dropping the id refuses
+                        // the request; the port logs refusals, rate-limited).
+                        let Ok(admitted) = port.admit(cm.id.peer_addr().unwrap_or(unknown)) else {
+                            continue;
+                        };
+                        reactors.spawn(run_conn(
+                            Arc::clone(port),
+                            *settings,
+                            cm,
+                            peer,
+                            ev.private_data,
+                            admitted,
+                        ))
+                    }
                     // Dropping the id refuses the request.
                     Err(e) => tracing::warn!(error = %e, "cannot take an iSER connection"),
                 }
@@ -151,6 +161,7 @@ async fn run_conn(
     cm: IdChannel,
     peer: PeerResources,
     private: Vec<u8>,
+    admitted: Admitted,
 ) {
     let unknown = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
     let mut pc = port.open(ConnInfo {
@@ -158,6 +169,7 @@ async fn run_conn(
         peer: cm.id.peer_addr().unwrap_or(unknown),
         local: cm.id.local_addr().unwrap_or(unknown),
         probe: None,
+        admitted,
     });
     let span = tracing::info_span!(
         "iser",
@@ -257,6 +269,9 @@ async fn drive(
             if let Some(resp) = pc.on_event(ev) {
                 d.core.complete(resp);
             }
+        }
+        if d.core.session().is_some() {
+            pc.login_done();
         }
         if d.core.is_closing() && d.core.in_flight() == 0 {
             // As on TCP: the session's state goes before the initiator can

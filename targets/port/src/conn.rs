@@ -10,7 +10,7 @@ use rustgt_iscsi::{Event, PortalConfig, SessionTable};
 use rustgt_scsi::{Response, ScsiTarget, TmfResponse};
 use tokio::sync::mpsc;
 
-use crate::{ConnStats, Port};
+use crate::{Admitted, ConnStats, Port};
 
 /// What a driver tells the port about a new connection.
 #[derive(Debug)]
@@ -22,6 +22,9 @@ pub struct ConnInfo {
     /// A second descriptor of a TCP socket, so the port can see from
     /// another thread that the initiator closed it (`None` for iSER).
     pub probe: Option<std::net::TcpStream>,
+    /// Its place under the connection caps ([`Port::admit`]), held until
+    /// the connection is forgotten.
+    pub admitted: Admitted,
 }
 
 /// Messages from the rest of the process to one connection.
@@ -51,6 +54,7 @@ pub struct PortConn {
     /// The SCSI target of the logged-in session.
     target: Option<Arc<ScsiTarget>>,
     stats: Arc<ConnStats>,
+    admitted: Admitted,
 }
 
 impl PortConn {
@@ -61,6 +65,7 @@ impl PortConn {
         tx: mpsc::UnboundedSender<PortMsg>,
         rx: mpsc::UnboundedReceiver<PortMsg>,
         stats: Arc<ConnStats>,
+        admitted: Admitted,
     ) -> PortConn {
         PortConn {
             port,
@@ -70,7 +75,15 @@ impl PortConn {
             rx,
             target: None,
             stats,
+            admitted,
         }
+    }
+
+    /// The connection reached full feature phase (any session type): it
+    /// no longer counts against the login-phase cap. Drivers call it once
+    /// the core has a session (`Connection::session`); idempotent.
+    pub fn login_done(&mut self) {
+        self.admitted.login_done();
     }
 
     /// The connection's id (the core's `conn_id`, the admin's `ID`).

@@ -36,6 +36,7 @@
 //! this layer other than through the core's validated events; every wait
 //! is bounded.
 
+mod admission;
 mod conn;
 mod poll;
 mod reactors;
@@ -48,6 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
 pub use conn::{ConnInfo, PortConn, PortMsg};
 pub use poll::BusyPoll;
 pub use reactors::Reactors;
@@ -108,6 +110,8 @@ pub struct Port {
     next_conn: AtomicU64,
     /// Set once at shutdown; every accept loop stops on it.
     shutdown: watch::Sender<bool>,
+    /// The connection caps and what they count.
+    admission: Arc<admission::Admission>,
 }
 
 impl Port {
@@ -123,7 +127,35 @@ impl Port {
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutdown,
+            admission: Arc::new(admission::Admission::default()),
         })
+    }
+
+    /// Replace the connection caps ([`ConnLimits::default`] until set).
+    /// Connections already open stay; new ones are checked against the
+    /// new caps.
+    pub fn set_limits(&self, limits: ConnLimits) {
+        self.admission.set_limits(limits);
+    }
+
+    /// The connection caps in force.
+    pub fn limits(&self) -> ConnLimits {
+        self.admission.limits()
+    }
+
+    /// Checks a connection a driver has just accepted from `peer` against
+    /// the caps, before the driver allocates anything for it. Admitted, it
+    /// counts until the [`Admitted`] (which goes into [`ConnInfo`]) is
+    /// dropped; refused, the driver closes it at once (the refusal is
+    /// logged here, at most once per [`REFUSAL_LOG_EVERY`]).
+    pub fn admit(&self, peer: SocketAddr) -> Result<Admitted, Refusal> {
+        self.admission.admit(peer)
+    }
+
+    /// Connections the caps count now: in all, in the login phase, and
+    /// from `ip`.
+    pub fn admitted_counts(&self, ip: std::net::IpAddr) -> (usize, usize, usize) {
+        self.admission.counts(ip)
     }
 
     /// How many reactor threads serve connections (0: one per core).
@@ -305,7 +337,7 @@ impl Port {
 
     /// Registers a new connection of a driver; the returned handle is its
     /// side of the port until it is dropped (which forgets the connection).
-    pub fn open(self: &Arc<Self>, info: ConnInfo) -> PortConn {
+    pub fn open(self: &Arc<Self>, mut info: ConnInfo) -> PortConn {
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(ConnStats::default());
@@ -319,11 +351,19 @@ impl Port {
                     local: info.local,
                     session: None,
                     stats: Arc::clone(&stats),
-                    probe: info.probe,
+                    probe: info.probe.take(),
                 },
             );
         }
-        PortConn::new(Arc::clone(self), conn_id, info.transport, tx, rx, stats)
+        PortConn::new(
+            Arc::clone(self),
+            conn_id,
+            info.transport,
+            tx,
+            rx,
+            stats,
+            info.admitted,
+        )
     }
 
     /// Tell the SCSI core that this connection's I_T nexus is gone (once).

@@ -68,6 +68,7 @@ impl Driven {
             peer: addr(peer),
             local: addr("127.0.0.1:3260"),
             probe: None,
+            admitted: port.admit(addr(peer)).expect("under the caps"),
         });
         let setup = ConnectionSetup {
             conn_id: pc.id(),
@@ -322,4 +323,34 @@ async fn stop_sessions_closes_what_does_not_log_out_and_stops_accepting() {
     );
     assert!(matches!(seen.last(), Some(PortMsg::Kill)), "{seen:?}");
     assert!(port.connections().is_empty());
+}
+
+#[tokio::test]
+async fn caps_count_both_transports_and_logged_in_connections_leave_the_login_cap() {
+    let port = port();
+    port.set_limits(ConnLimits {
+        max_connections: 3,
+        max_per_address: 2,
+        max_in_login: 2,
+    });
+    let mut tcp = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
+    let _iser = Driven::open(&port, Transport::Iser, "127.0.0.2:50001");
+    // Two logging in: the login-phase cap refuses a third.
+    assert_eq!(
+        port.admit(addr("127.0.0.3:1")).unwrap_err(),
+        Refusal::InLogin
+    );
+    // A driver reports full feature phase; the slot frees.
+    tcp.login();
+    tcp.pc.login_done();
+    tcp.pc.login_done();
+    let ip = addr("127.0.0.1:0").ip();
+    assert_eq!(port.admitted_counts(ip), (2, 1, 1));
+    let third = Driven::open(&port, Transport::Tcp, "127.0.0.1:50002");
+    assert_eq!(port.admit(addr("127.0.0.4:1")).unwrap_err(), Refusal::Total);
+    // A closed connection gives its place back.
+    drop(third);
+    drop(tcp);
+    assert_eq!(port.admitted_counts(ip), (1, 1, 0));
+    let _again = Driven::open(&port, Transport::Tcp, "127.0.0.1:50003");
 }
