@@ -101,8 +101,8 @@ impl FdIo {
         crate::uring::UringFile {
             file: Arc::clone(&self.file),
             direct_align: self.direct,
-            meters: Vec::new(),
-            holds: Vec::new(),
+            meters: smallvec::SmallVec::new(),
+            holds: smallvec::SmallVec::new(),
         }
     }
 

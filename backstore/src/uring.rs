@@ -35,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use io_uring::{opcode, types, IoUring};
+use smallvec::SmallVec;
 
 use crate::common::AlignedBuf;
 
@@ -94,11 +95,12 @@ pub struct UringFile {
     /// offsets and lengths must be multiples of it.
     pub direct_align: Option<usize>,
     /// Layers that count the store's I/O (see [`IoMeter`]).
-    pub meters: Vec<Arc<dyn IoMeter>>,
+    /// Inline: building one per command allocates nothing.
+    pub meters: SmallVec<[Arc<dyn IoMeter>; 2]>,
     /// Stores kept alive while an op is in flight, so that a layer that
     /// waits for the calls on a store before swapping it (the daemon's
     /// LUN store) waits for the ring's ops too.
-    pub holds: Vec<Arc<dyn crate::Backstore>>,
+    pub holds: SmallVec<[Arc<dyn crate::Backstore>; 1]>,
 }
 
 impl fmt::Debug for UringFile {
@@ -703,8 +705,8 @@ mod tests {
         UringFile {
             file: Arc::new(file),
             direct_align: None,
-            meters: Vec::new(),
-            holds: Vec::new(),
+            meters: SmallVec::new(),
+            holds: SmallVec::new(),
         }
     }
 
