@@ -324,6 +324,10 @@ impl Runtime {
                 let t = find_mut(&mut w, &target)?;
                 lun_mut(t, lun)?.readahead = policy;
             }
+            Request::SetFaults { target, lun, fault } => {
+                let t = find_mut(&mut w, &target)?;
+                lun_mut(t, lun)?.fault = fault;
+            }
             Request::SetAcl { target, acl } => find_mut(&mut w, &target)?.acl = acl,
             Request::AclAdd { target, initiator } => {
                 let t = find_mut(&mut w, &target)?;
