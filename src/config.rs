@@ -350,7 +350,7 @@ pub struct LunSettings {
     /// Present, even empty, the LUN's store can take faults live (admin
     /// `lun fault`); absent, its I/O goes straight to the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault: Option<FaultSettings>,
+    pub fault: Option<Box<FaultSettings>>,
 }
 
 fn default_readahead() -> String {
@@ -1455,7 +1455,7 @@ fn check_lun(
     if let Some(x) = lun.hddsim_speedup {
         c.range(key.key("hddsim_speedup"), x, 1, 1000);
     }
-    if let Some(Err((fault, sub, msg))) = lun.fault.as_ref().map(FaultSettings::spec) {
+    if let Some(Err((fault, sub, msg))) = lun.fault.as_ref().map(|f| f.spec()) {
         c.fail(key.key("fault").key(fault).key(sub), msg);
     }
     let Some(kind) = lun.kind() else {

@@ -28,7 +28,7 @@ use super::diff::{plan, Plan, TargetPlan};
 use super::lunstore::{Current, LunStore};
 use super::proto::ChangeReport;
 use super::runtime::{AdminError, Listener, Runtime, TargetRt};
-use crate::config::{Config, FaultSettings, LunSettings, TargetSettings};
+use crate::config::{Config, LunSettings, TargetSettings};
 
 /// What the prepare step built; dropped (with its files) if anything fails.
 #[derive(Debug, Default)]
@@ -487,7 +487,7 @@ impl Runtime {
                     }
                 }
                 None if u.faults_only => {
-                    let spec = u.lun.fault.as_ref().map(FaultSettings::spec);
+                    let spec = u.lun.fault.as_ref().map(|f| f.spec());
                     if let (Some(faults), Some(Ok(spec))) = (store.faults(), spec) {
                         faults.set(spec);
                         tracing::info!(target = %tp.iqn, lun = u.lun.id, ?spec, "faults set");

@@ -681,7 +681,7 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
                         m.insert(k.into(), Value::Object(trigger_fields(k, v)?));
                     }
                 }
-                Some(from_fields::<FaultSettings>(m)?)
+                Some(Box::new(from_fields::<FaultSettings>(m)?))
             };
             change(
                 c,

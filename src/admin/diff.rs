@@ -463,16 +463,16 @@ mod tests {
     fn fault_changes_are_live() {
         use crate::config::{FaultSettings, TriggerSettings};
         let mut a = config(vec![target("a", &[0, 1, 2])]);
-        a.targets[0].luns[1].fault = Some(FaultSettings::default());
-        a.targets[0].luns[2].fault = Some(FaultSettings::default());
+        a.targets[0].luns[1].fault = Some(Box::default());
+        a.targets[0].luns[2].fault = Some(Box::default());
         let mut b = a.clone();
         // 0 gains a fault table, 1 changes its faults, 2 loses its table.
         let hang = FaultSettings {
             hang: Some(TriggerSettings::default()),
             ..FaultSettings::default()
         };
-        b.targets[0].luns[0].fault = Some(hang.clone());
-        b.targets[0].luns[1].fault = Some(hang);
+        b.targets[0].luns[0].fault = Some(Box::new(hang.clone()));
+        b.targets[0].luns[1].fault = Some(Box::new(hang));
         b.targets[0].luns[2].fault = None;
         let p = plan(&a, &b);
         let t = &p.changed_targets[0];

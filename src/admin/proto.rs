@@ -83,7 +83,7 @@ pub enum Request {
         target: String,
         lun: u64,
         #[serde(default)]
-        fault: Option<FaultSettings>,
+        fault: Option<Box<FaultSettings>>,
     },
     /// Replace the initiator ACL; empty allows any initiator.
     SetAcl {
