@@ -313,3 +313,16 @@ fn faults_set_and_cleared_live() {
     s.logout();
     assert!(d.stop().success(), "the daemon exits cleanly");
 }
+
+#[test]
+fn a_hung_read_does_not_hold_up_shutdown() {
+    let d = Daemon::start_with_config(&config(), 1);
+    let mut s = session(&d, "a", 1);
+    let _hung = start_hung_read(&mut s, 1001);
+    // SIGTERM with the READ still hung: the daemon ends the session and
+    // its LUNs, and exits cleanly well within the stop bound.
+    let t = Instant::now();
+    let status = d.stop();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(t.elapsed() < TMF_BOUND, "shutdown took {:?}", t.elapsed());
+}
