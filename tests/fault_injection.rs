@@ -259,6 +259,13 @@ fn faults_set_and_cleared_live() {
         saved.contains("[targets.luns.fault"),
         "config save shows it:\n{saved}"
     );
+    let luns = a.ok(json!({"cmd": "list_luns", "target": IQN}));
+    assert_eq!(
+        luns[0]["faults"]["set"],
+        json!(["read_error", "hang"]),
+        "{luns}"
+    );
+    assert!(luns[1]["faults"].is_null(), "LUN 1 takes no faults: {luns}");
     // The data survived the switch to the fault wrapper.
     let r = read(&mut s, 0, 11);
     assert_good(&r, "READ next to the hang");

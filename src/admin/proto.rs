@@ -294,6 +294,17 @@ pub struct LunView {
     pub serial: String,
     /// The readahead policy running, if the LUN has an I/O context.
     pub readahead: Option<String>,
+    /// With a `fault` table: the faults set now ("read_error", "hang", ...;
+    /// empty when none) and how many have been injected.
+    #[serde(default)]
+    pub faults: Option<FaultsView>,
+}
+
+/// A LUN's injected faults (see `lun fault`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultsView {
+    pub set: Vec<String>,
+    pub injected: u64,
 }
 
 /// One listening portal.
