@@ -308,9 +308,24 @@ fn faults_set_and_cleared_live() {
     let out = cli(&d, &["lun", "fault", IQN, "0", "--hang", "every=0"]);
     assert!(!out.success(), "every=0 accepted: {out}");
     assert!(format!("{out}").contains("every"), "{out}");
-    // Off again: the LUN's table is gone.
+    // Off again, with a READ hung: the table is gone and the READ goes on
+    // (well before the 30 s a store swap would wait for it).
+    let out = cli(&d, &["lun", "fault", IQN, "0", "--hang", "lba=10"]);
+    assert!(out.success(), "rustgt admin lun fault: {out}");
+    let hung = s.start_command(0, &rw16(READ_16, 10, 1), BLOCK as u32);
+    let early = s.replies_within(HANG_CHECK).expect("connection open");
+    assert!(early.is_empty(), "the hung READ was answered: {early:?}");
+    let t = Instant::now();
     let out = cli(&d, &["lun", "fault", IQN, "0", "--off"]);
     assert!(out.success(), "rustgt admin lun fault --off: {out}");
+    assert!(t.elapsed() < TMF_BOUND, "--off took {:?}", t.elapsed());
+    let replies = s.replies_within(Duration::from_secs(2)).expect("open");
+    let status = replies.iter().find_map(|r| match r {
+        Reply::DataIn(x) if x.itt == hung.0 && x.has_status => Some(x.status),
+        Reply::ScsiResponse(x) if x.itt == hung.0 => Some(x.status),
+        _ => None,
+    });
+    assert_eq!(status, Some(0), "the released READ completes: {replies:?}");
     assert_good(&write(&mut s, 0, 40), "no fault any more");
     assert_good(&write(&mut s, 0, 40), "no fault any more");
     assert!(

@@ -478,6 +478,14 @@ impl Runtime {
             match prepared.stores.remove(&(k.clone(), u.lun.id)) {
                 Some(next) => {
                     let before = store.geometry().size_bytes();
+                    // Faults the new store does not carry over end now, so
+                    // that an I/O they hang goes on and `replace` need not
+                    // wait for it.
+                    if let Some(old) = store.faults() {
+                        if !next.faults.as_ref().is_some_and(|f| Arc::ptr_eq(f, &old)) {
+                            old.set(rustgt_backstore::FaultSpec::default());
+                        }
+                    }
                     let old = store.replace(next);
                     drop(old);
                     if store.geometry().size_bytes() != before {
