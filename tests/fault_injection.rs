@@ -319,7 +319,7 @@ fn faults_set_and_cleared_live() {
     let out = cli(&d, &["lun", "fault", IQN, "0", "--off"]);
     assert!(out.success(), "rustgt admin lun fault --off: {out}");
     assert!(t.elapsed() < TMF_BOUND, "--off took {:?}", t.elapsed());
-    let replies = s.replies_within(Duration::from_secs(2)).expect("open");
+    let replies = s.replies_within(Duration::from_secs(5)).expect("open");
     let status = replies.iter().find_map(|r| match r {
         Reply::DataIn(x) if x.itt == hung.0 && x.has_status => Some(x.status),
         Reply::ScsiResponse(x) if x.itt == hung.0 => Some(x.status),
