@@ -388,6 +388,11 @@ pub struct LunSettings {
     /// time (default 1: real time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hddsim_speedup: Option<u32>,
+    /// `[targets.luns.fault]`: injected faults (see [`FaultSettings`]).
+    /// Present, even empty, the LUN's store can take faults live (admin
+    /// `lun fault`); absent, its I/O goes straight to the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Box<FaultSettings>>,
 }
 
 fn default_readahead() -> String {
@@ -425,6 +430,147 @@ impl LunSettings {
     /// Worker threads for this LUN.
     pub fn effective_workers(&self, iscsi: &IscsiSettings) -> usize {
         self.workers.unwrap_or(iscsi.workers_per_lun)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fault injection (`[targets.luns.fault]`)
+// ---------------------------------------------------------------------------
+
+/// Faults injected into one LUN's reads and writes, for tests and failure
+/// rehearsals (`rustgt_backstore::fault`). Each key is a fault; its table
+/// says when it fires ([`TriggerSettings`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSettings {
+    /// Reads fail: MEDIUM ERROR, UNRECOVERED READ ERROR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_error: Option<TriggerSettings>,
+    /// Writes fail: MEDIUM ERROR, WRITE ERROR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<TriggerSettings>,
+    /// Writes find no space (ENOSPC): DATA PROTECT, SPACE ALLOCATION
+    /// FAILED WRITE PROTECT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_nospace: Option<TriggerSettings>,
+    /// Reads and writes wait `time` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelaySettings>,
+    /// Reads and writes never complete, until the task is aborted (ABORT
+    /// TASK, LOGICAL UNIT RESET, session loss) or the fault is cleared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang: Option<TriggerSettings>,
+}
+
+// `probability` is a float; NaN is refused when the config is checked,
+// so equality is an equivalence on every config that loads.
+impl Eq for FaultSettings {}
+
+/// When a fault fires: every key given must hold; none fires always.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSettings {
+    /// The I/O touches these logical blocks: "100", "100-199" (inclusive)
+    /// or "100-" (to the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lba: Option<String>,
+    /// Every Nth I/O (among those `lba` lets through), N >= 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<u64>,
+    /// With this probability, 0.0..=1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f64>,
+}
+
+/// A delay: `time` ("5ms", "2s", "100us"; at most 60 s) and when.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelaySettings {
+    pub time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lba: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probability: Option<f64>,
+}
+
+/// A problem in a fault table: the fault's key, the key inside it, what.
+pub type FaultProblem = (&'static str, &'static str, String);
+
+fn trigger_of(
+    fault: &'static str,
+    lba: Option<&String>,
+    every: Option<u64>,
+    probability: Option<f64>,
+) -> Result<rustgt_backstore::fault::Trigger, FaultProblem> {
+    let t = rustgt_backstore::fault::Trigger {
+        lba: lba
+            .map(|r| r.parse())
+            .transpose()
+            .map_err(|msg| (fault, "lba", msg))?,
+        every,
+        probability,
+    };
+    t.validate().map_err(|(k, msg)| (fault, k, msg))?;
+    Ok(t)
+}
+
+impl TriggerSettings {
+    fn trigger(
+        &self,
+        fault: &'static str,
+    ) -> Result<rustgt_backstore::fault::Trigger, FaultProblem> {
+        trigger_of(fault, self.lba.as_ref(), self.every, self.probability)
+    }
+}
+
+impl FaultSettings {
+    /// The typed faults, or the first problem (checked at load, so a
+    /// loaded config always converts).
+    pub fn spec(&self) -> Result<rustgt_backstore::FaultSpec, FaultProblem> {
+        use rustgt_backstore::fault::{parse_duration, Delay, MAX_DELAY};
+        let delay = match &self.delay {
+            None => None,
+            Some(d) => {
+                let time = parse_duration(&d.time)
+                    .ok_or_else(|| {
+                        (
+                            "delay",
+                            "time",
+                            format!("{:?} is not a duration such as \"5ms\"", d.time),
+                        )
+                    })
+                    .and_then(|t| {
+                        if t > MAX_DELAY {
+                            Err(("delay", "time", format!("{:?} is longer than 60s", d.time)))
+                        } else {
+                            Ok(t)
+                        }
+                    })?;
+                let when = trigger_of("delay", d.lba.as_ref(), d.every, d.probability)?;
+                Some(Delay { time, when })
+            }
+        };
+        Ok(rustgt_backstore::FaultSpec {
+            read_error: self
+                .read_error
+                .as_ref()
+                .map(|t| t.trigger("read_error"))
+                .transpose()?,
+            write_error: self
+                .write_error
+                .as_ref()
+                .map(|t| t.trigger("write_error"))
+                .transpose()?,
+            write_nospace: self
+                .write_nospace
+                .as_ref()
+                .map(|t| t.trigger("write_nospace"))
+                .transpose()?,
+            delay,
+            hang: self.hang.as_ref().map(|t| t.trigger("hang")).transpose()?,
+        })
     }
 }
 
@@ -502,6 +648,7 @@ impl Config {
                 readahead_io_threads: None,
                 readahead_io_max: None,
                 device_slice: None,
+                fault: None,
             }],
         }
     }
@@ -1385,6 +1532,9 @@ fn check_lun(
     if let Some(x) = lun.hddsim_speedup {
         c.range(key.key("hddsim_speedup"), x, 1, 1000);
     }
+    if let Some(Err((fault, sub, msg))) = lun.fault.as_ref().map(|f| f.spec()) {
+        c.fail(key.key("fault").key(fault).key(sub), msg);
+    }
     let Some(kind) = lun.kind() else {
         c.fail(
             key.key("backstore"),
@@ -2097,6 +2247,78 @@ mod tests {
             let text = res.expect_err("11-byte secret").to_string();
             assert!(text.contains("discovery.chap.secret"), "{text}");
             assert!(!text.contains("tiny-secret"), "secret leaked: {text}");
+        });
+    }
+
+    #[test]
+    fn fault_tables_load_typed_and_errors_name_their_keys() {
+        jailed(|_| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let d = dir.path();
+            let body = base_config(
+                d,
+                "",
+                "[targets.luns.fault]\n\
+                 read_error = { lba = \"100-199\" }\n\
+                 write_error = { every = 3 }\n\
+                 write_nospace = { lba = \"1000-\", probability = 0.5 }\n\
+                 delay = { time = \"5ms\" }\n\
+                 hang = { lba = \"42\" }\n",
+            );
+            let (_, res) = load_str(&body);
+            let cfg = res.expect("valid fault table");
+            let f = cfg.targets[0].luns[0].fault.as_ref().expect("fault table");
+            let spec = f.spec().expect("typed");
+            let r = spec.read_error.and_then(|t| t.lba).expect("range");
+            assert_eq!((r.first, r.last), (100, 199));
+            assert_eq!(spec.write_error.and_then(|t| t.every), Some(3));
+            let n = spec.write_nospace.expect("nospace");
+            assert_eq!(n.lba.map(|r| r.last), Some(u64::MAX));
+            assert_eq!(n.probability, Some(0.5));
+            assert_eq!(
+                spec.delay.map(|d| d.time),
+                Some(std::time::Duration::from_millis(5))
+            );
+            assert!(spec.hang.is_some());
+            // An empty table: no faults, but the LUN takes them live.
+            let (_, res) = load_str(&base_config(d, "", "fault = {}"));
+            let cfg = res.expect("empty fault table");
+            let f = cfg.targets[0].luns[0].fault.as_ref().expect("table");
+            assert!(f.spec().expect("typed").is_empty());
+            let lun = |extra: &str| base_config(d, "", extra);
+            assert_problem(
+                &lun("fault = { read_error = { lba = \"9-3\" } }"),
+                "targets[0].luns[0].fault.read_error.lba",
+                "after the last",
+            );
+            assert_problem(
+                &lun("fault = { hang = { lba = \"x\" } }"),
+                "targets[0].luns[0].fault.hang.lba",
+                "not an LBA range",
+            );
+            assert_problem(
+                &lun("fault = { write_error = { every = 0 } }"),
+                "targets[0].luns[0].fault.write_error.every",
+                "at least 1",
+            );
+            assert_problem(
+                &lun("fault = { write_nospace = { probability = 1.5 } }"),
+                "targets[0].luns[0].fault.write_nospace.probability",
+                "out of range",
+            );
+            assert_problem(
+                &lun("fault = { delay = { time = \"5 minutes\" } }"),
+                "targets[0].luns[0].fault.delay.time",
+                "not a duration",
+            );
+            assert_problem(
+                &lun("fault = { delay = { time = \"61s\" } }"),
+                "targets[0].luns[0].fault.delay.time",
+                "longer than 60s",
+            );
+            let (_, res) = load_str(&lun("fault = { read_eror = {} }"));
+            let err = res.expect_err("misspelt fault key");
+            assert!(err.to_string().contains("read_eror"), "{err}");
         });
     }
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use rustgt_backstore::hddsim::ArrayParams;
 use rustgt_backstore::{
-    Backstore, BackstoreSpec, EngineKind, HddSimOptions, IoContextOptions, LunStoreSpec,
+    Backstore, BackstoreSpec, EngineKind, FaultBackstore, Faults, HddSimOptions, IoContextOptions,
+    LunStoreSpec,
 };
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
 use rustgt_iscsi::negotiate::{Digest, Limits};
@@ -176,32 +177,57 @@ pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
 pub(crate) fn open_lun_store(cfg: &Config, l: &LunSettings) -> Result<Current> {
     let spec = lun_store_spec(cfg, l)?;
     let engine = rustgt_backstore::open_engine(&spec)?;
-    wrap_engine(&spec, engine)
+    wrap_engine(&spec, engine, l, None)
 }
 
 /// A new I/O context for `l` around an engine that is already open (a
-/// readahead setting changed: the data stays where it is).
+/// readahead or fault setting changed: the data stays where it is). The
+/// LUN's live faults, if it had any, carry over (set to `l`'s).
 pub(crate) fn rewrap_lun_store(
     cfg: &Config,
     l: &LunSettings,
     engine: Arc<dyn Backstore>,
+    faults: Option<Arc<Faults>>,
 ) -> Result<Current> {
-    wrap_engine(&lun_store_spec(cfg, l)?, engine)
+    wrap_engine(&lun_store_spec(cfg, l)?, engine, l, faults)
 }
 
-fn wrap_engine(spec: &LunStoreSpec, engine: Arc<dyn Backstore>) -> Result<Current> {
-    Ok(
-        match rustgt_backstore::attach_context(spec, Arc::clone(&engine))? {
-            Some(ctx) => Current {
-                store: ctx.clone(),
-                io_context: Some(ctx),
-            },
-            None => Current {
-                store: engine,
-                io_context: None,
-            },
+fn wrap_engine(
+    spec: &LunStoreSpec,
+    engine: Arc<dyn Backstore>,
+    l: &LunSettings,
+    faults: Option<Arc<Faults>>,
+) -> Result<Current> {
+    let mut cur = match rustgt_backstore::attach_context(spec, Arc::clone(&engine))? {
+        Some(ctx) => Current {
+            store: ctx.clone(),
+            io_context: Some(ctx),
+            faults: None,
         },
-    )
+        None => Current {
+            store: engine,
+            io_context: None,
+            faults: None,
+        },
+    };
+    if let Some(f) = &l.fault {
+        // The config was validated at load: the faults convert.
+        let wanted = f
+            .spec()
+            .map_err(|(k, sub, msg)| anyhow::anyhow!("fault.{k}.{sub}: {msg}"))?;
+        let faults = match faults {
+            Some(live) => {
+                live.set(wanted);
+                live
+            }
+            None => Faults::new(wanted),
+        };
+        // Outermost, so the I/O context's readahead threads never meet a
+        // fault and every command sees it on a worker.
+        cur.store = Arc::new(FaultBackstore::new(cur.store, Arc::clone(&faults)));
+        cur.faults = Some(faults);
+    }
+    Ok(cur)
 }
 
 /// Everything that makes one LUN's store: engine, hddsim placement and the

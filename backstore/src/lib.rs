@@ -28,6 +28,9 @@
 //! [`nowait`] and [`uring`] serve reactor threads, which must not block:
 //! non-blocking attempts, and a per-thread io_uring driving the file and
 //! block-device engines' fd ([`Backstore::uring_file`]).
+//! [`fault`] wraps any store to inject I/O errors, ENOSPC, delays and
+//! hangs; [`cancel`] lets a long wait inside a store see that its work
+//! item was given up (an aborted task).
 
 use std::fmt::Debug;
 
@@ -35,7 +38,9 @@ pub mod bench;
 mod blockdev;
 pub mod buf;
 mod builder;
+pub mod cancel;
 mod common;
+pub mod fault;
 mod fdio;
 mod file;
 pub mod hddsim;
@@ -50,6 +55,7 @@ pub mod uring;
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
 pub use buf::{BufStorage, IoBuf};
 pub use builder::{attach_context, build, open_engine, LunStoreSpec};
+pub use fault::{FaultBackstore, FaultSpec, Faults};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
 pub use ioctx::{

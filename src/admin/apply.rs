@@ -298,11 +298,10 @@ impl Runtime {
         }
         let rt = self.rt_of(&tp.iqn)?;
         for u in &tp.updated_luns {
-            let in_place = u.policy_only
-                && rt
-                    .luns
-                    .get(&u.lun.id)
-                    .is_some_and(|s| can_switch_in_place(s, &u.lun));
+            let running = rt.luns.get(&u.lun.id);
+            let in_place = (u.policy_only
+                && running.is_some_and(|s| can_switch_in_place(s, &u.lun)))
+                || (u.faults_only && running.is_some_and(|s| s.faults().is_some()));
             if in_place {
                 continue;
             }
@@ -316,11 +315,17 @@ impl Runtime {
                     lun: u.lun.id,
                 })?;
                 let cur = store.current();
-                let engine = match &cur.io_context {
-                    Some(ctx) => Arc::clone(ctx.inner()),
-                    None => cur.store,
+                let engine = match (&cur.io_context, &cur.faults) {
+                    (Some(ctx), _) => Arc::clone(ctx.inner()),
+                    (None, None) => cur.store,
+                    (None, Some(_)) => {
+                        return Err(AdminError::Failed(format!(
+                            "target {}: LUN {}: has no I/O context to rebuild",
+                            tp.iqn, u.lun.id
+                        )))
+                    }
                 };
-                crate::daemon::rewrap_lun_store(cfg, &u.lun, engine).map_err(|e| {
+                crate::daemon::rewrap_lun_store(cfg, &u.lun, engine, cur.faults).map_err(|e| {
                     AdminError::Failed(format!(
                         "target {}: LUN {}: cannot set up its I/O context: {e:#}",
                         tp.iqn, u.lun.id
@@ -476,12 +481,27 @@ impl Runtime {
             match prepared.stores.remove(&(k.clone(), u.lun.id)) {
                 Some(next) => {
                     let before = store.geometry().size_bytes();
+                    // Faults the new store does not carry over end now, so
+                    // that an I/O they hang goes on and `replace` need not
+                    // wait for it.
+                    if let Some(old) = store.faults() {
+                        if !next.faults.as_ref().is_some_and(|f| Arc::ptr_eq(f, &old)) {
+                            old.set(rustgt_backstore::FaultSpec::default());
+                        }
+                    }
                     let old = store.replace(next);
                     drop(old);
                     if store.geometry().size_bytes() != before {
                         if let Err(e) = rt.scsi.capacity_changed(u.lun.id) {
                             tracing::warn!(target = %tp.iqn, lun = u.lun.id, error = %e, "capacity UA");
                         }
+                    }
+                }
+                None if u.faults_only => {
+                    let spec = u.lun.fault.as_ref().map(|f| f.spec());
+                    if let (Some(faults), Some(Ok(spec))) = (store.faults(), spec) {
+                        faults.set(spec);
+                        tracing::info!(target = %tp.iqn, lun = u.lun.id, ?spec, "faults set");
                     }
                 }
                 None => {

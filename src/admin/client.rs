@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::proto::{Reply, Request};
 use super::render;
-use crate::config::{ChapSettings, LunSettings, Overrides, TargetSettings};
+use crate::config::{ChapSettings, FaultSettings, LunSettings, Overrides, TargetSettings};
 
 /// How long the client waits for an answer (a `config apply` may open
 /// many backing files).
@@ -176,6 +176,33 @@ pub enum LunCmd {
         iqn: String,
         id: u64,
         policy: String,
+    },
+    /// Replace the LUN's injected faults (for tests and failure
+    /// rehearsals). Each fault takes a trigger: `always`, or
+    /// comma-separated `lba=100-199`, `every=N`, `probability=P` (all must
+    /// hold); --delay also takes `time=5ms`. No fault option clears them.
+    Fault {
+        iqn: String,
+        id: u64,
+        /// Reads fail: MEDIUM ERROR / UNRECOVERED READ ERROR.
+        #[arg(long, value_name = "TRIGGER")]
+        read_error: Option<String>,
+        /// Writes fail: MEDIUM ERROR / WRITE ERROR.
+        #[arg(long, value_name = "TRIGGER")]
+        write_error: Option<String>,
+        /// Writes find no space: DATA PROTECT / SPACE ALLOCATION FAILED.
+        #[arg(long, value_name = "TRIGGER")]
+        write_nospace: Option<String>,
+        /// Reads and writes wait first: `time=5ms[,TRIGGER]`.
+        #[arg(long, value_name = "time=T[,TRIGGER]")]
+        delay: Option<String>,
+        /// Reads and writes hang until aborted or cleared.
+        #[arg(long, value_name = "TRIGGER")]
+        hang: Option<String>,
+        /// Remove fault injection from the LUN altogether (its I/O then
+        /// goes straight to its store again).
+        #[arg(long)]
+        off: bool,
     },
 }
 
@@ -629,7 +656,77 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
             },
             j,
         ),
+        LunCmd::Fault {
+            iqn,
+            id,
+            read_error,
+            write_error,
+            write_nospace,
+            delay,
+            hang,
+            off,
+        } => {
+            let fault = if *off {
+                None
+            } else {
+                let mut m = Map::new();
+                for (k, v) in [
+                    ("read_error", read_error),
+                    ("write_error", write_error),
+                    ("write_nospace", write_nospace),
+                    ("delay", delay),
+                    ("hang", hang),
+                ] {
+                    if let Some(v) = v {
+                        m.insert(k.into(), Value::Object(trigger_fields(k, v)?));
+                    }
+                }
+                Some(Box::new(from_fields::<FaultSettings>(m)?))
+            };
+            change(
+                c,
+                &Request::SetFaults {
+                    target: iqn.clone(),
+                    lun: *id,
+                    fault,
+                },
+                j,
+            )
+        }
     }
+}
+
+/// `always`, or `key=value` pairs separated by commas, as the JSON fields
+/// of a fault's trigger: `every` as an integer, `probability` as a number,
+/// the others (`lba`, `time`) as strings. The daemon checks the values.
+fn trigger_fields(fault: &str, spec: &str) -> Result<Map<String, Value>, Failure> {
+    let mut m = Map::new();
+    let spec = spec.trim();
+    if spec.is_empty() || spec.eq_ignore_ascii_case("always") {
+        return Ok(m);
+    }
+    for part in spec.split(',') {
+        let (k, v) = part.split_once('=').ok_or_else(|| {
+            Failure::usage(format!(
+                "--{}: {part:?} is not KEY=VALUE",
+                fault.replace('_', "-")
+            ))
+        })?;
+        let (k, v) = (k.trim(), v.trim());
+        let value = match k {
+            "every" => json!(v.parse::<u64>().map_err(|_| Failure::usage(format!(
+                "--{}: every={v:?} is not a count",
+                fault.replace('_', "-")
+            )))?),
+            "probability" => json!(v.parse::<f64>().map_err(|_| Failure::usage(format!(
+                "--{}: probability={v:?} is not a number",
+                fault.replace('_', "-")
+            )))?),
+            _ => json!(v),
+        };
+        m.insert(k.to_owned(), value);
+    }
+    Ok(m)
 }
 
 fn acl(c: &mut Client, cmd: &AclCmd, j: bool) -> Result<String, Failure> {
@@ -962,6 +1059,39 @@ mod tests {
             from_fields::<LunSettings>(bad).is_err(),
             "backstore is required"
         );
+    }
+
+    #[test]
+    fn fault_triggers_parse_into_fields() {
+        assert!(trigger_fields("hang", "always").expect("always").is_empty());
+        assert!(trigger_fields("hang", "").expect("empty").is_empty());
+        let m = trigger_fields("delay", "time=5ms, lba=10-20,every=2,probability=0.25")
+            .expect("fields");
+        assert_eq!(m.get("time"), Some(&json!("5ms")));
+        assert_eq!(m.get("lba"), Some(&json!("10-20")));
+        assert_eq!(m.get("every"), Some(&json!(2)));
+        assert_eq!(m.get("probability"), Some(&json!(0.25)));
+        assert!(trigger_fields("hang", "lba").is_err());
+        assert!(trigger_fields("hang", "every=x").is_err());
+        let a = parse(&[
+            "lun",
+            "fault",
+            "iqn.a",
+            "1",
+            "--hang",
+            "lba=5",
+            "--read-error",
+            "always",
+        ]);
+        assert!(matches!(
+            a.command,
+            AdminCommand::Lun(LunCmd::Fault {
+                hang: Some(_),
+                read_error: Some(_),
+                off: false,
+                ..
+            })
+        ));
     }
 
     #[test]

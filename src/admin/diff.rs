@@ -32,6 +32,9 @@ pub struct LunUpdate {
     pub resized: bool,
     /// Only the readahead policy differs: switch it in place if possible.
     pub policy_only: bool,
+    /// Only the faults differ, and the LUN takes faults before and after:
+    /// set them on the running store.
+    pub faults_only: bool,
 }
 
 /// Changes to one target that exists before and after.
@@ -142,13 +145,14 @@ impl Plan {
                 out.push(format!("target {iqn}: LUN {} added", l.id));
             }
             for u in &t.updated_luns {
-                let what = match (u.resized, u.policy_only) {
-                    (true, _) => format!(
+                let what = match (u.resized, u.policy_only, u.faults_only) {
+                    (true, _, _) => format!(
                         "resized to {}",
                         u.lun.size.as_deref().unwrap_or("its backing size")
                     ),
-                    (false, true) => format!("readahead set to {}", u.lun.readahead),
-                    (false, false) => "readahead settings changed".to_owned(),
+                    (false, true, _) => format!("readahead set to {}", u.lun.readahead),
+                    (false, false, true) => "faults changed".to_owned(),
+                    (false, false, false) => "readahead or fault settings changed".to_owned(),
                 };
                 out.push(format!("target {iqn}: LUN {} {what}", u.lun.id));
             }
@@ -293,21 +297,28 @@ fn lun_change(a: &LunSettings, b: &LunSettings, ca: &Config, cb: &Config) -> Lun
     fixed.readahead_io_threads = a.readahead_io_threads;
     fixed.readahead_io_max = a.readahead_io_max.clone();
     fixed.device_slice = a.device_slice.clone();
+    // Faults change live: set in place, or the store rewrapped around the
+    // same engine when the `fault` table comes or goes.
+    fixed.fault = a.fault.clone();
     if fixed != a {
         return LunChange::Replace;
     }
     let resized = a.size != b2.size;
-    let policy_only = !resized
+    let context_same = !resized
         && a.io_context == b2.io_context
         && a.readahead_cache == b2.readahead_cache
         && a.readahead_max == b2.readahead_max
         && a.readahead_io_threads == b2.readahead_io_threads
         && a.readahead_io_max == b2.readahead_io_max
         && a.device_slice == b2.device_slice;
+    let policy_only = context_same && a.fault == b2.fault;
+    let faults_only =
+        context_same && a.readahead == b2.readahead && a.fault.is_some() && b2.fault.is_some();
     LunChange::Update(Box::new(LunUpdate {
         lun: b.clone(),
         resized,
         policy_only,
+        faults_only,
     }))
 }
 
@@ -456,6 +467,39 @@ mod tests {
         assert_eq!(
             p.lun_removals(),
             vec![("iqn.2026-11.org.rustgt:a", vec![4, 3])]
+        );
+    }
+
+    #[test]
+    fn fault_changes_are_live() {
+        use crate::config::{FaultSettings, TriggerSettings};
+        let mut a = config(vec![target("a", &[0, 1, 2])]);
+        a.targets[0].luns[1].fault = Some(Box::default());
+        a.targets[0].luns[2].fault = Some(Box::default());
+        let mut b = a.clone();
+        // 0 gains a fault table, 1 changes its faults, 2 loses its table.
+        let hang = FaultSettings {
+            hang: Some(TriggerSettings::default()),
+            ..FaultSettings::default()
+        };
+        b.targets[0].luns[0].fault = Some(Box::new(hang.clone()));
+        b.targets[0].luns[1].fault = Some(Box::new(hang));
+        b.targets[0].luns[2].fault = None;
+        let p = plan(&a, &b);
+        let t = &p.changed_targets[0];
+        assert!(t.replaced_luns.is_empty(), "{t:?}");
+        let u: Vec<(u64, bool, bool, bool)> = t
+            .updated_luns
+            .iter()
+            .map(|u| (u.lun.id, u.resized, u.policy_only, u.faults_only))
+            .collect();
+        assert_eq!(
+            u,
+            vec![
+                (0, false, false, false),
+                (1, false, false, true),
+                (2, false, false, false)
+            ]
         );
     }
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use rustgt_backstore::uring::{IoKind, IoMeter, UringFile};
 use rustgt_backstore::{
-    Backstore, BackstoreError, Extent, Geometry, IoBuf, IoContext, Nonblocking, Result,
+    Backstore, BackstoreError, Extent, Faults, Geometry, IoBuf, IoContext, Nonblocking, Result,
 };
 
 use super::proto::{DeviceTurnsView, ReadaheadStatsView, StoreStatsView};
@@ -37,6 +37,9 @@ pub struct Current {
     pub store: Arc<dyn Backstore>,
     /// The LUN's I/O context, for its policy and statistics.
     pub io_context: Option<Arc<IoContext>>,
+    /// The LUN's live faults when it has a `fault` table: `store` is then
+    /// the fault wrapper around the context (or engine).
+    pub faults: Option<Arc<Faults>>,
 }
 
 /// The swappable, metered store of one LUN.
@@ -107,7 +110,13 @@ impl LunStore {
         let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
         // Our own references: the store, and the context when it is the
         // same allocation. Calls in flight hold one more each.
-        let mut ours = if cur.io_context.is_some() { 2 } else { 1 };
+        // (Not with a fault wrapper: that is the store, the context
+        // is under it.)
+        let mut ours = if cur.io_context.is_some() && cur.faults.is_none() {
+            2
+        } else {
+            1
+        };
         // `next` may wrap the old store itself (a new context around the
         // same engine).
         if Arc::ptr_eq(&cur.store, &next.store) {
@@ -135,6 +144,11 @@ impl LunStore {
 
     pub fn io_context(&self) -> Option<Arc<IoContext>> {
         self.current().io_context
+    }
+
+    /// The LUN's live faults, if it takes any.
+    pub fn faults(&self) -> Option<Arc<Faults>> {
+        self.current().faults
     }
 
     /// Counters of the requests made to the store.
@@ -329,6 +343,7 @@ mod tests {
         let s = LunStore::new(Current {
             store: ram(1 << 20),
             io_context: None,
+            faults: None,
         });
         s.write_at(&[7u8; 4096], 0, false).expect("write");
         let mut buf = [0u8; 4096];
@@ -348,11 +363,13 @@ mod tests {
         let s = LunStore::new(Current {
             store: ram(1 << 20),
             io_context: None,
+            faults: None,
         });
         assert_eq!(s.geometry().size_bytes(), 1 << 20);
         let old = s.replace(Current {
             store: ram(2 << 20),
             io_context: None,
+            faults: None,
         });
         assert_eq!(old.store.geometry().size_bytes(), 1 << 20);
         assert_eq!(s.geometry().size_bytes(), 2 << 20);

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::stats::Histogram;
-use crate::config::{ChapSettings, LunSettings, TargetSettings};
+use crate::config::{ChapSettings, FaultSettings, LunSettings, TargetSettings};
 
 /// Longest request line accepted (a `config_apply` carries a whole file).
 pub const MAX_REQUEST_LEN: usize = 16 << 20;
@@ -76,6 +76,14 @@ pub enum Request {
         target: String,
         lun: u64,
         policy: String,
+    },
+    /// Replace a LUN's injected faults (`[targets.luns.fault]`); an empty
+    /// table clears them, `None` removes fault injection from the LUN.
+    SetFaults {
+        target: String,
+        lun: u64,
+        #[serde(default)]
+        fault: Option<Box<FaultSettings>>,
     },
     /// Replace the initiator ACL; empty allows any initiator.
     SetAcl {
@@ -160,6 +168,7 @@ impl Request {
             Request::RemoveLun { .. } => "remove_lun",
             Request::ResizeLun { .. } => "resize_lun",
             Request::SetReadahead { .. } => "set_readahead",
+            Request::SetFaults { .. } => "set_faults",
             Request::SetAcl { .. } => "set_acl",
             Request::AclAdd { .. } => "acl_add",
             Request::AclRemove { .. } => "acl_remove",
@@ -285,6 +294,17 @@ pub struct LunView {
     pub serial: String,
     /// The readahead policy running, if the LUN has an I/O context.
     pub readahead: Option<String>,
+    /// With a `fault` table: the faults set now ("read_error", "hang", ...;
+    /// empty when none) and how many have been injected.
+    #[serde(default)]
+    pub faults: Option<FaultsView>,
+}
+
+/// A LUN's injected faults (see `lun fault`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultsView {
+    pub set: Vec<String>,
+    pub injected: u64,
 }
 
 /// One listening portal.

@@ -228,10 +228,16 @@ pub fn luns(v: &[LunView]) -> String {
         "WCE",
         "WORKERS",
         "READAHEAD",
+        "FAULTS",
         "SERIAL",
         "PATH",
     ]);
     for l in v {
+        let faults = match &l.faults {
+            None => "-".to_owned(),
+            Some(f) if f.set.is_empty() => format!("none ({} injected)", f.injected),
+            Some(f) => format!("{} ({} injected)", f.set.join(","), f.injected),
+        };
         t.row(vec![
             l.target.clone(),
             l.id.to_string(),
@@ -243,6 +249,7 @@ pub fn luns(v: &[LunView]) -> String {
             yes(l.write_cache),
             l.workers.to_string(),
             or_dash(l.readahead.as_deref()),
+            faults,
             l.serial.clone(),
             or_dash(l.path.as_deref()),
         ]);

@@ -325,6 +325,10 @@ impl Runtime {
                 let t = find_mut(&mut w, &target)?;
                 lun_mut(t, lun)?.readahead = policy;
             }
+            Request::SetFaults { target, lun, fault } => {
+                let t = find_mut(&mut w, &target)?;
+                lun_mut(t, lun)?.fault = fault;
+            }
             Request::SetAcl { target, acl } => find_mut(&mut w, &target)?.acl = acl,
             Request::AclAdd { target, initiator } => {
                 let t = find_mut(&mut w, &target)?;
@@ -486,6 +490,24 @@ impl Runtime {
             readahead: store
                 .and_then(|s| s.io_context())
                 .map(|c| c.policy().as_str().to_owned()),
+            faults: store.and_then(|s| s.faults()).map(|f| {
+                let spec = f.spec();
+                let set = [
+                    ("read_error", spec.read_error.is_some()),
+                    ("write_error", spec.write_error.is_some()),
+                    ("write_nospace", spec.write_nospace.is_some()),
+                    ("delay", spec.delay.is_some()),
+                    ("hang", spec.hang.is_some()),
+                ];
+                super::proto::FaultsView {
+                    set: set
+                        .iter()
+                        .filter(|(_, on)| *on)
+                        .map(|(k, _)| (*k).to_owned())
+                        .collect(),
+                    injected: f.injected(),
+                }
+            }),
         }
     }
 

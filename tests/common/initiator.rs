@@ -463,6 +463,97 @@ impl Session {
         }
     }
 
+    /// Sends a command without Data-Out that expects `read_len` bytes of
+    /// Data-In (0 for none) and returns at once with its ITT and CmdSN;
+    /// its replies are for the caller to read ([`Session::task_mgmt`]
+    /// returns them, or [`Session::wire`]).
+    pub fn start_command(&mut self, lun: u64, cdb: &[u8], read_len: u32) -> (u32, u32) {
+        let itt = self.take_itt();
+        let cmd_sn = self.cmd_sn;
+        let cmd = Request {
+            header: RequestHeader::ScsiCommand(ScsiCommand {
+                immediate: false,
+                final_bit: true,
+                read: read_len > 0,
+                write: false,
+                attr: TaskAttribute::SIMPLE,
+                lun: encode_lun(lun),
+                itt,
+                expected_data_len: read_len,
+                cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
+                cdb: cdb.to_vec().into(),
+                bidi_read_len: None,
+            }),
+            data: Vec::new(),
+        };
+        self.cmd_sn = self.cmd_sn.wrapping_add(1);
+        self.send(&cmd.encode(false, false));
+        (itt, cmd_sn)
+    }
+
+    /// An immediate task management function request (§11.5) on `lun`;
+    /// `referenced` is the ITT and CmdSN of the task ABORT TASK names
+    /// (ignored by the other functions). Waits (bounded) for the answer
+    /// and returns its response code with every other PDU that arrived
+    /// meanwhile (NOP-In pings are answered, not returned).
+    pub fn task_mgmt(
+        &mut self,
+        function: TmfCode,
+        lun: u64,
+        referenced: (u32, u32),
+    ) -> (TmfResult, Vec<Reply>) {
+        let itt = self.take_itt();
+        let req = Request {
+            header: RequestHeader::TaskMgmt(TaskMgmtRequest {
+                immediate: true,
+                function,
+                lun: encode_lun(lun),
+                itt,
+                referenced_tag: if function == TmfCode::ABORT_TASK {
+                    referenced.0
+                } else {
+                    RESERVED_TAG
+                },
+                cmd_sn: self.cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
+                ref_cmd_sn: referenced.1,
+                exp_data_sn: 0,
+            }),
+            data: Vec::new(),
+        };
+        self.send(&req.encode(false, false));
+        let mut others = Vec::new();
+        loop {
+            match self.recv() {
+                Reply::TaskMgmtResponse(r) if r.itt == itt => {
+                    self.exp_stat_sn = r.stat_sn.wrapping_add(1);
+                    return (r.response, others);
+                }
+                Reply::NopIn(nop) => self.answer_ping(&nop),
+                other => others.push(other),
+            }
+        }
+    }
+
+    /// The replies that arrive within `within` (NOP-In pings answered, not
+    /// returned); `Err` once the target has closed.
+    pub fn replies_within(&mut self, within: Duration) -> Result<Vec<Reply>, Closed> {
+        let deadline = Instant::now() + within;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(out);
+            }
+            match self.wire.try_recv(left)? {
+                Some(Reply::NopIn(nop)) => self.answer_ping(&nop),
+                Some(r) => out.push(r),
+                None => return Ok(out),
+            }
+        }
+    }
+
     /// The Data-Out sequence an R2T asks for (§11.8), in PDUs the target
     /// accepts.
     fn send_r2t_data(&mut self, r2t: &R2t, raw_lun: u64, data_out: &[u8]) {

@@ -436,6 +436,12 @@ impl LogicalUnit {
                 .spawn(move || {
                     // Lets the LUN's I/O context tell its workers apart.
                     rustgt_backstore::set_worker_index(i);
+                    // Lets a long wait in the store (fault injection's
+                    // hang) end when its task is aborted or the LUN stops.
+                    let probe = Arc::clone(&lu);
+                    rustgt_backstore::cancel::install(Box::new(move |[nexus, tag]| {
+                        probe.task_cancelled(TaskKey { nexus, tag })
+                    }));
                     lu.worker_loop(&target)
                 })
                 .map_err(|source| ScsiError::Spawn {
@@ -660,7 +666,7 @@ impl LogicalUnit {
             let Pending { cmd, done } = *pending;
             let started = Instant::now();
             let response =
-                catch_unwind(AssertUnwindSafe(|| exec::execute(&cmd, Some(self), target)))
+                catch_unwind(AssertUnwindSafe(|| self.run_cancellable(key, &cmd, target)))
                     .unwrap_or_else(|_| {
                         tracing::error!(lun = self.lun, tag = cmd.tag, "command handler panicked");
                         let sense =
@@ -677,6 +683,14 @@ impl LogicalUnit {
         }
         let mut set = lock(&self.tasks);
         set.workers = set.workers.saturating_sub(1);
+    }
+
+    /// Runs a task on a worker, where the store can see it aborted
+    /// ([`rustgt_backstore::cancel`]).
+    fn run_cancellable(&self, key: TaskKey, cmd: &Command, target: &TargetShared) -> Response {
+        rustgt_backstore::cancel::scope([key.nexus, key.tag], || {
+            exec::execute(cmd, Some(self), target)
+        })
     }
 
     /// Blocks until a task may run; `None` once stopping and drained.
@@ -834,6 +848,17 @@ impl LogicalUnit {
         set.position(key)
             .and_then(|i| set.entries.get(i))
             .is_none_or(|e| matches!(e.state, TaskState::Running { aborted: true }))
+    }
+
+    /// Whether a running task should stop waiting: aborted, or the unit
+    /// is stopping (the store's cancellation probe, see `start`).
+    fn task_cancelled(&self, key: TaskKey) -> bool {
+        let set = lock(&self.tasks);
+        set.stopping
+            || set
+                .position(key)
+                .and_then(|i| set.entries.get(i))
+                .is_none_or(|e| matches!(e.state, TaskState::Running { aborted: true }))
     }
 
     /// QUERY TASK: whether the task is in the task set.

@@ -51,6 +51,9 @@ impl Asc {
     pub const INVALID_RELEASE_OF_PERSISTENT_RESERVATION: Asc = Asc::new(0x26, 0x04);
     pub const WRITE_PROTECTED: Asc = Asc::new(0x27, 0x00);
     pub const SOFTWARE_WRITE_PROTECTED: Asc = Asc::new(0x27, 0x02);
+    /// A thin store could not allocate the blocks a write needs (SBC-3
+    /// §4.7.3.6, resource exhaustion): with DATA PROTECT.
+    pub const SPACE_ALLOCATION_FAILED_WRITE_PROTECT: Asc = Asc::new(0x27, 0x07);
     pub const POWER_ON_RESET: Asc = Asc::new(0x29, 0x00);
     pub const POWER_ON_OCCURRED: Asc = Asc::new(0x29, 0x01);
     pub const SCSI_BUS_RESET_OCCURRED: Asc = Asc::new(0x29, 0x02);
@@ -267,6 +270,20 @@ impl From<BackstoreError> for Sense {
             BackstoreError::Read(_) => {
                 Sense::new(SenseKey::MEDIUM_ERROR, Asc::UNRECOVERED_READ_ERROR)
             }
+            // Out of space (ENOSPC) is the thin provisioning resource
+            // exhaustion of SBC-3 §4.7.3.6, whatever the LUN reports:
+            // a store on a sparse file or thin volume is thin underneath
+            // even when the LUN says it is fully provisioned, and Linux
+            // turns this sense into ENOSPC for the file system rather
+            // than EIO.
+            BackstoreError::Write(e) | BackstoreError::Flush(e) | BackstoreError::Io(e)
+                if e.kind() == std::io::ErrorKind::StorageFull =>
+            {
+                Sense::new(
+                    SenseKey::DATA_PROTECT,
+                    Asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+                )
+            }
             BackstoreError::Write(_) | BackstoreError::Flush(_) => {
                 Sense::new(SenseKey::MEDIUM_ERROR, Asc::WRITE_ERROR)
             }
@@ -364,6 +381,8 @@ mod tests {
     #[test]
     fn backstore_errors_map_once() {
         let io = || std::io::Error::other("x");
+        // ENOSPC on Linux.
+        let nospace = || std::io::Error::from_raw_os_error(28);
         let cases = [
             (
                 BackstoreError::Unsupported,
@@ -394,6 +413,21 @@ mod tests {
                 BackstoreError::Flush(io()),
                 SenseKey::MEDIUM_ERROR,
                 Asc::WRITE_ERROR,
+            ),
+            (
+                BackstoreError::Write(nospace()),
+                SenseKey::DATA_PROTECT,
+                Asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+            ),
+            (
+                BackstoreError::Io(nospace()),
+                SenseKey::DATA_PROTECT,
+                Asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+            ),
+            (
+                BackstoreError::Write(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+                SenseKey::DATA_PROTECT,
+                Asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
             ),
             (
                 BackstoreError::Io(io()),
