@@ -2,7 +2,8 @@
 //! sessions open: LUN hot-add and resize with their unit attentions,
 //! sessions and their negotiated parameters, refused requests that change
 //! nothing, readahead policy switches seen in the stats, the CLI, and the
-//! Prometheus endpoint.
+//! Prometheus endpoint; the socket's mode from the moment it is announced
+//! and the log of who changed what.
 
 mod admin_common;
 mod common;
@@ -13,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 
 use admin_common::{cli, socket_of, Admin, Session, CAPACITY_CHANGED, REPORTED_LUNS_CHANGED};
-use common::{run_tool, Daemon, TOOL_TIMEOUT};
+use common::{run_tool, Daemon, DaemonOptions, TOOL_TIMEOUT};
 use serde_json::json;
 
 const A: &str = "iqn.2026-11.org.rustgt:a";
@@ -73,6 +74,149 @@ fn socket_is_private_and_speaks_json_lines() {
         .filter_map(|t| t["iqn"].as_str())
         .collect();
     assert_eq!(names, [A, B]);
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A daemon whose admin socket is alone in its own directory
+/// (`<scratch>/ctl/admin.sock`), with `extra` prepended to its config.
+fn daemon_with_socket_dir(extra: &str) -> (Daemon, std::path::PathBuf) {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let sock = scratch.path().join("ctl").join("admin.sock");
+    let d = Daemon::start_with(DaemonOptions {
+        config: Some(format!("{extra}{}", two_targets())),
+        targets: Some(2),
+        env: vec![("RUSTGT_ADMIN_SOCKET".into(), sock.display().to_string())],
+        scratch: Some(scratch),
+        ..DaemonOptions::default()
+    });
+    (d, sock)
+}
+
+#[test]
+fn socket_has_its_mode_when_announced_and_changes_are_logged_with_the_caller() {
+    let (d, sock) = daemon_with_socket_dir("");
+    // The daemon announced itself: the socket is there, 0600, and nothing
+    // else (no temporary name, no private directory) is beside it.
+    let meta = std::fs::metadata(&sock).expect("socket exists");
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "admin socket mode"
+    );
+    let dir = sock.parent().expect("dir");
+    assert_eq!(names_in(dir), ["admin.sock"], "beside the socket");
+
+    let mut a = Admin::connect_path(&sock);
+    // A query is not logged as a change; a change is, with who made it.
+    a.ok(json!({"cmd": "list_targets"}));
+    a.ok(json!({"cmd": "add_lun", "target": B,
+                "lun": {"id": 3, "backstore": "ram", "size": "1M"}}));
+    let refused = a.err(json!({"cmd": "remove_lun", "target": B, "lun": 9}));
+    assert!(refused.contains("9"), "{refused}");
+    let uid = euid();
+    let pid = std::process::id();
+    let who = format!("uid={uid} gid=");
+    let pid_field = format!("pid={pid}");
+    let mut applied = None;
+    let mut refused_line = None;
+    admin_common::eventually("the change log lines", || {
+        let log = d.stderr();
+        applied = log
+            .lines()
+            .find(|l| l.contains("admin change applied"))
+            .map(str::to_owned);
+        refused_line = log
+            .lines()
+            .find(|l| l.contains("admin change refused"))
+            .map(str::to_owned);
+        applied.is_some() && refused_line.is_some()
+    });
+    let applied = applied.unwrap_or_default();
+    for want in [
+        &who,
+        &pid_field,
+        "add_lun target=iqn.2026-11.org.rustgt:b lun=3",
+        "LUN 3 added",
+    ] {
+        assert!(applied.contains(want), "{want:?} missing from {applied:?}");
+    }
+    let refused_line = refused_line.unwrap_or_default();
+    for want in [
+        &who,
+        &pid_field,
+        "remove_lun target=iqn.2026-11.org.rustgt:b lun=9",
+    ] {
+        assert!(
+            refused_line.contains(want),
+            "{want:?} missing from {refused_line:?}"
+        );
+    }
+    let log = d.stderr();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("admin change") && l.contains("list_targets")),
+        "a query is not logged as a change:\n{log}"
+    );
+    // The CLI (another process) is let in too, and logged with its own pid.
+    cli_at(&sock, &["lun", "readahead", A, "1", "none"]).assert_success();
+    admin_common::eventually("the CLI's change logged", || {
+        d.stderr().lines().any(|l| {
+            l.contains("admin change applied")
+                && l.contains("set_readahead")
+                && l.contains(&who)
+                && !l.contains(&pid_field)
+        })
+    });
+    drop(a);
+    let dir = dir.to_owned();
+    let _scratch = d.stop_keep_files();
+    assert!(names_in(&dir).is_empty(), "socket removed at shutdown");
+}
+
+#[test]
+fn admin_socket_group_makes_the_socket_0660_and_its_groups() {
+    use std::os::unix::fs::MetadataExt;
+    let (d, sock) = daemon_with_socket_dir("admin_socket_group = \"root\"\n");
+    let meta = std::fs::metadata(&sock).expect("socket exists");
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o660,
+        "admin socket mode"
+    );
+    assert_eq!(meta.gid(), 0, "group root");
+    assert_eq!(names_in(sock.parent().expect("dir")), ["admin.sock"]);
+    let mut a = Admin::connect_path(&sock);
+    a.ok(json!({"cmd": "status"}));
+    let saved = a.saved();
+    assert!(saved.contains("admin_socket_group = \"root\""), "{saved}");
+    drop(a);
+    d.stop();
+}
+
+/// This process's effective uid.
+fn euid() -> u32 {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Runs `rustgt admin --socket SOCK ARGS...`.
+fn cli_at(sock: &std::path::Path, args: &[&str]) -> common::ToolOutput {
+    let mut all = vec![
+        "admin".to_owned(),
+        "--socket".to_owned(),
+        sock.display().to_string(),
+    ];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    run_tool(env!("CARGO_BIN_EXE_rustgt"), &all, TOOL_TIMEOUT)
 }
 
 #[test]
