@@ -3,7 +3,8 @@
 //! sessions and their negotiated parameters, refused requests that change
 //! nothing, readahead policy switches seen in the stats, the CLI, and the
 //! Prometheus endpoint; the socket's mode from the moment it is announced
-//! and the log of who changed what.
+//! and the log of who changed what; a caller of another uid refused by
+//! its credentials, and let in as a member of `admin_socket_group`.
 
 mod admin_common;
 mod common;
@@ -200,6 +201,101 @@ fn admin_socket_group_makes_the_socket_0660_and_its_groups() {
     assert!(saved.contains("admin_socket_group = \"root\""), "{saved}");
     drop(a);
     d.stop();
+}
+
+/// Runs `rustgt admin --socket SOCK ARGS...` as uid and gid 65534
+/// (nobody/nogroup; std drops the supplementary groups), within 30 s:
+/// exit status and stderr.
+fn cli_as_nobody(sock: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rustgt"))
+        .arg("admin")
+        .arg("--socket")
+        .arg(sock)
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the CLI as nobody");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the CLI did not exit within 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (status.code(), err)
+}
+
+/// Opens the scratch directory (mode 0700 from tempfile) to traversal, so
+/// another uid can reach the socket inside it.
+fn let_others_through(d: &Daemon) {
+    let scratch = d.data_dir().parent().expect("scratch").to_owned();
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+}
+
+#[test]
+fn another_uid_is_refused_by_its_credentials_and_a_group_member_is_let_in() {
+    if euid() != 0 {
+        eprintln!("skipped: needs root to run a client as another uid");
+        return;
+    }
+    // Refused: the file mode is opened up by hand (as a careless admin
+    // might), so only the credential check stands in the way.
+    let (d, sock) = daemon_with_socket_dir("");
+    let_others_through(&d);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let (code, err) = cli_as_nobody(&sock, &["lun", "readahead", A, "1", "none"]);
+    assert_eq!(code, Some(1), "refused by the daemon: {err}");
+    assert!(
+        err.contains("permission denied: uid 65534 gid 65534"),
+        "{err}"
+    );
+    admin_common::eventually("the refusal logged", || {
+        d.stderr()
+            .lines()
+            .any(|l| l.contains("caller refused") && l.contains("uid=65534"))
+    });
+    assert!(
+        !d.stderr().contains("admin change applied"),
+        "nothing changed:\n{}",
+        d.stderr()
+    );
+    drop(d);
+
+    // Let in: a member of admin_socket_group (here by its effective gid),
+    // the group of gid 65534 (nogroup on Debian, nobody elsewhere).
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let Some(name) = groups.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)? == "65534").then(|| name.to_owned())
+    }) else {
+        eprintln!("skipped the group half: no group 65534 in /etc/group");
+        return;
+    };
+    let (d, sock) = daemon_with_socket_dir(&format!("admin_socket_group = \"{name}\"\n"));
+    let_others_through(&d);
+    let (code, err) = cli_as_nobody(&sock, &["lun", "readahead", A, "1", "none"]);
+    assert_eq!(code, Some(0), "a group member is let in: {err}");
+    admin_common::eventually("the change logged", || {
+        d.stderr().lines().any(|l| {
+            l.contains("admin change applied")
+                && l.contains("set_readahead")
+                && l.contains("uid=65534 gid=65534")
+        })
+    });
 }
 
 /// This process's effective uid.
