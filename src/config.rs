@@ -2,8 +2,9 @@
 //! `RUSTGT_*` environment variables and command-line overrides.
 //!
 //! Layer: daemon only. Nothing here touches a socket; the only filesystem
-//! access is reading the config file and checking whether a `file` LUN's
-//! backing file already exists (to know whether `size` is required).
+//! access is reading the config file, checking whether a `file` LUN's
+//! backing file already exists (to know whether `size` is required), and
+//! looking `admin_socket_group` up in the group database.
 //!
 //! Guarantees:
 //! - a misspelt key is an error (`deny_unknown_fields` everywhere);
@@ -16,7 +17,7 @@
 //!
 //! Precedence, lowest first: built-in defaults, the file, the environment
 //! (`RUSTGT_` prefix, `__` between nested keys; only `data_dir`,
-//! `admin_socket`, `metrics_listen`, `iscsi.*` and `discovery.*` — arrays of
+//! `admin_socket`, `admin_socket_group`, `metrics_listen`, `iscsi.*` and `discovery.*` — arrays of
 //! targets are file-only), then [`Overrides`].
 
 use std::collections::HashMap;
@@ -73,6 +74,11 @@ pub struct Config {
     /// `<data_dir>/admin.sock`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_socket: Option<PathBuf>,
+    /// Group whose members may use the admin socket besides root and the
+    /// daemon's own uid; the socket is then mode 0660 and owned by it.
+    /// Looked up in the group database when the configuration is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_socket_group: Option<AdminGroup>,
     /// ADDR:PORT serving Prometheus metrics on `GET /metrics`; none by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<SocketAddr>,
@@ -83,6 +89,38 @@ pub struct Config {
     /// in progress, sessions per initiator.
     #[serde(default)]
     pub limits: LimitSettings,
+}
+
+/// `admin_socket_group`: a group name, resolved to its gid once, when the
+/// configuration is read (an unknown group is an error naming the key).
+/// Written back as the name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminGroup {
+    pub name: String,
+    pub gid: u32,
+}
+
+impl Serialize for AdminGroup {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
+
+impl<'de> Deserialize<'de> for AdminGroup {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let name = String::deserialize(d)?;
+        if name.is_empty() {
+            return Err(D::Error::custom("must not be empty"));
+        }
+        match crate::admin::peer::lookup_group(&name) {
+            Ok(Some(gid)) => Ok(AdminGroup { name, gid }),
+            Ok(None) => Err(D::Error::custom(format!(
+                "no group {name:?} in the group database"
+            ))),
+            Err(e) => Err(D::Error::custom(format!("looking up group {name:?}: {e}"))),
+        }
+    }
 }
 
 /// Caps on connections and sessions and the login timeout: what bounds the
@@ -679,6 +717,7 @@ impl Default for Config {
             discovery: DiscoverySettings::default(),
             targets: vec![Self::default_target()],
             admin_socket: None,
+            admin_socket_group: None,
             metrics_listen: None,
             reactor: ReactorSettings::default(),
             limits: LimitSettings::default(),
@@ -893,6 +932,7 @@ fn env_provider() -> Env {
             let k = k.as_str().to_ascii_lowercase();
             k == "data_dir"
                 || k == "admin_socket"
+                || k == "admin_socket_group"
                 || k == "metrics_listen"
                 || k.starts_with("iscsi__")
                 || k.starts_with("discovery__")
@@ -1774,6 +1814,55 @@ mod tests {
             text.contains(&path.display().to_string()),
             "display names the file: {text}"
         );
+    }
+
+    #[test]
+    fn admin_socket_group_is_resolved_once_and_unknown_groups_name_the_key() {
+        jailed(|jail| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let body = format!(
+                "admin_socket_group = \"root\"\n{}",
+                base_config(dir.path(), "", "")
+            );
+            let (_, res) = load_str(&body);
+            let cfg = res.expect("root exists");
+            assert_eq!(
+                cfg.admin_socket_group,
+                Some(AdminGroup {
+                    name: "root".into(),
+                    gid: 0
+                })
+            );
+            // Written back as the name, and loads again.
+            let text = cfg.to_toml().expect("toml");
+            assert!(text.contains("admin_socket_group = \"root\""), "{text}");
+            let (_, again) = load_str(&text);
+            assert_eq!(again.expect("reloads"), cfg);
+
+            for (value, fragment) in [
+                (
+                    "\"rustgt-no-such-group-x9\"",
+                    "no group \"rustgt-no-such-group-x9\"",
+                ),
+                ("\"\"", "must not be empty"),
+                ("7", "string"),
+            ] {
+                let body = format!(
+                    "admin_socket_group = {value}\n{}",
+                    base_config(dir.path(), "", "")
+                );
+                assert_problem(&body, "admin_socket_group", fragment);
+            }
+
+            // From the environment, the error names the variable.
+            jail.set_env("RUSTGT_ADMIN_SOCKET_GROUP", "rustgt-no-such-group-x9");
+            let (_, res) = load_str(&base_config(dir.path(), "", ""));
+            let err = res.expect_err("unknown group");
+            assert!(
+                err.to_string().contains("RUSTGT_ADMIN_SOCKET_GROUP"),
+                "{err}"
+            );
+        });
     }
 
     #[test]

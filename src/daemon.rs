@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::admin::lunstore::Current;
 use crate::admin::runtime::{ConfigSource, Runtime};
-use crate::admin::server::{AdminSocket, Envelope};
+use crate::admin::server::{log_change, AdminSocket, Envelope};
 use crate::config::{ChapSettings, Config, IscsiSettings, LunSettings};
 
 /// How long initiators get to log out after the Async logout request.
@@ -49,6 +49,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let mut int = signal(SignalKind::interrupt())?;
 
     let socket_path = cfg.admin_socket_path();
+    let socket_group = cfg.admin_socket_group.clone();
     let metrics_addr = cfg.metrics_listen;
     let mut rt = Runtime::start(cfg, source)
         .await
@@ -59,8 +60,12 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let iser = crate::iser_portals::IserPortals::start(rt.config(), rt.port())?;
 
     let (control, mut inbox) = mpsc::channel::<Envelope>(CONTROL_QUEUE);
-    let admin = AdminSocket::bind(&socket_path)?;
-    tracing::info!(path = %socket_path.display(), "admin socket ready");
+    let admin = AdminSocket::bind(&socket_path, socket_group.as_ref())?;
+    tracing::info!(
+        path = %socket_path.display(),
+        group = socket_group.as_ref().map(|g| g.name.as_str()),
+        "admin socket ready"
+    );
     let admin_task = tokio::spawn(admin.serve(control.clone()));
     let mut metrics_bound = None;
     let metrics_task = match metrics_addr {
@@ -85,7 +90,15 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     loop {
         tokio::select! {
             Some(env) = inbox.recv() => {
+                // Changes are logged here, in the order they are applied.
+                let audit = match &env.caller {
+                    Some(c) if env.request.is_change() => Some((c.clone(), env.request.describe())),
+                    _ => None,
+                };
                 let reply = rt.handle(env.request).await;
+                if let Some((caller, what)) = audit {
+                    log_change(&caller, &what, &reply);
+                }
                 let _ = env.reply.send(reply);
             }
             _ = hup.recv() => match rt.reload(false).await {

@@ -2,7 +2,9 @@
 //! sessions open: LUN hot-add and resize with their unit attentions,
 //! sessions and their negotiated parameters, refused requests that change
 //! nothing, readahead policy switches seen in the stats, the CLI, and the
-//! Prometheus endpoint.
+//! Prometheus endpoint; the socket's mode from the moment it is announced
+//! and the log of who changed what; a caller of another uid refused by
+//! its credentials, and let in as a member of `admin_socket_group`.
 
 mod admin_common;
 mod common;
@@ -13,7 +15,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 
 use admin_common::{cli, socket_of, Admin, Session, CAPACITY_CHANGED, REPORTED_LUNS_CHANGED};
-use common::{run_tool, Daemon, TOOL_TIMEOUT};
+use common::{run_tool, Daemon, DaemonOptions, TOOL_TIMEOUT};
 use serde_json::json;
 
 const A: &str = "iqn.2026-11.org.rustgt:a";
@@ -73,6 +75,244 @@ fn socket_is_private_and_speaks_json_lines() {
         .filter_map(|t| t["iqn"].as_str())
         .collect();
     assert_eq!(names, [A, B]);
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A daemon whose admin socket is alone in its own directory
+/// (`<scratch>/ctl/admin.sock`), with `extra` prepended to its config.
+fn daemon_with_socket_dir(extra: &str) -> (Daemon, std::path::PathBuf) {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let sock = scratch.path().join("ctl").join("admin.sock");
+    let d = Daemon::start_with(DaemonOptions {
+        config: Some(format!("{extra}{}", two_targets())),
+        targets: Some(2),
+        env: vec![("RUSTGT_ADMIN_SOCKET".into(), sock.display().to_string())],
+        scratch: Some(scratch),
+        ..DaemonOptions::default()
+    });
+    (d, sock)
+}
+
+#[test]
+fn socket_has_its_mode_when_announced_and_changes_are_logged_with_the_caller() {
+    let (d, sock) = daemon_with_socket_dir("");
+    // The daemon announced itself: the socket is there, 0600, and nothing
+    // else (no temporary name, no private directory) is beside it.
+    let meta = std::fs::metadata(&sock).expect("socket exists");
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "admin socket mode"
+    );
+    let dir = sock.parent().expect("dir");
+    assert_eq!(names_in(dir), ["admin.sock"], "beside the socket");
+
+    let mut a = Admin::connect_path(&sock);
+    // A query is not logged as a change; a change is, with who made it.
+    a.ok(json!({"cmd": "list_targets"}));
+    a.ok(json!({"cmd": "add_lun", "target": B,
+                "lun": {"id": 3, "backstore": "ram", "size": "1M"}}));
+    let refused = a.err(json!({"cmd": "remove_lun", "target": B, "lun": 9}));
+    assert!(refused.contains("9"), "{refused}");
+    let uid = euid();
+    let pid = std::process::id();
+    let who = format!("uid={uid} gid=");
+    let pid_field = format!("pid={pid}");
+    let mut applied = None;
+    let mut refused_line = None;
+    admin_common::eventually("the change log lines", || {
+        let log = d.stderr();
+        applied = log
+            .lines()
+            .find(|l| l.contains("admin change applied"))
+            .map(str::to_owned);
+        refused_line = log
+            .lines()
+            .find(|l| l.contains("admin change refused"))
+            .map(str::to_owned);
+        applied.is_some() && refused_line.is_some()
+    });
+    let applied = applied.unwrap_or_default();
+    for want in [
+        &who,
+        &pid_field,
+        "add_lun target=iqn.2026-11.org.rustgt:b lun=3",
+        "LUN 3 added",
+    ] {
+        assert!(applied.contains(want), "{want:?} missing from {applied:?}");
+    }
+    let refused_line = refused_line.unwrap_or_default();
+    for want in [
+        &who,
+        &pid_field,
+        "remove_lun target=iqn.2026-11.org.rustgt:b lun=9",
+    ] {
+        assert!(
+            refused_line.contains(want),
+            "{want:?} missing from {refused_line:?}"
+        );
+    }
+    let log = d.stderr();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("admin change") && l.contains("list_targets")),
+        "a query is not logged as a change:\n{log}"
+    );
+    // The CLI (another process) is let in too, and logged with its own pid.
+    cli_at(&sock, &["lun", "readahead", A, "1", "none"]).assert_success();
+    admin_common::eventually("the CLI's change logged", || {
+        d.stderr().lines().any(|l| {
+            l.contains("admin change applied")
+                && l.contains("set_readahead")
+                && l.contains(&who)
+                && !l.contains(&pid_field)
+        })
+    });
+    drop(a);
+    let dir = dir.to_owned();
+    let _scratch = d.stop_keep_files();
+    assert!(names_in(&dir).is_empty(), "socket removed at shutdown");
+}
+
+#[test]
+fn admin_socket_group_makes_the_socket_0660_and_its_groups() {
+    use std::os::unix::fs::MetadataExt;
+    let (d, sock) = daemon_with_socket_dir("admin_socket_group = \"root\"\n");
+    let meta = std::fs::metadata(&sock).expect("socket exists");
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o660,
+        "admin socket mode"
+    );
+    assert_eq!(meta.gid(), 0, "group root");
+    assert_eq!(names_in(sock.parent().expect("dir")), ["admin.sock"]);
+    let mut a = Admin::connect_path(&sock);
+    a.ok(json!({"cmd": "status"}));
+    let saved = a.saved();
+    assert!(saved.contains("admin_socket_group = \"root\""), "{saved}");
+    drop(a);
+    d.stop();
+}
+
+/// Runs `rustgt admin --socket SOCK ARGS...` as uid and gid 65534
+/// (nobody/nogroup; std drops the supplementary groups), within 30 s:
+/// exit status and stderr.
+fn cli_as_nobody(sock: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rustgt"))
+        .arg("admin")
+        .arg("--socket")
+        .arg(sock)
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the CLI as nobody");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the CLI did not exit within 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (status.code(), err)
+}
+
+/// Opens the scratch directory (mode 0700 from tempfile) to traversal, so
+/// another uid can reach the socket inside it.
+fn let_others_through(d: &Daemon) {
+    let scratch = d.data_dir().parent().expect("scratch").to_owned();
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+}
+
+#[test]
+fn another_uid_is_refused_by_its_credentials_and_a_group_member_is_let_in() {
+    if euid() != 0 {
+        eprintln!("skipped: needs root to run a client as another uid");
+        return;
+    }
+    // Refused: the file mode is opened up by hand (as a careless admin
+    // might), so only the credential check stands in the way.
+    let (d, sock) = daemon_with_socket_dir("");
+    let_others_through(&d);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let (code, err) = cli_as_nobody(&sock, &["lun", "readahead", A, "1", "none"]);
+    assert_eq!(code, Some(1), "refused by the daemon: {err}");
+    assert!(
+        err.contains("permission denied: uid 65534 gid 65534"),
+        "{err}"
+    );
+    admin_common::eventually("the refusal logged", || {
+        d.stderr()
+            .lines()
+            .any(|l| l.contains("caller refused") && l.contains("uid=65534"))
+    });
+    assert!(
+        !d.stderr().contains("admin change applied"),
+        "nothing changed:\n{}",
+        d.stderr()
+    );
+    drop(d);
+
+    // Let in: a member of admin_socket_group (here by its effective gid),
+    // the group of gid 65534 (nogroup on Debian, nobody elsewhere).
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let Some(name) = groups.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)? == "65534").then(|| name.to_owned())
+    }) else {
+        eprintln!("skipped the group half: no group 65534 in /etc/group");
+        return;
+    };
+    let (d, sock) = daemon_with_socket_dir(&format!("admin_socket_group = \"{name}\"\n"));
+    let_others_through(&d);
+    let (code, err) = cli_as_nobody(&sock, &["lun", "readahead", A, "1", "none"]);
+    assert_eq!(code, Some(0), "a group member is let in: {err}");
+    admin_common::eventually("the change logged", || {
+        d.stderr().lines().any(|l| {
+            l.contains("admin change applied")
+                && l.contains("set_readahead")
+                && l.contains("uid=65534 gid=65534")
+        })
+    });
+}
+
+/// This process's effective uid.
+fn euid() -> u32 {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Runs `rustgt admin --socket SOCK ARGS...`.
+fn cli_at(sock: &std::path::Path, args: &[&str]) -> common::ToolOutput {
+    let mut all = vec![
+        "admin".to_owned(),
+        "--socket".to_owned(),
+        sock.display().to_string(),
+    ];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    run_tool(env!("CARGO_BIN_EXE_rustgt"), &all, TOOL_TIMEOUT)
 }
 
 #[test]

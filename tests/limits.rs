@@ -10,6 +10,10 @@
 //!   sessions per initiator name) refuses past it and accepts again once
 //!   connections go away.
 //! - Closing 1,000 sessions at once adds at most a handful of threads.
+//! - A burst of 1,000 immediate ABORT TASKs on one connection adds no
+//!   thread beyond the fixed task-management pool, and every one of them
+//!   is answered (the ones over the per-connection bound with Function
+//!   Rejected).
 //!
 //! Every loop is bounded in count and time; the only timing bounds are
 //! generous ones ("closed within login timeout + 5 s").
@@ -27,7 +31,10 @@ use std::time::{Duration, Instant};
 
 use common::{run_tool, Daemon, DaemonOptions, ToolOutput, DEFAULT_IQN};
 use initiator::{Session, Wire};
-use rustgt_iscsi::pdu::{LoginRequest, LoginStatus, Reply, Request, RequestHeader, Stage};
+use rustgt_iscsi::pdu::{
+    LoginRequest, LoginStatus, Reply, Request, RequestHeader, Stage, TaskMgmtRequest, TmfCode,
+    TmfResult,
+};
 use rustgt_iscsi::text::encode_text;
 
 const INITIATOR: &str = "iqn.2026-11.org.rustgt:limits";
@@ -664,4 +671,105 @@ fn closing_a_thousand_sessions_at_once_adds_at_most_a_handful_of_threads() {
         "closing {SESSIONS} sessions raised the thread count from {before} to {most}"
     );
     inq(&d).assert_success();
+}
+
+/// An immediate ABORT TASK of a task that does not exist.
+fn abort_task(itt: u32, cmd_sn: u32) -> Vec<u8> {
+    Request {
+        header: RequestHeader::TaskMgmt(TaskMgmtRequest {
+            immediate: true,
+            function: TmfCode::ABORT_TASK,
+            lun: 0,
+            itt,
+            referenced_tag: 0x7fff_0000 | itt,
+            cmd_sn,
+            exp_stat_sn: 0,
+            ref_cmd_sn: cmd_sn.wrapping_sub(1),
+            exp_data_sn: 0,
+        }),
+        data: vec![],
+    }
+    .encode(false, false)
+}
+
+#[test]
+fn a_burst_of_a_thousand_aborts_is_answered_on_a_fixed_number_of_threads() {
+    const BURST: u32 = 1000;
+    /// Threads that may come and go meanwhile (none should).
+    const MORE_THREADS: usize = 2;
+    let d = start(&[]);
+    let pid = pid(&d);
+    let mut s = Session::login(d.portal, DEFAULT_IQN, INITIATOR, [0x80, 0, 0, 0, 0x71, 1]);
+    s.clear_unit_attentions(0);
+    let cmd_sn = s.cmd_sn();
+    // One first, so the task-management pool is running before counting.
+    s.wire().send(&abort_task(0x10_0000, cmd_sn));
+    let mut first = None;
+    assert!(wait_until(SETTLE, || {
+        if let Ok(Some(Reply::TaskMgmtResponse(t))) = s.wire().try_recv(Duration::from_millis(100))
+        {
+            first = Some(t.response);
+        }
+        first.is_some()
+    }));
+    assert_eq!(first, Some(TmfResult::TASK_DOES_NOT_EXIST));
+    let before = threads(pid);
+
+    let burst: Vec<u8> = (1..=BURST)
+        .flat_map(|itt| abort_task(itt, cmd_sn))
+        .collect();
+    s.wire().send(&burst);
+    let mut answers: std::collections::HashMap<u32, TmfResult> = std::collections::HashMap::new();
+    let mut most = before;
+    let deadline = Instant::now() + SETTLE;
+    while answers.len() < BURST as usize && Instant::now() < deadline {
+        most = most.max(threads(pid));
+        match s.wire().try_recv(Duration::from_millis(200)) {
+            Ok(Some(Reply::TaskMgmtResponse(t))) => {
+                assert!(
+                    answers.insert(t.itt, t.response).is_none(),
+                    "ITT {:#x} answered twice",
+                    t.itt
+                );
+            }
+            Ok(_) => {}
+            Err(_) => panic!(
+                "the target closed the connection after {} answers\n{}",
+                answers.len(),
+                d.stderr_tail(20)
+            ),
+        }
+    }
+    most = most.max(threads(pid));
+    assert_eq!(
+        answers.len(),
+        BURST as usize,
+        "not every ABORT TASK was answered within {SETTLE:?}"
+    );
+    assert!((1..=BURST).all(|itt| answers.contains_key(&itt)));
+    let rejected = answers
+        .values()
+        .filter(|r| **r == TmfResult::REJECTED)
+        .count();
+    let not_found = answers
+        .values()
+        .filter(|r| **r == TmfResult::TASK_DOES_NOT_EXIST)
+        .count();
+    eprintln!(
+        "threads: {before} before the burst, at most {most} during it; \
+         {not_found} answered task does not exist, {rejected} rejected"
+    );
+    assert_eq!(rejected + not_found, BURST as usize, "{answers:?}");
+    assert!(
+        most <= before + MORE_THREADS,
+        "{BURST} ABORT TASKs raised the thread count from {before} to {most}"
+    );
+    // The running slots and the queue are always served.
+    assert!(
+        not_found >= rustgt_iscsi::conn::MAX_TMFS_RUNNING + rustgt_iscsi::conn::MAX_TMFS_QUEUED,
+        "{not_found} served"
+    );
+    // The session carries on.
+    assert!(s.ping(0x4242));
+    s.clear_unit_attentions(0);
 }

@@ -87,6 +87,7 @@ impl Runtime {
         // Restart-only settings keep their running values.
         wanted.data_dir = self.cfg.data_dir.clone();
         wanted.admin_socket = self.cfg.admin_socket.clone();
+        wanted.admin_socket_group = self.cfg.admin_socket_group.clone();
         wanted.metrics_listen = self.cfg.metrics_listen;
 
         let mut prepared = Prepared::default();

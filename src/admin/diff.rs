@@ -15,7 +15,7 @@
 //!   policy switched in place, the LUN stays exported;
 //! - any other LUN setting (engine, path, block size, workers, ...): the
 //!   LUN is replaced (removed, then added again);
-//! - `data_dir`, `admin_socket`, `metrics_listen` and `[reactor]`
+//! - `data_dir`, `admin_socket`, `admin_socket_group`, `metrics_listen` and `[reactor]`
 //!   (`threads`, `run_to_completion`, `io_uring`, `busy_poll_us`): only
 //!   after a restart.
 
@@ -330,6 +330,9 @@ fn restart_only(a: &Config, b: &Config) -> Vec<String> {
     if a.admin_socket != b.admin_socket {
         out.push("admin_socket".to_owned());
     }
+    if a.admin_socket_group != b.admin_socket_group {
+        out.push("admin_socket_group".to_owned());
+    }
     if a.metrics_listen != b.metrics_listen {
         out.push("metrics_listen".to_owned());
     }
@@ -340,6 +343,7 @@ fn restart_only(a: &Config, b: &Config) -> Vec<String> {
     let mut rest = b.clone();
     rest.data_dir = a.data_dir.clone();
     rest.admin_socket = a.admin_socket.clone();
+    rest.admin_socket_group = a.admin_socket_group.clone();
     rest.metrics_listen = a.metrics_listen;
     rest.reactor = a.reactor.clone();
     rest.iscsi = a.iscsi.clone();

@@ -499,6 +499,7 @@ async fn fetch(control: &ControlTx) -> Result<String, String> {
         .send(Envelope {
             request: Request::Metrics,
             reply: tx,
+            caller: None,
         })
         .await
         .map_err(|_| "the daemon is shutting down".to_owned())?;

@@ -18,9 +18,13 @@
 //!   first visible change, and is undone if a later fallible step fails;
 //! - removing a LUN or target that has sessions is refused unless forced;
 //! - every error names what was wrong (target, LUN, portal, config key);
-//! - the socket is created with mode 0600 (it can read CHAP secrets back).
+//! - the socket is created with mode 0600 (0660 for `admin_socket_group`)
+//!   from its first instant at its path, and every caller is checked by
+//!   its kernel credentials ([`peer`]), as it can read CHAP secrets back;
+//!   every change is logged with who made it.
 //!
-//! Layout: [`proto`] is the wire protocol; [`server`] the socket; [`runtime`]
+//! Layout: [`proto`] is the wire protocol; [`server`] the socket;
+//! [`peer`] the callers' credentials and who may call; [`runtime`]
 //! the running state and request handling; [`apply`] the transactional
 //! application of a [`diff::Plan`]; [`lunstore`] the swappable, metered
 //! store under every LUN; [`metrics`] the Prometheus exposition; [`client`]
@@ -31,6 +35,7 @@ pub mod client;
 pub mod diff;
 pub mod lunstore;
 pub mod metrics;
+pub mod peer;
 pub mod proto;
 pub mod render;
 pub mod runtime;

@@ -187,6 +187,125 @@ impl Request {
     }
 }
 
+impl Request {
+    /// Whether the request changes anything (and is therefore logged with
+    /// who sent it). Queries, statistics, `config_save` and dry runs do
+    /// not; `logout_session` and `kill_session` do.
+    pub fn is_change(&self) -> bool {
+        match self {
+            Request::Status
+            | Request::ListTargets
+            | Request::ShowTarget { .. }
+            | Request::ListPortals
+            | Request::ListLuns { .. }
+            | Request::ListSessions { .. }
+            | Request::ListConnections
+            | Request::LunStats { .. }
+            | Request::SessionStats { .. }
+            | Request::Metrics
+            | Request::ConfigSave => false,
+            Request::ConfigApply { dry_run, .. } => !dry_run,
+            Request::AddTarget { .. }
+            | Request::RemoveTarget { .. }
+            | Request::AddPortal { .. }
+            | Request::RemovePortal { .. }
+            | Request::AddLun { .. }
+            | Request::RemoveLun { .. }
+            | Request::ResizeLun { .. }
+            | Request::SetReadahead { .. }
+            | Request::SetFaults { .. }
+            | Request::SetAcl { .. }
+            | Request::AclAdd { .. }
+            | Request::AclRemove { .. }
+            | Request::SetChap { .. }
+            | Request::LogoutSession { .. }
+            | Request::KillSession { .. }
+            | Request::ConfigReload { .. } => true,
+        }
+    }
+
+    /// What the request asks for, in one line for the log: its name and
+    /// the fields that say what it touches. Never a CHAP secret, nor a
+    /// `config_apply` file's text (only its origin and length).
+    pub fn describe(&self) -> String {
+        let name = self.name();
+        match self {
+            Request::ShowTarget { target } => format!("{name} target={target}"),
+            Request::AddTarget { target } => {
+                let luns: Vec<u64> = target.luns.iter().map(|l| l.id).collect();
+                format!("{name} target={} luns={luns:?}", target.iqn)
+            }
+            Request::RemoveTarget { target, force } => {
+                format!("{name} target={target} force={force}")
+            }
+            Request::AddPortal { target, portal } | Request::RemovePortal { target, portal } => {
+                format!("{name} target={target} portal={portal}")
+            }
+            Request::AddLun { target, lun } => format!(
+                "{name} target={target} lun={} backstore={}",
+                lun.id, lun.backstore
+            ),
+            Request::RemoveLun { target, lun, force } => {
+                format!("{name} target={target} lun={lun} force={force}")
+            }
+            Request::ResizeLun { target, lun, size } => format!(
+                "{name} target={target} lun={lun} size={}",
+                size.as_deref().unwrap_or("(backing size)")
+            ),
+            Request::SetReadahead {
+                target,
+                lun,
+                policy,
+            } => format!("{name} target={target} lun={lun} policy={policy}"),
+            Request::SetFaults { target, lun, fault } => format!(
+                "{name} target={target} lun={lun} faults={}",
+                if fault.is_some() { "set" } else { "off" }
+            ),
+            Request::SetAcl { target, acl } => format!("{name} target={target} acl={acl:?}"),
+            Request::AclAdd { target, initiator } | Request::AclRemove { target, initiator } => {
+                format!("{name} target={target} initiator={initiator}")
+            }
+            Request::SetChap { target, chap } => format!(
+                "{name} target={} chap={}",
+                target.as_deref().unwrap_or("(discovery)"),
+                match chap {
+                    Some(c) => format!(
+                        "user={} mutual_user={}",
+                        c.user,
+                        c.mutual_user.as_deref().unwrap_or("-")
+                    ),
+                    None => "off".to_owned(),
+                }
+            ),
+            Request::ListLuns { target } | Request::ListSessions { target } => {
+                format!("{name} target={}", target.as_deref().unwrap_or("(all)"))
+            }
+            Request::LogoutSession { tsih } | Request::KillSession { tsih } => {
+                format!("{name} tsih={tsih}")
+            }
+            Request::ConfigApply {
+                toml,
+                origin,
+                force,
+                dry_run,
+            } => format!(
+                "{name} origin={} bytes={} force={force} dry_run={dry_run}",
+                origin.as_deref().unwrap_or("(request)"),
+                toml.len()
+            ),
+            Request::ConfigReload { force } => format!("{name} force={force}"),
+            Request::Status
+            | Request::ListTargets
+            | Request::ListPortals
+            | Request::ListConnections
+            | Request::LunStats { .. }
+            | Request::SessionStats { .. }
+            | Request::Metrics
+            | Request::ConfigSave => name.to_owned(),
+        }
+    }
+}
+
 /// The answer line: exactly one of `result` and `error` is present.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reply {
@@ -497,6 +616,39 @@ pub struct SessionAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_are_told_from_queries_and_described_without_secrets() {
+        let req = |line: &str| parse_request(line).expect(line);
+        for q in [
+            r#"{"cmd":"status"}"#,
+            r#"{"cmd":"list_luns"}"#,
+            r#"{"cmd":"lun_stats","target":"iqn.x:a","lun":0}"#,
+            r#"{"cmd":"config_save"}"#,
+            r#"{"cmd":"config_apply","toml":"","dry_run":true}"#,
+        ] {
+            assert!(!req(q).is_change(), "{q}");
+        }
+        let chap = req(
+            r#"{"cmd":"set_chap","target":"iqn.x:a","chap":{"user":"alice","secret":"0123456789abcdef","mutual_user":"t","mutual_secret":"fedcba9876543210"}}"#,
+        );
+        assert!(chap.is_change());
+        let text = chap.describe();
+        assert_eq!(
+            text,
+            "set_chap target=iqn.x:a chap=user=alice mutual_user=t"
+        );
+        assert!(!text.contains("0123456789abcdef") && !text.contains("fedcba9876543210"));
+        let apply = req(r#"{"cmd":"config_apply","toml":"secret = 1","origin":"f.toml"}"#);
+        assert!(apply.is_change());
+        assert_eq!(
+            apply.describe(),
+            "config_apply origin=f.toml bytes=10 force=false dry_run=false"
+        );
+        let kill = req(r#"{"cmd":"kill_session","tsih":7}"#);
+        assert!(kill.is_change());
+        assert_eq!(kill.describe(), "kill_session tsih=7");
+    }
 
     #[test]
     fn requests_are_tagged_snake_case_objects() {

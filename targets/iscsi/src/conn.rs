@@ -116,6 +116,29 @@ struct PendingLogout {
 /// negotiated (RFC 7143 §13.12 default).
 const LOGIN_MAX_DSL: u32 = 8192;
 
+/// Task-management functions one connection may have handed to the driver
+/// (running in the SCSI core) at once. Immediate TMF requests take no
+/// CmdSN window slot, so without this a peer could make the daemon run any
+/// number of them at once.
+pub const MAX_TMFS_RUNNING: usize = 4;
+
+/// Task-management requests one connection may have waiting for a running
+/// slot, answered in arrival order as slots free up: as many as a full
+/// default CmdSN window (128) of ABORT TASKs, which an initiator whose
+/// commands all timed out may send at once. One more is answered Function
+/// Rejected at once (RFC 7143 §11.6.1, response 255), so every request
+/// still gets its answer promptly and nothing grows without bound.
+pub const MAX_TMFS_QUEUED: usize = 128;
+
+/// A task-management request waiting for a running slot.
+#[derive(Debug)]
+struct QueuedTmf {
+    itt: u32,
+    immediate: bool,
+    lun: u64,
+    function: TmfFunction,
+}
+
 /// One connection's protocol state.
 #[derive(Debug)]
 pub struct Connection {
@@ -134,8 +157,15 @@ pub struct Connection {
     pub(crate) session: Option<SessionInfo>,
     writes: HashMap<u32, WriteTask>,
     inflight: HashMap<u32, InFlight>,
-    /// Task-management requests handed to the driver, by ITT.
-    tmfs: std::collections::HashSet<u32>,
+    /// Task-management requests handed to the driver, by ITT, with
+    /// whether each was immediate; at most [`MAX_TMFS_RUNNING`].
+    tmfs: HashMap<u32, bool>,
+    /// Task-management requests waiting for a running slot, in arrival
+    /// order; at most [`MAX_TMFS_QUEUED`].
+    tmf_queue: VecDeque<QueuedTmf>,
+    /// Task-management requests rejected because the queue was full
+    /// (logged once per connection, then counted).
+    tmfs_rejected: u64,
     next_ttt: u32,
     text_in: TextAssembler,
     text_out: Option<TextOut>,
@@ -235,7 +265,9 @@ impl Connection {
             session: None,
             writes: HashMap::new(),
             inflight: HashMap::new(),
-            tmfs: std::collections::HashSet::new(),
+            tmfs: HashMap::new(),
+            tmf_queue: VecDeque::new(),
+            tmfs_rejected: 0,
             next_ttt: 1,
             text_in,
             text_out: None,
@@ -1056,6 +1088,20 @@ impl Connection {
                 return;
             }
         };
+        // Bounded: past the running slots and the queue, the request is
+        // rejected before it has any effect.
+        if self.tmfs.len() >= MAX_TMFS_RUNNING && self.tmf_queue.len() >= MAX_TMFS_QUEUED {
+            self.tmfs_rejected = self.tmfs_rejected.saturating_add(1);
+            if self.tmfs_rejected == 1 {
+                tracing::warn!(
+                    running = MAX_TMFS_RUNNING,
+                    queued = MAX_TMFS_QUEUED,
+                    "task-management requests over the per-connection bound: answering Function Rejected"
+                );
+            }
+            self.send_tmf_response(t.itt, TmfResult::REJECTED, t.immediate);
+            return;
+        }
         if matches!(
             function,
             TmfFunction::AbortTaskSet
@@ -1083,19 +1129,42 @@ impl Connection {
             let reads = self.reads_for(&itts);
             self.fence_tmf(t.itt, reads);
         }
-        self.tmfs.insert(t.itt);
-        self.events.push_back(Event::TaskMgmt {
+        self.tmf_queue.push_back(QueuedTmf {
             itt: t.itt,
+            immediate: t.immediate,
             lun,
             function,
         });
+        self.start_tmfs();
+    }
+
+    /// Hands queued task-management requests to the driver while running
+    /// slots are free.
+    fn start_tmfs(&mut self) {
+        while self.tmfs.len() < MAX_TMFS_RUNNING {
+            let Some(q) = self.tmf_queue.pop_front() else {
+                break;
+            };
+            self.tmfs.insert(q.itt, q.immediate);
+            self.events.push_back(Event::TaskMgmt {
+                itt: q.itt,
+                lun: q.lun,
+                function: q.function,
+            });
+        }
+    }
+
+    /// Task-management requests running and waiting (for tests and stats).
+    pub fn tmfs_pending(&self) -> (usize, usize) {
+        (self.tmfs.len(), self.tmf_queue.len())
     }
 
     /// The SCSI core's answer to a task-management request.
     pub fn tmf_done(&mut self, itt: u32, resp: TmfResponse) {
-        if !self.tmfs.remove(&itt) {
+        let Some(immediate) = self.tmfs.remove(&itt) else {
             return;
         };
+        self.start_tmfs();
         let result = match resp {
             TmfResponse::FunctionComplete | TmfResponse::FunctionSucceeded => TmfResult::COMPLETE,
             // With one connection per session every command below ExpCmdSN
@@ -1106,12 +1175,12 @@ impl Connection {
             TmfResponse::NotSupported => TmfResult::NOT_SUPPORTED,
             TmfResponse::FunctionRejected => TmfResult::REJECTED,
         };
-        // TMF requests are normally immediate and take no window slot.
+        // A non-immediate request gives its CmdSN window slot back now.
         let reads = self.take_tmf_fence(itt);
         let then = Deferred::Tmf {
             itt,
             result,
-            immediate: true,
+            immediate,
         };
         self.after_reads(reads, then);
     }

@@ -50,6 +50,7 @@ on_both_transports!(
     discovery_send_targets,
     logout_closes_after_response,
     abort_task_of_a_write_still_collecting_data,
+    a_non_immediate_tmf_gives_its_window_slot_back,
     reinstatement_reports_the_old_connection,
 );
 
@@ -1024,6 +1025,135 @@ fn abort_task_of_a_write_still_collecting_data(mode: Mode) {
     assert!(p.replies().is_empty());
     let (status, data, _) = p.read10(0, 8);
     assert_eq!((status, data.len()), (0, 4096));
+}
+
+fn abort_task_request(itt: u32, cmd_sn: u32, immediate: bool) -> Request {
+    Request {
+        header: RequestHeader::TaskMgmt(TaskMgmtRequest {
+            immediate,
+            function: TmfCode::ABORT_TASK,
+            lun: 0,
+            itt,
+            referenced_tag: 0x7fff_0000 | itt,
+            cmd_sn,
+            exp_stat_sn: 0,
+            ref_cmd_sn: cmd_sn.wrapping_sub(1),
+            exp_data_sn: 0,
+        }),
+        data: vec![],
+    }
+}
+
+fn a_non_immediate_tmf_gives_its_window_slot_back(mode: Mode) {
+    let mut p = default_pair(mode);
+    p.login(&[]);
+    let mut window = None;
+    for i in 0..3u32 {
+        let req = abort_task_request(0x600 + i, p.cmd_sn, false);
+        p.cmd_sn = p.cmd_sn.wrapping_add(1);
+        p.send(&req);
+        match &p.replies()[..] {
+            [Reply::TaskMgmtResponse(t)] => {
+                assert_eq!(t.response, TmfResult::TASK_DOES_NOT_EXIST);
+                assert_eq!(t.exp_cmd_sn, p.cmd_sn);
+                // The window stays as wide as it was: ExpCmdSN and
+                // MaxCmdSN move together.
+                let w = t.max_cmd_sn.wrapping_sub(t.exp_cmd_sn);
+                assert_eq!(*window.get_or_insert(w), w, "window shrank at {i}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// The PDUs the target has queued, without running its events.
+fn sent_now(p: &mut Pair) -> Vec<Reply> {
+    let mut bytes = Vec::new();
+    while let Some(out) = p.conn.poll_transmit() {
+        for seg in out {
+            bytes.extend_from_slice(&seg);
+        }
+    }
+    let mut pos = 0;
+    let mut replies = Vec::new();
+    while pos < bytes.len() {
+        let (r, n) = Reply::decode(&bytes[pos..], false, false).expect("a whole PDU");
+        pos += n;
+        replies.push(r);
+    }
+    replies
+}
+
+#[test]
+fn tcp_a_burst_of_immediate_tmfs_runs_a_few_at_a_time_and_answers_all() {
+    use rustgt_iscsi::conn::{MAX_TMFS_QUEUED, MAX_TMFS_RUNNING};
+    use rustgt_iscsi::Event;
+    const BURST: u32 = 1000;
+    let mut p = default_pair(Mode::Tcp);
+    p.login(&[]);
+    let bytes: Vec<u8> = (1..=BURST)
+        .flat_map(|itt| abort_task_request(itt, p.cmd_sn, true).encode(false, false))
+        .collect();
+    // All of it arrives in one read; nothing is run yet.
+    p.conn.handle_input(&bytes, p.now);
+    assert_eq!(p.conn.tmfs_pending(), (MAX_TMFS_RUNNING, MAX_TMFS_QUEUED));
+    let mut running = std::collections::VecDeque::new();
+    while let Some(ev) = p.conn.poll_event() {
+        match ev {
+            Event::TaskMgmt { itt, .. } => running.push_back(itt),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(running.len(), MAX_TMFS_RUNNING, "only the running slots");
+    // Past the slots and the queue: Function Rejected at once.
+    let rejected: Vec<u32> = sent_now(&mut p)
+        .iter()
+        .map(|r| match r {
+            Reply::TaskMgmtResponse(t) => {
+                assert_eq!(t.response, TmfResult::REJECTED);
+                t.itt
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let served = MAX_TMFS_RUNNING + MAX_TMFS_QUEUED;
+    assert_eq!(rejected.len(), BURST as usize - served);
+    assert!(rejected.iter().all(|itt| *itt as usize > served));
+    // Each answer starts the next queued one, in arrival order.
+    let mut answered = Vec::new();
+    let mut rounds = 0;
+    while let Some(itt) = running.pop_front() {
+        rounds += 1;
+        assert!(rounds <= served, "more TMFs ran than were accepted");
+        p.conn.tmf_done(itt, rustgt_scsi::TmfResponse::TaskNotFound);
+        answered.push(itt);
+        while let Some(ev) = p.conn.poll_event() {
+            match ev {
+                Event::TaskMgmt { itt, .. } => running.push_back(itt),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(running.len() <= MAX_TMFS_RUNNING);
+    }
+    let expected: Vec<u32> = (1..=served as u32).collect();
+    assert_eq!(answered, expected);
+    let replies = sent_now(&mut p);
+    assert_eq!(replies.len(), served);
+    assert!(replies.iter().all(|r| matches!(
+        r,
+        Reply::TaskMgmtResponse(t) if t.response == TmfResult::TASK_DOES_NOT_EXIST
+    )));
+    assert_eq!(p.conn.tmfs_pending(), (0, 0));
+    // Room again: the next request is served, not rejected.
+    let req = abort_task_request(BURST + 1, p.cmd_sn, true);
+    p.send(&req);
+    match &p.replies()[..] {
+        [Reply::TaskMgmtResponse(t)] => assert_eq!(
+            (t.itt, t.response),
+            (BURST + 1, TmfResult::TASK_DOES_NOT_EXIST)
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 fn reinstatement_reports_the_old_connection(mode: Mode) {

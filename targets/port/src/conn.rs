@@ -187,10 +187,22 @@ impl PortConn {
                     let _ = tx.send(PortMsg::Tmf(itt, TmfResponse::FunctionRejected));
                     return None;
                 };
-                tokio::task::spawn_blocking(move || {
-                    let r = t.task_management(&nexus, lun, function);
-                    let _ = tx.send(PortMsg::Tmf(itt, r));
+                // The core hands over at most MAX_TMFS_RUNNING at once per
+                // connection; the pool's threads are fixed.
+                let reply = tx.clone();
+                let job: crate::tmf::Job = Box::new(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        t.task_management(&nexus, lun, function)
+                    }))
+                    .unwrap_or_else(|_| {
+                        tracing::error!(itt, "task-management function panicked");
+                        TmfResponse::FunctionRejected
+                    });
+                    let _ = reply.send(PortMsg::Tmf(itt, r));
                 });
+                if self.port.run_tmf(job).is_err() {
+                    let _ = tx.send(PortMsg::Tmf(itt, TmfResponse::FunctionRejected));
+                }
             }
         }
         None

@@ -29,7 +29,9 @@
 //!   blocking run to completion on the calling thread
 //!   ([`ScsiTarget::run_inline`]); the rest go to the LUN's
 //!   workers, whose completions, like task-management results and control
-//!   requests, come back through [`PortConn::recv`].
+//!   requests, come back through [`PortConn::recv`];
+//! - task-management functions run on a small fixed pool of threads
+//!   ([`TMF_THREADS`]), never one thread per request.
 //!
 //! Guarantees: no I/O of its own (no sockets, no verbs); every lock is
 //! short and never held across an await; nothing a peer sends reaches
@@ -42,6 +44,7 @@ mod poll;
 mod reactors;
 mod ring;
 mod stats;
+mod tmf;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +60,7 @@ pub use rustgt_iscsi::negotiate::Transport;
 use rustgt_iscsi::{Directory, PortalConfig, SessionInfo, SessionTable};
 use rustgt_scsi::ScsiTarget;
 pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};
+pub use tmf::TMF_THREADS;
 use tokio::sync::{mpsc, watch};
 
 /// A live connection as the port sees it.
@@ -112,6 +116,9 @@ pub struct Port {
     shutdown: watch::Sender<bool>,
     /// The connection caps and what they count.
     admission: Arc<admission::Admission>,
+    /// Runs task-management functions; started at the first one (`None`
+    /// inside if no thread could be started).
+    tmf_pool: OnceLock<Option<tmf::TmfPool>>,
 }
 
 impl Port {
@@ -128,7 +135,20 @@ impl Port {
             next_conn: AtomicU64::new(1),
             shutdown,
             admission: Arc::new(admission::Admission::default()),
+            tmf_pool: OnceLock::new(),
         })
+    }
+
+    /// Runs a task-management job on the port's pool; gives it back if
+    /// the pool could not be started.
+    pub(crate) fn run_tmf(&self, job: tmf::Job) -> Result<(), tmf::Job> {
+        match self
+            .tmf_pool
+            .get_or_init(|| tmf::TmfPool::start(tmf::TMF_THREADS))
+        {
+            Some(pool) => pool.run(job),
+            None => Err(job),
+        }
     }
 
     /// Replace the connection caps ([`ConnLimits::default`] until set).
