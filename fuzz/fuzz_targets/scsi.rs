@@ -97,7 +97,7 @@ fuzz_target!(|input: &[u8]| {
         if sel & 0x20 != 0 {
             data_in_len = data_in_len.saturating_mul(512).min(1 << 20);
         }
-        let data_out = take(&mut data, usize::from(dout_len) * 4).to_vec();
+        let data_out = take(&mut data, usize::from(dout_len) * 8).to_vec();
         let tag = u64::from(sel) << 32 | data.len() as u64;
         let cmd = Command {
             nexus,
