@@ -30,6 +30,9 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(req) = proto::parse_request(line) {
         let again = serde_json::to_string(&req).expect("a request encodes");
-        assert_eq!(proto::parse_request(&again).expect("re-encoded request parses"), req);
+        assert_eq!(
+            proto::parse_request(&again).expect("re-encoded request parses"),
+            req
+        );
     }
 });

@@ -35,7 +35,9 @@ fuzz_target!(|data: &[u8]| {
             target: Some(target),
         },
     };
-    let challenge: Vec<u8> = (0..16u8).map(|i| i.wrapping_mul(37).wrapping_add(sel)).collect();
+    let challenge: Vec<u8> = (0..16u8)
+        .map(|i| i.wrapping_mul(37).wrapping_add(sel))
+        .collect();
     let mut sec = SecurityNegotiator::new(policy, challenge, sel);
     let mut algorithm: Option<(ChapAlgorithm, u8, Vec<u8>)> = None;
     for seg in rest.split(|&b| b == 0xff).take(8) {
@@ -55,14 +57,20 @@ fuzz_target!(|data: &[u8]| {
         }
         match sec.process(&pairs) {
             Ok(answers) => {
-                let get = |k: &str| answers.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str());
+                let get = |k: &str| {
+                    answers
+                        .iter()
+                        .find(|(a, _)| a == k)
+                        .map(|(_, v)| v.as_str())
+                };
                 if let (Some(a), Some(i), Some(c)) = (get("CHAP_A"), get("CHAP_I"), get("CHAP_C")) {
                     let alg = match a {
                         "5" => Some(ChapAlgorithm::Md5),
                         "7" => Some(ChapAlgorithm::Sha256),
                         _ => None,
                     };
-                    if let (Some(alg), Ok(id), Ok(chal)) = (alg, i.parse::<u8>(), decode_binary(c)) {
+                    if let (Some(alg), Ok(id), Ok(chal)) = (alg, i.parse::<u8>(), decode_binary(c))
+                    {
                         algorithm = Some((alg, id, chal));
                     }
                 }
@@ -71,6 +79,11 @@ fuzz_target!(|data: &[u8]| {
                 let _ = e.login_status();
             }
         }
-        let _ = (sec.user(), sec.authenticated(), sec.is_complete(), sec.check_transit());
+        let _ = (
+            sec.user(),
+            sec.authenticated(),
+            sec.is_complete(),
+            sec.check_transit(),
+        );
     }
 });

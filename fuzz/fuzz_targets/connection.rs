@@ -151,8 +151,10 @@ impl Harness {
     }
 
     fn login_request(&self, csg: Stage, nsg: Stage, keys: &[(&str, &str)]) -> Request {
-        let pairs: Vec<(String, String)> =
-            keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let pairs: Vec<(String, String)> = keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Request {
             header: RequestHeader::Login(LoginRequest {
                 transit: true,
@@ -228,14 +230,22 @@ fuzz_target!(|data: &[u8]| {
     let now = Instant::now();
     let setup = ConnectionSetup {
         conn_id: 1,
-        transport: if iser { Transport::Iser } else { Transport::Tcp },
+        transport: if iser {
+            Transport::Iser
+        } else {
+            Transport::Tcp
+        },
         local_addr: "127.0.0.1:3260".into(),
         peer_addr: "127.0.0.1:50000".into(),
         random: [7u8; 32],
     };
     let table = Arc::new(Mutex::new(SessionTable::new()));
     let conn = if iser {
-        let params = IserParams { read_depth: 4, max_rdma_len: 4096, remote_invalidate: sel & 4 != 0 };
+        let params = IserParams {
+            read_depth: 4,
+            max_rdma_len: 4096,
+            remote_invalidate: sel & 4 != 0,
+        };
         Connection::new_iser(config(), table, setup, params, now)
     } else {
         Connection::new(config(), table, setup, now)
@@ -255,7 +265,10 @@ fuzz_target!(|data: &[u8]| {
     };
     if sel & 2 != 0 {
         h.login();
-        assert!(h.logged_in, "the well-formed login reaches full feature phase");
+        assert!(
+            h.logged_in,
+            "the well-formed login reaches full feature phase"
+        );
     }
     for _ in 0..64 {
         if input.0.is_empty() {
@@ -286,7 +299,11 @@ fuzz_target!(|data: &[u8]| {
                     read: flags & 0x20 != 0,
                     write: flags & 0x10 != 0,
                     attr: TaskAttribute(flags & 7),
-                    lun: if flags & 8 != 0 { 0x0001_0000_0000_0000 } else { 0 },
+                    lun: if flags & 8 != 0 {
+                        0x0001_0000_0000_0000
+                    } else {
+                        0
+                    },
                     itt: h.itt,
                     expected_data_len: edtl,
                     cmd_sn: h.cmd_sn,
@@ -297,13 +314,22 @@ fuzz_target!(|data: &[u8]| {
                 if !cmd.immediate {
                     h.cmd_sn = h.cmd_sn.wrapping_add(1);
                 }
-                let buf = RemoteBuffer { stag: 0x1000, base: 0x7f00_0000_0000 };
+                let buf = RemoteBuffer {
+                    stag: 0x1000,
+                    base: 0x7f00_0000_0000,
+                };
                 let remote = ControlHeader {
                     write: cmd.read.then_some(buf),
-                    read: cmd.write.then_some(RemoteBuffer { stag: 0x2000, ..buf }),
+                    read: cmd.write.then_some(RemoteBuffer {
+                        stag: 0x2000,
+                        ..buf
+                    }),
                 };
                 let data = input.bytes(imm).to_vec();
-                let req = Request { header: RequestHeader::ScsiCommand(cmd), data };
+                let req = Request {
+                    header: RequestHeader::ScsiCommand(cmd),
+                    data,
+                };
                 h.send(&req, remote);
             }
             // Complete one of the commands handed out, with a random result.
@@ -326,7 +352,11 @@ fuzz_target!(|data: &[u8]| {
                         2 => (Status(status), Vec::new()),
                         _ => (Status::BUSY, Vec::new()),
                     };
-                    let data_in = if status == Status::GOOD { vec![0xa5; data_len as usize] } else { Vec::new() };
+                    let data_in = if status == Status::GOOD {
+                        vec![0xa5; data_len as usize]
+                    } else {
+                        Vec::new()
+                    };
                     let residual = match residual % 3 {
                         0 => Residual::None,
                         1 => Residual::Underflow(c.data_in_len.saturating_sub(data_len)),
@@ -354,8 +384,13 @@ fuzz_target!(|data: &[u8]| {
                 let short = input.byte();
                 if !h.reads.is_empty() {
                     let r = h.reads.remove(pick % h.reads.len());
-                    let len = if short & 1 != 0 { usize::from(short) } else { r.len as usize };
-                    h.conn.data_arrived(r.itt, r.ttt, &vec![0x5a; len.min(1 << 20)]);
+                    let len = if short & 1 != 0 {
+                        usize::from(short)
+                    } else {
+                        r.len as usize
+                    };
+                    h.conn
+                        .data_arrived(r.itt, r.ttt, &vec![0x5a; len.min(1 << 20)]);
                 } else if !h.tmfs.is_empty() {
                     let itt = h.tmfs.remove(pick % h.tmfs.len());
                     let r = match short % 6 {
@@ -378,10 +413,18 @@ fuzz_target!(|data: &[u8]| {
         }
         h.drain();
     }
-    let _ = (h.logged_in, h.conn.is_closing(), h.conn.in_flight(), h.conn.poll_timeout());
+    let _ = (
+        h.logged_in,
+        h.conn.is_closing(),
+        h.conn.in_flight(),
+        h.conn.poll_timeout(),
+    );
     // Late completions after everything else must be harmless too.
     for c in std::mem::take(&mut h.commands) {
-        h.conn.complete(Response { tag: c.tag, ..Response::default() });
+        h.conn.complete(Response {
+            tag: c.tag,
+            ..Response::default()
+        });
     }
     h.drain();
 });

@@ -9,7 +9,10 @@ use rustgt_iscsi::iser::{CmPrivateData, ControlHeader, IserMessage};
 fuzz_target!(|data: &[u8]| {
     if let Ok(h) = ControlHeader::parse(data) {
         let again = h.encode();
-        assert_eq!(ControlHeader::parse(&again).expect("re-encoded header parses"), h);
+        assert_eq!(
+            ControlHeader::parse(&again).expect("re-encoded header parses"),
+            h
+        );
         let _ = h.invalidate_stag();
     }
     match IserMessage::parse(data) {
@@ -24,7 +27,12 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(cm) = CmPrivateData::parse(data) {
         let again = cm.encode();
-        assert_eq!(CmPrivateData::parse(&again).expect("re-encoded CM data parses").flags, cm.flags);
+        assert_eq!(
+            CmPrivateData::parse(&again)
+                .expect("re-encoded CM data parses")
+                .flags,
+            cm.flags
+        );
         let _ = (cm.zero_based_va(), cm.send_with_invalidate());
         let _ = cm.target_reply(true).encode();
         let _ = cm.target_reply(false).encode();

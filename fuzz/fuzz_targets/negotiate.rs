@@ -13,7 +13,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    let transport = if sel & 1 != 0 { Transport::Iser } else { Transport::Tcp };
+    let transport = if sel & 1 != 0 {
+        Transport::Iser
+    } else {
+        Transport::Tcp
+    };
     let mut limits = Limits::default();
     if sel & 2 != 0 {
         limits.header_digest = vec![Digest::CRC32C, Digest::None];

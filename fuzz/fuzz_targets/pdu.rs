@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(req2, req);
     }
     let _ = Reply::decode(rest, hd, dd);
-    if let Some(bhs) = rest.get(..BHS_LEN).and_then(|b| <&[u8; BHS_LEN]>::try_from(b).ok()) {
+    if let Some(bhs) = rest
+        .get(..BHS_LEN)
+        .and_then(|b| <&[u8; BHS_LEN]>::try_from(b).ok())
+    {
         let ahs = rest.get(BHS_LEN..).unwrap_or_default();
         let _ = RequestHeader::parse(bhs, ahs);
         let b = Bhs::from_array(bhs);

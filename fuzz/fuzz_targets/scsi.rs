@@ -66,7 +66,8 @@ fuzz_target!(|input: &[u8]| {
     let mut data = input;
     for _ in 0..8 {
         let head = take(&mut data, 5);
-        let [sel, cdb_len, dil_hi, dil_lo, dout_len] = <[u8; 5]>::try_from(head).unwrap_or_default();
+        let [sel, cdb_len, dil_hi, dil_lo, dout_len] =
+            <[u8; 5]>::try_from(head).unwrap_or_default();
         if head.len() < 5 {
             return;
         }
@@ -85,8 +86,12 @@ fuzz_target!(|input: &[u8]| {
                 2 => TmfFunction::LogicalUnitReset,
                 3 => TmfFunction::TargetWarmReset,
                 4 => TmfFunction::ClearAca,
-                5 => TmfFunction::AbortTask { tag: u64::from(dil_lo) },
-                _ => TmfFunction::QueryTask { tag: u64::from(dil_lo) },
+                5 => TmfFunction::AbortTask {
+                    tag: u64::from(dil_lo),
+                },
+                _ => TmfFunction::QueryTask {
+                    tag: u64::from(dil_lo),
+                },
             };
             let _ = t.task_management(&nexus, lun, f);
             continue;
@@ -118,13 +123,18 @@ fuzz_target!(|input: &[u8]| {
                         let _ = tx.send(r);
                     }),
                 );
-                rx.recv_timeout(Duration::from_secs(30)).expect("a submitted command completes")
+                rx.recv_timeout(Duration::from_secs(30))
+                    .expect("a submitted command completes")
             }
         };
         assert_eq!(r.tag, tag);
         assert!(r.data_in.len() as u64 <= u64::from(data_in_len));
         if r.status == Status::CHECK_CONDITION {
-            assert!(matches!(r.sense.first(), Some(0x70 | 0x72 | 0xF0)), "sense {:02x?}", r.sense);
+            assert!(
+                matches!(r.sense.first(), Some(0x70 | 0x72 | 0xF0)),
+                "sense {:02x?}",
+                r.sense
+            );
         } else if !r.aborted {
             assert!(r.sense.is_empty());
         }
