@@ -9,6 +9,15 @@
 mod admin {
     /// Mirrors `rustgt::admin::DEFAULT_SOCKET_NAME` (src/admin/mod.rs).
     pub const DEFAULT_SOCKET_NAME: &str = "admin.sock";
+
+    /// Stands in for `rustgt::admin::peer` (src/admin/peer.rs), which the
+    /// loader asks for `admin_socket_group`: no group database here, so
+    /// every group name is unknown (the loader's error path).
+    pub mod peer {
+        pub fn lookup_group(_name: &str) -> std::io::Result<Option<u32>> {
+            Ok(None)
+        }
+    }
 }
 
 #[path = "../../src/config.rs"]
