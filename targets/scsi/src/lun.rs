@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rustgt_backstore::{Backstore, Geometry};
 
@@ -210,7 +211,7 @@ struct TaskEntry {
     state: TaskState,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct TaskSet {
     /// In execution order: HEAD OF QUEUE tasks at the front, others by arrival.
     entries: VecDeque<TaskEntry>,
@@ -219,7 +220,47 @@ struct TaskSet {
     work_waiters: usize,
     /// Threads blocked on `idle` (task management waiting for tasks).
     idle_waiters: usize,
+    /// Workers running (in their loop, asleep or not).
+    workers: usize,
+    /// Workers executing a task.
+    busy: usize,
+    /// Wake-ups sent to `work` that no worker has consumed yet.
+    notified: usize,
+    /// A sleeping worker that wakes on a short timeout while others are
+    /// busy (see [`Self::fast`]).
+    standby: bool,
+    /// Moving average of how long the workers' tasks took to execute, ns.
+    exec_ewma_ns: u64,
 }
+
+impl Default for TaskSet {
+    fn default() -> Self {
+        TaskSet {
+            entries: VecDeque::new(),
+            stopping: false,
+            work_waiters: 0,
+            idle_waiters: 0,
+            workers: 0,
+            busy: 0,
+            notified: 0,
+            standby: false,
+            // Until measured, tasks count as slow: one worker per task.
+            exec_ewma_ns: 4 * FAST_TASK_NS,
+        }
+    }
+}
+
+/// A task that executes in less than this on average is "fast": waking a
+/// sleeping worker for it costs more than waiting for a busy worker to
+/// finish its own (on a virtual machine a wake-up alone is tens of µs).
+const FAST_TASK_NS: u64 = 50_000;
+/// With fast tasks, another worker is woken only when more than this many
+/// tasks queue per awake worker.
+const FAST_TASKS_PER_WORKER: usize = 8;
+/// With fast tasks and every awake worker busy, a standby worker looks at
+/// the queue this often, so a task never waits long behind one that
+/// turned out slow.
+const STANDBY: Duration = Duration::from_micros(200);
 
 impl TaskSet {
     /// Stopping with no task left: the workers may exit. A task that ends
@@ -230,6 +271,42 @@ impl TaskSet {
 
     fn position(&self, key: TaskKey) -> Option<usize> {
         self.entries.iter().position(|e| e.key == key)
+    }
+
+    /// Whether the workers' tasks have lately been fast (see
+    /// [`FAST_TASK_NS`]).
+    fn fast(&self) -> bool {
+        self.exec_ewma_ns < FAST_TASK_NS
+    }
+
+    /// Records how long a worker's task executed.
+    fn executed(&mut self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.exec_ewma_ns = self.exec_ewma_ns - self.exec_ewma_ns / 8 + ns / 8;
+    }
+
+    /// Whether a sleeping worker should be woken for the queued tasks.
+    /// Slow tasks get a worker each (beyond the workers about to look at
+    /// the queue anyway); fast ones are left to the awake workers, which
+    /// run them in turn, until too many queue up.
+    fn should_wake(&self) -> bool {
+        if self.work_waiters <= self.notified || self.next_runnable().is_none() {
+            return false;
+        }
+        let queued = self
+            .entries
+            .iter()
+            .filter(|e| matches!(e.state, TaskState::Queued(_)))
+            .count();
+        let awake = self.workers.saturating_sub(self.work_waiters) + self.notified;
+        let looking = awake.saturating_sub(self.busy);
+        if self.fast() {
+            // Every awake worker busy and nobody on standby: one wakes,
+            // to take the task or keep watch.
+            awake == 0 || queued > FAST_TASKS_PER_WORKER * awake || (looking == 0 && !self.standby)
+        } else {
+            queued > looking
+        }
     }
 
     /// The first queued task its attribute lets run now (SAM-5 §8.6).
@@ -474,7 +551,10 @@ impl LogicalUnit {
         } else {
             set.entries.push_back(entry);
         }
-        let wake = set.work_waiters > 0;
+        let wake = set.should_wake();
+        if wake {
+            set.notified += 1;
+        }
         drop(set);
         if wake {
             self.work.notify_one();
@@ -567,6 +647,9 @@ impl LogicalUnit {
         // meanwhile; idle workers stay asleep otherwise.
         let wake_idle = set.idle_waiters > 0;
         let wake_work = set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained());
+        if wake_work {
+            set.notified += 1;
+        }
         drop(set);
         if wake_idle {
             self.idle.notify_all();
@@ -578,8 +661,10 @@ impl LogicalUnit {
     }
 
     fn worker_loop(&self, target: &TargetShared) {
+        lock(&self.tasks).workers += 1;
         while let Some((key, pending)) = self.next_task() {
             let Pending { cmd, done } = *pending;
+            let started = Instant::now();
             let response =
                 catch_unwind(AssertUnwindSafe(|| self.run_cancellable(key, &cmd, target)))
                     .unwrap_or_else(|_| {
@@ -589,8 +674,15 @@ impl LogicalUnit {
                         exec::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
                     });
             drop(cmd);
-            self.complete(key, done, response);
+            {
+                let mut set = lock(&self.tasks);
+                set.busy = set.busy.saturating_sub(1);
+                set.executed(started.elapsed());
+            }
+            self.complete(key, done, response, true);
         }
+        let mut set = lock(&self.tasks);
+        set.workers = set.workers.saturating_sub(1);
     }
 
     /// Runs a task on a worker, where the store can see it aborted
@@ -611,9 +703,11 @@ impl LogicalUnit {
                     std::mem::replace(&mut entry.state, TaskState::Running { aborted: false });
                 if let TaskState::Queued(pending) = state {
                     let key = entry.key;
+                    set.busy += 1;
                     // Wake one more worker if more work is ready: a finished
                     // ORDERED task can release many tasks at once.
-                    if set.work_waiters > 0 && set.next_runnable().is_some() {
+                    if set.should_wake() {
+                        set.notified += 1;
                         self.work.notify_one();
                     }
                     return Some((key, pending));
@@ -624,14 +718,35 @@ impl LogicalUnit {
                 return None;
             }
             set.work_waiters += 1;
-            set = self.work.wait(set).unwrap_or_else(PoisonError::into_inner);
+            // While fast tasks are left to busy workers, one sleeper keeps
+            // an eye on the queue in case one of them turned out slow.
+            let standby = !set.standby && set.busy > 0 && set.fast();
+            if standby {
+                set.standby = true;
+                set = match self.work.wait_timeout(set, STANDBY) {
+                    Ok((set, _)) => set,
+                    Err(e) => e.into_inner().0,
+                };
+                set.standby = false;
+            } else {
+                set = self.work.wait(set).unwrap_or_else(PoisonError::into_inner);
+            }
             set.work_waiters -= 1;
+            set.notified = set.notified.saturating_sub(1);
         }
     }
 
     /// Ends a running task: delivers its response, or an aborted completion
     /// when task management marked it meanwhile.
-    pub(crate) fn complete(&self, key: TaskKey, done: Completion, response: Response) {
+    /// `by_worker`: a worker completes its own task and looks for the next
+    /// one itself, so it wakes no other worker for work.
+    pub(crate) fn complete(
+        &self,
+        key: TaskKey,
+        done: Completion,
+        response: Response,
+        by_worker: bool,
+    ) {
         let mut set = lock(&self.tasks);
         let aborted = match set.position(key) {
             Some(i) => {
@@ -649,10 +764,14 @@ impl LogicalUnit {
         let wakes = |set: &TaskSet| {
             (
                 set.idle_waiters > 0,
-                set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained()),
+                set.work_waiters > 0
+                    && (set.drained() || (!by_worker && set.next_runnable().is_some())),
             )
         };
         let mut wake = wakes(&set);
+        if wake.1 {
+            set.notified += 1;
+        }
         drop(set);
         if aborted {
             // Deliver the aborted completion before the waiting task
@@ -663,6 +782,9 @@ impl LogicalUnit {
                 set.entries.remove(i);
             }
             wake = wakes(&set);
+            if wake.1 {
+                set.notified += 1;
+            }
         } else {
             call(done, response);
         }
@@ -861,6 +983,43 @@ mod tests {
             entries: entries.into(),
             ..TaskSet::default()
         }
+    }
+
+    #[test]
+    fn slow_tasks_get_a_worker_each() {
+        let mut s = set(vec![
+            queued(1, TaskAttr::Simple),
+            queued(2, TaskAttr::Simple),
+        ]);
+        (s.workers, s.work_waiters) = (4, 4);
+        assert!(!s.fast(), "unmeasured tasks count as slow");
+        assert!(s.should_wake());
+        s.notified = 1;
+        assert!(s.should_wake(), "two queued, one worker coming");
+        s.notified = 2;
+        assert!(!s.should_wake(), "a worker coming for each");
+    }
+
+    #[test]
+    fn fast_tasks_are_left_to_busy_workers_while_one_keeps_watch() {
+        let mut s = set((1..=3).map(|t| queued(t, TaskAttr::Simple)).collect());
+        for _ in 0..64 {
+            s.executed(Duration::from_micros(5));
+        }
+        assert!(s.fast());
+        (s.workers, s.work_waiters, s.busy) = (4, 3, 1);
+        assert!(s.should_wake(), "nobody looking, nobody on standby");
+        s.standby = true;
+        assert!(!s.should_wake(), "the busy worker and the standby suffice");
+        s.entries = (1..=9).map(|t| queued(t, TaskAttr::Simple)).collect();
+        assert!(s.should_wake(), "more than 8 queued per awake worker");
+        (s.workers, s.work_waiters, s.busy) = (4, 4, 0);
+        s.entries = vec![queued(1, TaskAttr::Simple)].into();
+        assert!(s.should_wake(), "everyone asleep");
+        for _ in 0..64 {
+            s.executed(Duration::from_millis(2));
+        }
+        assert!(!s.fast(), "slow again");
     }
 
     #[test]

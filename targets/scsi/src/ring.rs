@@ -143,7 +143,7 @@ pub(crate) fn start(
         });
     match decided {
         Start::Done(response) => {
-            lu.complete(key, done, response);
+            lu.complete(key, done, response, false);
             Ok(())
         }
         Start::Workers(cmd) => {
@@ -348,5 +348,5 @@ fn finish(
         let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
         exec::check_condition(key.tag, &sense, SenseFormat::Fixed)
     });
-    lu.complete(key, done, response);
+    lu.complete(key, done, response, false);
 }
