@@ -309,6 +309,20 @@ impl TaskSet {
         }
     }
 
+    /// Claims one wake-up of a sleeping worker: true (and counted in
+    /// `notified`) when some registered sleeper has none coming yet. A
+    /// notification beyond the sleepers would reach nobody, and counting
+    /// it would make [`Self::should_wake`] believe a worker is on its way
+    /// that never comes: a queued task then waits for the next enqueue.
+    fn claim_wake(&mut self) -> bool {
+        if self.notified < self.work_waiters {
+            self.notified += 1;
+            true
+        } else {
+            false
+        }
+    }
+
     /// The first queued task its attribute lets run now (SAM-5 §8.6).
     fn next_runnable(&self) -> Option<usize> {
         let mut older_ordered = false;
@@ -551,10 +565,7 @@ impl LogicalUnit {
         } else {
             set.entries.push_back(entry);
         }
-        let wake = set.should_wake();
-        if wake {
-            set.notified += 1;
-        }
+        let wake = set.should_wake() && set.claim_wake();
         drop(set);
         if wake {
             self.work.notify_one();
@@ -646,10 +657,7 @@ impl LogicalUnit {
         // Its removal can only have released an ORDERED task queued
         // meanwhile; idle workers stay asleep otherwise.
         let wake_idle = set.idle_waiters > 0;
-        let wake_work = set.work_waiters > 0 && (set.next_runnable().is_some() || set.drained());
-        if wake_work {
-            set.notified += 1;
-        }
+        let wake_work = (set.next_runnable().is_some() || set.drained()) && set.claim_wake();
         drop(set);
         if wake_idle {
             self.idle.notify_all();
@@ -706,8 +714,7 @@ impl LogicalUnit {
                     set.busy += 1;
                     // Wake one more worker if more work is ready: a finished
                     // ORDERED task can release many tasks at once.
-                    if set.should_wake() {
-                        set.notified += 1;
+                    if set.should_wake() && set.claim_wake() {
                         self.work.notify_one();
                     }
                     return Some((key, pending));
@@ -731,8 +738,12 @@ impl LogicalUnit {
             } else {
                 set = self.work.wait(set).unwrap_or_else(PoisonError::into_inner);
             }
+            // Whoever returns first takes a pending wake-up, whether it was
+            // the one notified or a standby whose timeout fired meanwhile
+            // (the notification then went to another sleeper or to none).
             set.work_waiters -= 1;
             set.notified = set.notified.saturating_sub(1);
+            debug_assert!(set.notified <= set.work_waiters);
         }
     }
 
@@ -761,33 +772,32 @@ impl LogicalUnit {
             }
             None => false,
         };
-        let wakes = |set: &TaskSet| {
+        let wakes = |set: &mut TaskSet| {
             (
                 set.idle_waiters > 0,
-                set.work_waiters > 0
-                    && (set.drained() || (!by_worker && set.next_runnable().is_some())),
+                (set.drained() || (!by_worker && set.next_runnable().is_some()))
+                    && set.claim_wake(),
             )
         };
-        let mut wake = wakes(&set);
-        if wake.1 {
-            set.notified += 1;
-        }
-        drop(set);
-        if aborted {
+        let wake = if aborted {
             // Deliver the aborted completion before the waiting task
-            // management function sees the task gone.
+            // management function sees the task gone (it is still in the
+            // set until then, so it released nothing yet).
+            drop(set);
             call(done, exec::aborted(key.tag));
             let mut set = lock(&self.tasks);
             if let Some(i) = set.position(key) {
                 set.entries.remove(i);
             }
-            wake = wakes(&set);
-            if wake.1 {
-                set.notified += 1;
-            }
+            wakes(&mut set)
         } else {
+            // A claimed wake-up is always sent (below): claiming one and
+            // not sending it would leave a sleeper counted as coming.
+            let wake = wakes(&mut set);
+            drop(set);
             call(done, response);
-        }
+            wake
+        };
         if wake.0 {
             self.idle.notify_all();
         }
@@ -998,6 +1008,25 @@ mod tests {
         assert!(s.should_wake(), "two queued, one worker coming");
         s.notified = 2;
         assert!(!s.should_wake(), "a worker coming for each");
+    }
+
+    #[test]
+    fn wake_ups_are_never_claimed_beyond_the_sleepers() {
+        // Off-worker completions (io_uring, inline) used to count a
+        // wake-up whenever anyone slept, also when every sleeper already
+        // had one coming; the extra count outlived the sleepers and made
+        // the next sleeper look awake, so nobody woke it for queued work.
+        let mut s = set(vec![queued(1, TaskAttr::Simple)]);
+        (s.workers, s.work_waiters) = (2, 1);
+        assert!(s.claim_wake());
+        assert!(!s.claim_wake(), "the one sleeper already has a wake-up");
+        assert_eq!(s.notified, 1);
+        // It returns and takes the wake-up, the other worker exits, and it
+        // sleeps again with the task still queued: it must be woken.
+        (s.workers, s.work_waiters, s.notified) = (1, 0, 0);
+        s.work_waiters = 1;
+        assert!(s.should_wake(), "one queued and the only worker asleep");
+        assert!(s.claim_wake());
     }
 
     #[test]
