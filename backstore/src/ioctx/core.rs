@@ -135,6 +135,30 @@ impl<D> Core<D> {
         ticket
     }
 
+    /// Caches `len` bytes from `offset` as if a read had used them (a warm
+    /// cache before a benchmark run), without counting them; stops at the
+    /// cache's budget. Returns the pages cached.
+    pub(crate) fn prewarm(&mut self, offset: u64, len: u64, mut data: impl FnMut(u64) -> D) -> u64 {
+        let (first, end) = pages_of(offset, len);
+        let end = end.min(self.num_pages);
+        let mut cached = 0;
+        for page in first..end {
+            if self.cache.len() >= self.cache.capacity() {
+                break;
+            }
+            if self.cache.present(page) {
+                continue;
+            }
+            self.next_id += 1;
+            let id = self.next_id;
+            self.cache.reserve(page, page + 1, id, (page, page + 1));
+            self.cache.fill(page, id, data(page));
+            self.cache.reference(page);
+            cached += 1;
+        }
+        cached
+    }
+
     /// Queues synchronous reads for the ticket's absent pages (evicted or
     /// dropped by a write since); true when it queued any.
     pub(crate) fn ensure(&mut self, t: &Ticket) -> bool {
