@@ -52,6 +52,8 @@ struct Shared {
     /// Set with `State::stopping`, readable without the state lock (threads
     /// waiting at the gate poll it).
     stop: AtomicBool,
+    /// The policy was picked by `readahead = "auto"`.
+    auto: AtomicBool,
 }
 
 /// This context's place at its device's gate.
@@ -110,6 +112,7 @@ impl IoContext {
             done: Condvar::new(),
             gate,
             stop: AtomicBool::new(false),
+            auto: AtomicBool::new(false),
             inner,
         });
         let ctx = IoContext {
@@ -155,9 +158,32 @@ impl IoContext {
     }
 
     /// Changes the policy at run time; readahead state restarts, cached
-    /// pages stay. Has no effect on a passthrough context.
+    /// pages stay. Has no effect on a passthrough context. The policy is
+    /// then the one asked for, no longer `auto`'s pick.
     pub fn set_policy(&self, policy: ReadaheadPolicy) {
         lock(&self.shared.state).core.set_policy(policy);
+        self.shared.auto.store(false, Ordering::Relaxed);
+    }
+
+    /// Records that `readahead = "auto"` picked the running policy.
+    pub fn set_auto(&self, auto: bool) {
+        self.shared.auto.store(auto, Ordering::Relaxed);
+    }
+
+    /// Whether `readahead = "auto"` picked the running policy.
+    pub fn is_auto(&self) -> bool {
+        self.shared.auto.load(Ordering::Relaxed)
+    }
+
+    /// The policy as the admin interface shows it: `streams`, or
+    /// `auto (streams)` when `auto` picked it.
+    pub fn policy_label(&self) -> String {
+        let p = self.policy();
+        if self.is_auto() {
+            format!("auto ({p})")
+        } else {
+            p.as_str().to_owned()
+        }
     }
 
     /// Whether reads go straight to the engine (kernel readahead).
