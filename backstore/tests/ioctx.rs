@@ -257,6 +257,46 @@ fn auto_picks_streams_where_the_backing_seeks_and_the_kernel_elsewhere() {
     assert_eq!(ctx.policy_label(), "streams");
 }
 
+/// In shared mode a read whose pages are all cached can be served inside
+/// a non-blocking attempt (a reactor); a miss refuses without reading or
+/// planning anything. Per-worker contexts never offer it.
+#[test]
+fn cached_reads_can_be_served_without_blocking() {
+    use rustgt_backstore::{nowait, Nonblocking};
+    let ram: Arc<dyn Backstore> = Arc::new(RamBackstore::new(4 * MIB, 512, false).expect("ram"));
+    let data = pattern(64 << 10, 3, 5, 0);
+    ram.write_at(&data, 0, false).expect("write");
+    let ctx = IoContext::new(
+        Arc::clone(&ram),
+        &IoContextOptions {
+            policy: ReadaheadPolicy::None,
+            ..IoContextOptions::default()
+        },
+    )
+    .expect("ctx");
+    assert_eq!(ctx.nonblocking(), Nonblocking::TryReads);
+    let mut buf = vec![0u8; 8192];
+    let (r, blocked) = nowait::attempt(|| ctx.read_at(&mut buf, 0));
+    assert!(blocked && matches!(r, Err(rustgt_backstore::BackstoreError::WouldBlock)));
+    assert_eq!(ctx.stats().requests, 0, "a refused attempt counts nothing");
+    ctx.read_at(&mut buf, 0).expect("read on a worker");
+    let mut again = vec![0u8; 8192];
+    let (r, blocked) = nowait::attempt(|| ctx.read_at(&mut again, 0));
+    assert!(r.is_ok() && !blocked);
+    assert_eq!(again, data[..8192]);
+    let s = ctx.stats();
+    assert_eq!((s.requests, s.hit_bytes), (2, 8192));
+    let per_worker = IoContext::new(
+        ram,
+        &IoContextOptions {
+            mode: ContextMode::PerWorker,
+            ..IoContextOptions::default()
+        },
+    )
+    .expect("ctx");
+    assert_eq!(per_worker.nonblocking(), Nonblocking::Never);
+}
+
 /// An engine that checks the gate's promise: while one context reads ahead
 /// from the shared device, no other context does. (Demand reads go at
 /// once, so they are not counted.)

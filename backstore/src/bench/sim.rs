@@ -5,8 +5,12 @@
 //!
 //! The pieces:
 //! - commands reach the target half a round trip after they are issued;
-//! - an idle worker takes each command (idle workers queue FIFO, as threads
-//!   on a condition variable do), so a QD1 stream visits the workers in turn;
+//! - in shared mode a command whose pages are all cached is served on
+//!   arrival without a worker, as the reactor serves it inline (the
+//!   context's non-blocking attempt);
+//! - an idle worker takes each other command (idle workers queue FIFO, as
+//!   threads on a condition variable do), so a QD1 stream visits the
+//!   workers in turn;
 //! - the worker calls the core; if its pages are not ready it blocks until
 //!   backing reads fill them;
 //! - at most `io_threads` coalesced backing reads are out at the device at a
@@ -28,7 +32,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use super::rng::SplitMix64;
 use super::workload::{Direction, Pattern, Stream, Workload};
 use crate::hddsim::{ArrayParams, ArrayState};
-use crate::ioctx::{Batch, Core, IoContextOptions, Ticket, TurnState};
+use crate::ioctx::{Batch, ContextMode, Core, IoContextOptions, Ticket, TurnState};
 
 /// The front-end link between initiator and target.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -452,12 +456,22 @@ impl Sim {
     }
 
     fn arrive(&mut self, c: usize) {
-        let Some(lun) = self.cmds.get(c).map(|cmd| cmd.lun) else {
+        let Some(cmd) = self.cmds.get(c).copied() else {
             return;
         };
+        let lun = cmd.lun;
+        let inline = self.cfg.ctx.mode == ContextMode::Shared;
+        let now = self.now;
         let Some(l) = self.luns.get_mut(lun) else {
             return;
         };
+        if inline && l.core.ready_now(cmd.offset, cmd.len) {
+            // All cached: the reactor serves it, no worker needed.
+            l.core.start_read(now, None, cmd.offset, cmd.len);
+            self.transmit(c);
+            self.dispatch_all();
+            return;
+        }
         match l.idle.pop_front() {
             Some(w) => self.serve(lun, c, w),
             None => l.queue.push_back(c),
@@ -608,6 +622,18 @@ impl Sim {
 
     /// The worker hands the data to the link and takes the next command.
     fn respond(&mut self, lun: usize, c: usize, worker: usize) {
+        self.transmit(c);
+        let Some(l) = self.luns.get_mut(lun) else {
+            return;
+        };
+        match l.queue.pop_front() {
+            Some(next) => self.serve(lun, next, worker),
+            None => l.idle.push_back(worker),
+        }
+    }
+
+    /// The command's data goes over the link; the initiator sees it done.
+    fn transmit(&mut self, c: usize) {
         let len = self.cmds.get(c).map_or(0, |cmd| cmd.len);
         let transfer = if self.cfg.link.rate > 0.0 {
             (len as f64 * 1e9 / self.cfg.link.rate) as u64
@@ -618,13 +644,6 @@ impl Sim {
         self.link_free = start + transfer;
         let at = self.link_free + self.cfg.link.rtt_ns / 2;
         self.schedule(at, Event::Complete(c));
-        let Some(l) = self.luns.get_mut(lun) else {
-            return;
-        };
-        match l.queue.pop_front() {
-            Some(next) => self.serve(lun, next, worker),
-            None => l.idle.push_back(worker),
-        }
     }
 
     fn complete(&mut self, c: usize) {

@@ -129,6 +129,8 @@ impl<D> Core<D> {
         }
         let ticket = Ticket { first, end, owner };
         self.ensure(&ticket);
+        // Readahead of these pages still queued: someone waits for it now.
+        self.stats.promoted += self.queue.promote(first, end);
         for page in first..end {
             self.cache.reference(page);
         }
@@ -174,6 +176,13 @@ impl<D> Core<D> {
         let before = view.queue.len();
         view.read(t.first, t.end - t.first, None, true);
         view.queue.len() != before
+    }
+
+    /// Whether a read of `len` bytes at `offset` would find all its pages
+    /// ready (and no write in its way): it can be served without waiting.
+    pub(crate) fn ready_now(&self, offset: u64, len: u64) -> bool {
+        let (first, end) = pages_of(offset, len);
+        !self.write_blocked(offset, len) && (first..end).all(|p| self.cache.ready(p).is_some())
     }
 
     /// All of the ticket's pages are ready.
@@ -369,6 +378,7 @@ impl<D> RaView for View<'_, D> {
                 first,
                 count,
                 sync,
+                urgent: false,
             });
         }
     }
