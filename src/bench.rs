@@ -8,14 +8,15 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use rustgt_backstore::bench::{run_readahead, BenchOptions, Link};
+use rustgt_backstore::bench::{parse_workloads, run_readahead, BenchOptions, Link, Workload};
 use rustgt_backstore::{parse_size, ContextMode, ReadaheadPolicy};
 
 /// Benchmarks; none of them starts the daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum BenchCommand {
-    /// Every readahead policy, shared and per-worker, on workloads W1..W5,
-    /// in a simulated 7200 rpm md RAID-0 behind a GbE link.
+    /// Every readahead policy, shared and per-worker, on workloads W1..W5
+    /// (or those of a workload file), in a simulated 7200 rpm md RAID-0
+    /// behind a GbE link.
     Readahead(ReadaheadArgs),
 }
 
@@ -30,6 +31,12 @@ pub struct ReadaheadArgs {
     /// Only these workloads or groups, comma-separated (e.g. "W2,W3-32").
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Run the workloads of this TOML file instead of the standard set
+    /// (repeatable; format in docs/readahead.md, "Workload files"; the
+    /// standard set is docs/readahead/workloads/W*.toml). Settings the file
+    /// fixes (workers, io_threads, cache, link, ...) win over the options.
+    #[arg(long, value_name = "FILE")]
+    pub workload: Vec<PathBuf>,
     /// Policies to run, comma-separated [default: all].
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub policies: Vec<String>,
@@ -115,6 +122,24 @@ fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
     if let Some(j) = a.jobs {
         o.jobs = j.max(1);
     }
+    if !a.workload.is_empty() {
+        let mut all: Vec<Workload> = Vec::new();
+        for path in &a.workload {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading workload file {}", path.display()))?;
+            for w in parse_workloads(&text, &path.display().to_string(), &o.array, o.workers)? {
+                if all.iter().any(|x| x.id.eq_ignore_ascii_case(&w.id)) {
+                    bail!(
+                        "{}: workload id {:?} is defined by an earlier file too",
+                        path.display(),
+                        w.id
+                    );
+                }
+                all.push(w);
+            }
+        }
+        o.custom = Some(all);
+    }
     if o.workloads().is_empty() {
         bail!("--only {:?} selects no workload", a.only);
     }
@@ -186,8 +211,55 @@ mod tests {
         assert_eq!(o.workloads().len(), 3);
         let bad = ReadaheadArgs {
             only: vec!["W9".into()],
-            ..a
+            ..a.clone()
         };
         assert!(options(&bad).is_err());
+    }
+
+    #[test]
+    fn a_workload_file_replaces_the_standard_set() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mine.toml");
+        std::fs::write(
+            &path,
+            "[[workload]]\nid = \"mine\"\n[[workload.streams]]\nkind = \"random\"\nqd = 2\n",
+        )
+        .expect("write");
+        let cli = crate::cli::Cli::try_parse_from([
+            "rustgt".as_ref(),
+            "bench".as_ref(),
+            "readahead".as_ref(),
+            "--workload".as_ref(),
+            path.as_os_str(),
+        ])
+        .expect("parses");
+        let Some(crate::cli::Command::Bench(BenchCommand::Readahead(a))) = cli.command else {
+            panic!("not a bench command");
+        };
+        let o = options(&a).expect("valid");
+        let ids: Vec<String> = o.workloads().into_iter().map(|w| w.id).collect();
+        assert_eq!(ids, vec!["mine".to_string()]);
+        // A bad file: the error names the file and the key.
+        std::fs::write(
+            &path,
+            "[[workload]]\nid = \"mine\"\n[[workload.streams]]\nkind = \"random\"\nqd = 0\n",
+        )
+        .expect("write");
+        let e = options(&a).expect_err("refused").to_string();
+        assert!(
+            e.contains("mine.toml") && e.contains("workload[0].streams[0].qd"),
+            "{e}"
+        );
+        // The same id twice across files.
+        std::fs::write(
+            &path,
+            "[[workload]]\nid = \"mine\"\n[[workload.streams]]\nkind = \"random\"\n",
+        )
+        .expect("write");
+        let twice = ReadaheadArgs {
+            workload: vec![path.clone(), path.clone()],
+            ..a
+        };
+        assert!(options(&twice).is_err());
     }
 }

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use figment::providers::{Env, Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
-use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadPolicy};
+use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadChoice};
 use serde::{Deserialize, Serialize};
 
 /// Name of the target served when no config file is given.
@@ -385,8 +385,10 @@ pub struct LunSettings {
     /// Pace of SANITIZE in bytes per second, e.g. "128M"; default: full speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sanitize_rate: Option<String>,
-    /// Readahead policy of the LUN's I/O context: "none", "kernel" (leave it
-    /// to Linux's page cache), "classic", "context" or "streams".
+    /// Readahead policy of the LUN's I/O context: "auto" (the default:
+    /// "streams" where the backing seeks, hddsim or a rotational disk under
+    /// a file or block device; "kernel" elsewhere), "none", "kernel" (leave
+    /// it to Linux's page cache), "classic", "context" or "streams".
     #[serde(default = "default_readahead")]
     pub readahead: String,
     /// "shared": all workers of the LUN share one I/O context (one stream
@@ -434,7 +436,7 @@ pub struct LunSettings {
 }
 
 fn default_readahead() -> String {
-    "kernel".into()
+    "auto".into()
 }
 
 fn default_io_context() -> String {
@@ -675,7 +677,10 @@ impl Config {
                 physical_block_size: None,
                 unmap_command: true,
                 sanitize_rate: None,
-                readahead: default_readahead(),
+                // The quick-start LUN is a sparse file in the data dir:
+                // the kernel's readahead keeps it on the reactor's and
+                // io_uring's data path on any disk.
+                readahead: "kernel".to_owned(),
                 io_context: default_io_context(),
                 readahead_cache: default_readahead_cache(),
                 readahead_max: default_readahead_max(),
@@ -1499,11 +1504,11 @@ fn check_lun(
         }
     }
     let size = check_size(c, &key.key("size"), lun);
-    if lun.readahead.parse::<ReadaheadPolicy>().is_err() {
+    if lun.readahead.parse::<ReadaheadChoice>().is_err() {
         c.fail(
             key.key("readahead"),
             format!(
-                "unknown policy {:?}: expected \"none\", \"kernel\", \"classic\", \"context\" or \"streams\"",
+                "unknown policy {:?}: expected \"auto\", \"none\", \"kernel\", \"classic\", \"context\" or \"streams\"",
                 lun.readahead
             ),
         );

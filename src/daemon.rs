@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use rustgt_backstore::hddsim::ArrayParams;
 use rustgt_backstore::{
     Backstore, BackstoreSpec, EngineKind, FaultBackstore, Faults, HddSimOptions, IoContextOptions,
-    LunStoreSpec,
+    LunStoreSpec, ReadaheadChoice, ReadaheadPolicy,
 };
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
 use rustgt_iscsi::negotiate::{Digest, Limits};
@@ -277,11 +277,16 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
             .map_or(defaults.time_scale, |x| 1.0 / f64::from(x.max(1))),
     };
     let defaults_ctx = IoContextOptions::default();
+    let choice: ReadaheadChoice = l
+        .readahead
+        .parse()
+        .map_err(|_| anyhow::anyhow!("readahead {:?}", l.readahead))?;
     let io_context = IoContextOptions {
-        policy: l
-            .readahead
-            .parse()
-            .map_err(|_| anyhow::anyhow!("readahead {:?}", l.readahead))?,
+        // `auto` is resolved on the open engine (attach_context).
+        policy: match choice {
+            ReadaheadChoice::Fixed(p) => p,
+            ReadaheadChoice::Auto => ReadaheadPolicy::Kernel,
+        },
         mode: l
             .io_context
             .parse()
@@ -307,6 +312,7 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
         backstore,
         hddsim,
         io_context: Some(io_context),
+        readahead_auto: choice == ReadaheadChoice::Auto,
     })
 }
 

@@ -23,7 +23,8 @@ const B: &str = "iqn.2026-11.org.rustgt:b";
 const INITIATOR: &str = "iqn.2026-11.org.rustgt:admin-test";
 
 /// Two targets: A with a ram LUN 0 and a 16 MiB file LUN 1, B with a ram
-/// LUN 0; LUN 0 of A runs without readahead.
+/// LUN 0; LUN 0 of A runs without readahead, the others with the default
+/// (`auto`).
 fn two_targets() -> String {
     format!(
         "[[targets]]\niqn = \"{A}\"\n\
@@ -594,7 +595,11 @@ fn readahead_policy_change_shows_in_lun_stats() {
     let pattern = vec![0x3cu8; 8192];
     assert!(sb.write(0, 40, &pattern).is_good());
     let before = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}))[0].clone();
+    // B's LUN 0 sets no policy: `auto` picks the kernel's for RAM.
+    assert_eq!(before["readahead"]["policy"], "auto (kernel)", "{before}");
     assert_eq!(before["readahead"]["passthrough"], true, "{before}");
+    let listed = a.ok(json!({"cmd": "list_luns", "target": B}));
+    assert_eq!(listed[0]["readahead"], "auto (kernel)", "{listed}");
     a.ok(json!({"cmd": "set_readahead", "target": B, "lun": 0, "policy": "context"}));
     let r = sb.read(0, 40, 16);
     assert!(

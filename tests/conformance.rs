@@ -350,10 +350,14 @@ impl Config {
             r#"["127.0.0.1:0"]"#
         };
         let size = if existing { "" } else { "size = \"1G\"\n" };
+        // The kernel's readahead, as the built-in LUN has: the file data
+        // paths these configurations exercise (reactor, io_uring, workers)
+        // are the passthrough context's, whatever `auto` would pick on the
+        // disk under the test's data dir.
         Some(format!(
             "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = {portals}\n\n\
              [[targets.luns]]\nid = 0\nbackstore = \"file\"\npath = \"{IMAGE}\"\n\
-             {size}block_size = 512\n{keys}\n"
+             {size}block_size = 512\nreadahead = \"kernel\"\n{keys}\n"
         ))
     }
 

@@ -22,6 +22,9 @@ pub struct LunStoreSpec {
     pub hddsim: HddSimOptions,
     /// The LUN's I/O context; `None` hands the bare engine to the SCSI core.
     pub io_context: Option<IoContextOptions>,
+    /// `readahead = "auto"`: the context's policy is picked from the engine
+    /// ([`auto_policy`]), replacing `io_context.policy`.
+    pub readahead_auto: bool,
 }
 
 impl LunStoreSpec {
@@ -31,6 +34,7 @@ impl LunStoreSpec {
             backstore,
             hddsim: HddSimOptions::default(),
             io_context: None,
+            readahead_auto: false,
         }
     }
 }
@@ -74,6 +78,9 @@ pub fn attach_context(
     if hddsim {
         opts.device = DeviceHints::of_array(&spec.hddsim.array);
     }
+    if spec.readahead_auto {
+        opts.policy = auto_policy(&spec.backstore.kind, engine.as_ref());
+    }
     let kernel = opts.policy == ReadaheadPolicy::Kernel;
     engine.kernel_readahead(kernel)?;
     let ctx = if kernel && !hddsim {
@@ -81,5 +88,21 @@ pub fn attach_context(
     } else {
         IoContext::new(engine, &opts)?
     };
+    ctx.set_auto(spec.readahead_auto);
     Ok(Some(Arc::new(ctx)))
+}
+
+/// The policy `readahead = "auto"` runs on `engine`: rustgt's `streams`
+/// where the backing seeks (the simulated disk; a file or block device on
+/// a disk whose sysfs `queue/rotational` is 1), where one seek costs more
+/// than the readahead it saves; `kernel` where the backing is memory-speed
+/// (RAM, null, non-rotational or unknown devices), so such LUNs keep the
+/// passthrough context and with it the reactor's and io_uring's data path.
+pub fn auto_policy(kind: &EngineKind, engine: &dyn Backstore) -> ReadaheadPolicy {
+    let seeks = *kind == EngineKind::HddSim || engine.device_key().is_some_and(|d| d.seeks);
+    if seeks {
+        ReadaheadPolicy::Streams
+    } else {
+        ReadaheadPolicy::Kernel
+    }
 }

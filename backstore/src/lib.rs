@@ -54,13 +54,13 @@ pub mod uring;
 
 pub use blockdev::{BlockDevBackstore, BlockDevOptions};
 pub use buf::{BufStorage, IoBuf};
-pub use builder::{attach_context, build, open_engine, LunStoreSpec};
+pub use builder::{attach_context, auto_policy, build, open_engine, LunStoreSpec};
 pub use fault::{FaultBackstore, FaultSpec, Faults};
 pub use file::{FileBackstore, FileOptions};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
 pub use ioctx::{
     set_worker_index, ContextMode, DeviceSlice, IoContext, IoContextOptions, IoStats,
-    ReadaheadPolicy,
+    ReadaheadChoice, ReadaheadPolicy,
 };
 pub use mmap::{MappedRange, MmapBackstore};
 pub use nowait::Nonblocking;

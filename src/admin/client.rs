@@ -171,7 +171,7 @@ pub enum LunCmd {
         id: u64,
         size: Option<String>,
     },
-    /// Set the readahead policy: none, kernel, classic, context, streams.
+    /// Set the readahead policy: auto, none, kernel, classic, context, streams.
     Readahead {
         iqn: String,
         id: u64,

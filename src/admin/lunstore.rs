@@ -173,7 +173,7 @@ impl LunStore {
         let s = ctx.stats();
         let (cache_bytes, cache_limit_bytes) = ctx.cache_usage();
         Some(ReadaheadStatsView {
-            policy: ctx.policy().as_str().to_owned(),
+            policy: ctx.policy_label(),
             passthrough: ctx.is_passthrough(),
             requests: s.requests,
             bytes: s.bytes,

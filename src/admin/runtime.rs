@@ -487,9 +487,7 @@ impl Runtime {
             write_cache: l.write_cache,
             workers: l.effective_workers(&self.cfg.iscsi),
             serial: crate::daemon::lun_serial(&t.iqn, l),
-            readahead: store
-                .and_then(|s| s.io_context())
-                .map(|c| c.policy().as_str().to_owned()),
+            readahead: store.and_then(|s| s.io_context()).map(|c| c.policy_label()),
             faults: store.and_then(|s| s.faults()).map(|f| {
                 let spec = f.spec();
                 let set = [

@@ -1,7 +1,7 @@
 //! # The readahead benchmark, in simulated time
 //!
 //! Runs every readahead policy in shared and per-worker mode on workloads
-//! W1..W5 ([`workload`]) through a discrete-event simulation ([`sim`]) of
+//! W1..W5, or on a user's workload file ([`workload`]), through a discrete-event simulation ([`sim`]) of
 //! initiator, link, worker pool, the I/O context core (the same code that
 //! serves LUNs) and the hddsim disk model. Virtual time makes it fast and
 //! exactly reproducible: `rustgt bench readahead` prints the table, checks
@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 
 pub use sim::{Link, SimConfig, SimResult};
 pub use targets::{check_targets, TargetCheck};
-pub use workload::{standard, Pattern, Workload};
+pub use workload::{
+    parse_workloads, standard, Direction, Overrides, Pattern, Stream, Workload, WorkloadError,
+    BUILTIN_FILES, MIX_FILE,
+};
 
 use crate::hddsim::ArrayParams;
 use crate::ioctx::{ContextMode, DeviceHints, IoContextOptions, ReadaheadPolicy};
@@ -39,6 +42,8 @@ pub struct BenchOptions {
     pub modes: Vec<ContextMode>,
     /// Workload ids or groups to run ("W2", "W3-32"); empty runs all.
     pub only: Vec<String>,
+    /// Workloads to run instead of the standard set (from workload files).
+    pub custom: Option<Vec<Workload>>,
     /// Parallel simulations.
     pub jobs: usize,
 }
@@ -59,6 +64,7 @@ impl Default for BenchOptions {
             policies: ReadaheadPolicy::ALL.to_vec(),
             modes: ContextMode::ALL.to_vec(),
             only: Vec::new(),
+            custom: None,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
@@ -83,25 +89,52 @@ pub struct BenchReport {
 impl BenchOptions {
     /// The workloads selected by `only`.
     pub fn workloads(&self) -> Vec<Workload> {
-        standard(self.array.capacity(), self.workers)
-            .into_iter()
+        let all = match &self.custom {
+            Some(w) => w.clone(),
+            None => standard(&self.array, self.workers),
+        };
+        all.into_iter()
             .filter(|w| {
                 self.only.is_empty()
                     || self
                         .only
                         .iter()
-                        .any(|o| o.eq_ignore_ascii_case(&w.id) || o.eq_ignore_ascii_case(w.group))
+                        .any(|o| o.eq_ignore_ascii_case(&w.id) || o.eq_ignore_ascii_case(&w.group))
             })
             .collect()
     }
 
-    fn sim_config(&self, policy: ReadaheadPolicy, mode: ContextMode) -> SimConfig {
+    /// The setup of one run: these options with what `w` fixes itself.
+    pub fn sim_config(
+        &self,
+        w: &Workload,
+        policy: ReadaheadPolicy,
+        mode: ContextMode,
+    ) -> SimConfig {
+        let o = &w.overrides;
+        let array = ArrayParams {
+            disks: o.disks.unwrap_or(self.array.disks),
+            ..self.array
+        };
+        let device = if o.disks.is_some() {
+            DeviceHints::of_array(&array)
+        } else {
+            self.ctx.device
+        };
         SimConfig {
-            array: self.array,
-            link: self.link,
+            array,
+            link: Link {
+                rate: o.link_rate.unwrap_or(self.link.rate),
+                rtt_ns: o.link_rtt_ns.unwrap_or(self.link.rtt_ns),
+            },
             ctx: IoContextOptions {
                 policy,
                 mode,
+                io_threads: o.io_threads.unwrap_or(self.ctx.io_threads),
+                cache_bytes: o.cache_bytes.unwrap_or(self.ctx.cache_bytes),
+                max_readahead: o.max_readahead.unwrap_or(self.ctx.max_readahead),
+                max_io: o.max_io.unwrap_or(self.ctx.max_io),
+                device,
                 ..self.ctx
             },
             duration_ns: (self.seconds * 1e9) as u64,
@@ -131,7 +164,7 @@ pub fn run_readahead(opts: &BenchOptions) -> BenchReport {
                         .enumerate()
                         .skip(t)
                         .step_by(threads)
-                        .map(|(i, (w, p, m))| (i, sim::run(w, &opts.sim_config(*p, *m))))
+                        .map(|(i, (w, p, m))| (i, sim::run(w, &opts.sim_config(w, *p, *m))))
                         .collect::<Vec<_>>()
                 })
             })
@@ -189,7 +222,7 @@ impl BenchReport {
         format!(
             "device: {}; {link}, {:.2} ms per command round trip; {} workers per LUN (W3: N); \
              cache {} MiB, max readahead {} KiB, backing reads up to {} KiB, {} I/O threads; \
-             {} s of simulated time per run, seed {}",
+             {} s of simulated time per run, seed {}{}",
             o.array,
             o.link.rtt_ns as f64 / 1e6,
             o.workers,
@@ -199,6 +232,11 @@ impl BenchReport {
             o.ctx.io_threads,
             o.seconds,
             o.seed,
+            if o.custom.is_some() {
+                "; settings a workload file fixes take precedence"
+            } else {
+                ""
+            },
         )
     }
 
@@ -239,11 +277,33 @@ impl BenchReport {
     }
 }
 
-/// Per-stream MB/s: each value for up to three streams, else min–max.
+/// Per-stream MB/s: each value for up to three streams, else min–max; with
+/// more than three streams of both kinds, the sequential and the random
+/// ones apart ("seq 9.1 / 9.0, random 0.1–0.1").
 fn per_stream(r: &SimResult) -> String {
     let v: Vec<f64> = (0..r.stream_bytes.len())
         .map(|i| r.stream_mb_s(i))
         .collect();
+    let mixed = r.sequential.iter().any(|&s| s) && r.sequential.iter().any(|&s| !s);
+    if v.len() <= 3 || !mixed {
+        return values(&v);
+    }
+    let pick = |seq: bool| -> Vec<f64> {
+        v.iter()
+            .zip(&r.sequential)
+            .filter(|(_, &s)| s == seq)
+            .map(|(&x, _)| x)
+            .collect()
+    };
+    format!(
+        "seq {}, random {}",
+        values(&pick(true)),
+        values(&pick(false))
+    )
+}
+
+/// Up to three values joined with " / ", else their range.
+fn values(v: &[f64]) -> String {
     if v.len() <= 3 {
         v.iter()
             .map(|x| format!("{x:.1}"))

@@ -5,8 +5,12 @@
 //!
 //! The pieces:
 //! - commands reach the target half a round trip after they are issued;
-//! - an idle worker takes each command (idle workers queue FIFO, as threads
-//!   on a condition variable do), so a QD1 stream visits the workers in turn;
+//! - in shared mode a command whose pages are all cached is served on
+//!   arrival without a worker, as the reactor serves it inline (the
+//!   context's non-blocking attempt);
+//! - an idle worker takes each other command (idle workers queue FIFO, as
+//!   threads on a condition variable do), so a QD1 stream visits the
+//!   workers in turn;
 //! - the worker calls the core; if its pages are not ready it blocks until
 //!   backing reads fill them;
 //! - at most `io_threads` coalesced backing reads are out at the device at a
@@ -17,15 +21,18 @@
 //!   A backing read waiting for its turn holds one of its LUN's I/O slots,
 //!   as a waiting I/O thread does;
 //! - read data goes back over one shared link (GbE by default), then half a
-//!   round trip later the initiator sees completion and issues more.
+//!   round trip later the initiator sees completion and issues more, after
+//!   the stream's think time;
+//! - streams may start late (`start_ms` in a workload file), and a LUN's
+//!   cache may hold pages before the run starts (`prewarm`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::rng::SplitMix64;
-use super::workload::{Pattern, Workload};
+use super::workload::{Direction, Pattern, Stream, Workload};
 use crate::hddsim::{ArrayParams, ArrayState};
-use crate::ioctx::{Batch, Core, IoContextOptions, Ticket, TurnState};
+use crate::ioctx::{Batch, ContextMode, Core, IoContextOptions, Ticket, TurnState};
 
 /// The front-end link between initiator and target.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,6 +150,10 @@ enum Event {
     BackingDone(usize),
     /// The initiator sees the command complete.
     Complete(usize),
+    /// A stream issues its first requests (its start time).
+    Start(usize),
+    /// A stream issues its next request (or group) after its think time.
+    Issue(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -158,6 +169,9 @@ struct Cmd {
 #[derive(Debug)]
 struct Gen {
     pattern: Pattern,
+    think_ns: u64,
+    /// Sequential: requests issued so far (the position wraps in the
+    /// region); batched: the next offset.
     next: u64,
     rng: SplitMix64,
     cluster_base: u64,
@@ -167,13 +181,14 @@ struct Gen {
 }
 
 impl Gen {
-    fn new(pattern: Pattern, seed: u64) -> Self {
-        let next = match &pattern {
-            Pattern::Sequential { start, .. } | Pattern::Batched { start, .. } => *start,
-            Pattern::Random { .. } => 0,
+    fn new(stream: &Stream, seed: u64) -> Self {
+        let next = match &stream.pattern {
+            Pattern::Batched { start, .. } => *start,
+            Pattern::Sequential { .. } | Pattern::Random { .. } => 0,
         };
         Self {
-            pattern,
+            pattern: stream.pattern.clone(),
+            think_ns: stream.think_ns,
             next,
             rng: SplitMix64::new(seed),
             cluster_base: 0,
@@ -185,7 +200,25 @@ impl Gen {
     /// The next `(offset, len)` of a sequential or random stream.
     fn next_request(&mut self) -> (u64, u64) {
         match self.pattern {
-            Pattern::Sequential { req, .. } | Pattern::Batched { req, .. } => {
+            Pattern::Sequential {
+                start,
+                len,
+                req,
+                stride,
+                direction,
+                ..
+            } => {
+                // Request k of a region holding `slots` of them.
+                let slots = len.saturating_sub(req) / stride.max(1) + 1;
+                let k = self.next % slots;
+                self.next += 1;
+                let k = match direction {
+                    Direction::Forward => k,
+                    Direction::Reverse => slots - 1 - k,
+                };
+                (start + k * stride, req)
+            }
+            Pattern::Batched { req, .. } => {
                 let off = self.next;
                 self.next += req;
                 (off, req)
@@ -301,7 +334,7 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
             .streams
             .iter()
             .enumerate()
-            .map(|(i, p)| Gen::new(p.clone(), cfg.seed.wrapping_add(i as u64 * 7919)))
+            .map(|(i, p)| Gen::new(p, cfg.seed.wrapping_add(i as u64 * 7919)))
             .collect(),
         stream_luns: workload
             .streams
@@ -312,8 +345,17 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
         latencies: Vec::new(),
         cfg: cfg.clone(),
     };
-    for s in 0..sim.gens.len() {
-        sim.start_stream(s);
+    for &(offset, len) in &workload.prewarm {
+        if let Some(l) = sim.luns.get_mut(workload.lun_of(offset)) {
+            l.core.prewarm(offset.saturating_sub(l.base), len, |_| ());
+        }
+    }
+    for (s, stream) in workload.streams.iter().enumerate() {
+        if stream.start_ns == 0 {
+            sim.start_stream(s);
+        } else {
+            sim.schedule(stream.start_ns, Event::Start(s));
+        }
     }
     while let Some(Reverse((t, _, ev))) = sim.events.pop() {
         if t > sim.cfg.duration_ns {
@@ -324,6 +366,8 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
             Event::Arrive(c) => sim.arrive(c),
             Event::BackingDone(slot) => sim.backing_done(slot),
             Event::Complete(c) => sim.complete(c),
+            Event::Start(s) => sim.start_stream(s),
+            Event::Issue(s) => sim.issue_next(s),
         }
     }
     let mut totals = crate::ioctx::IoStats::default();
@@ -337,11 +381,7 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
         wasted += lun.core.wasted_including_unused();
     }
     SimResult {
-        sequential: workload
-            .streams
-            .iter()
-            .map(Pattern::is_sequential)
-            .collect(),
+        sequential: workload.streams.iter().map(Stream::is_sequential).collect(),
         stream_bytes: sim.stream_bytes,
         duration_ns: cfg.duration_ns,
         requests: sim.latencies.len() as u64,
@@ -416,12 +456,22 @@ impl Sim {
     }
 
     fn arrive(&mut self, c: usize) {
-        let Some(lun) = self.cmds.get(c).map(|cmd| cmd.lun) else {
+        let Some(cmd) = self.cmds.get(c).copied() else {
             return;
         };
+        let lun = cmd.lun;
+        let inline = self.cfg.ctx.mode == ContextMode::Shared;
+        let now = self.now;
         let Some(l) = self.luns.get_mut(lun) else {
             return;
         };
+        if inline && l.core.ready_now(cmd.offset, cmd.len) {
+            // All cached: the reactor serves it, no worker needed.
+            l.core.start_read(now, None, cmd.offset, cmd.len);
+            self.transmit(c);
+            self.dispatch_all();
+            return;
+        }
         match l.idle.pop_front() {
             Some(w) => self.serve(lun, c, w),
             None => l.queue.push_back(c),
@@ -572,6 +622,18 @@ impl Sim {
 
     /// The worker hands the data to the link and takes the next command.
     fn respond(&mut self, lun: usize, c: usize, worker: usize) {
+        self.transmit(c);
+        let Some(l) = self.luns.get_mut(lun) else {
+            return;
+        };
+        match l.queue.pop_front() {
+            Some(next) => self.serve(lun, next, worker),
+            None => l.idle.push_back(worker),
+        }
+    }
+
+    /// The command's data goes over the link; the initiator sees it done.
+    fn transmit(&mut self, c: usize) {
         let len = self.cmds.get(c).map_or(0, |cmd| cmd.len);
         let transfer = if self.cfg.link.rate > 0.0 {
             (len as f64 * 1e9 / self.cfg.link.rate) as u64
@@ -582,13 +644,6 @@ impl Sim {
         self.link_free = start + transfer;
         let at = self.link_free + self.cfg.link.rtt_ns / 2;
         self.schedule(at, Event::Complete(c));
-        let Some(l) = self.luns.get_mut(lun) else {
-            return;
-        };
-        match l.queue.pop_front() {
-            Some(next) => self.serve(lun, next, worker),
-            None => l.idle.push_back(worker),
-        }
     }
 
     fn complete(&mut self, c: usize) {
@@ -605,9 +660,27 @@ impl Sim {
         };
         if matches!(gen.pattern, Pattern::Batched { .. }) {
             gen.batch_left = gen.batch_left.saturating_sub(1);
-            if gen.batch_left == 0 {
-                self.issue_batch(s);
+            if gen.batch_left > 0 {
+                return;
             }
+        }
+        match gen.think_ns {
+            0 => self.issue_next(s),
+            t => {
+                let at = self.now + t;
+                self.schedule(at, Event::Issue(s));
+            }
+        }
+    }
+
+    /// The stream's next request, or its next group when batched.
+    fn issue_next(&mut self, s: usize) {
+        let batched = self
+            .gens
+            .get(s)
+            .is_some_and(|g| matches!(g.pattern, Pattern::Batched { .. }));
+        if batched {
+            self.issue_batch(s);
         } else {
             self.issue(s);
         }
@@ -635,7 +708,7 @@ mod tests {
     }
 
     fn workload(id: &str) -> Workload {
-        standard(ArrayParams::default().capacity(), 8)
+        standard(&ArrayParams::default(), 8)
             .into_iter()
             .find(|w| w.id == id)
             .expect("known workload")
@@ -658,5 +731,66 @@ mod tests {
         let mb = r.aggregate_mb_s();
         assert!((42.0..50.0).contains(&mb), "{mb}");
         assert_eq!(r.hit_ratio(), 0.0);
+    }
+
+    fn parsed(text: &str) -> Workload {
+        crate::bench::workload::parse_workloads(text, "t.toml", &ArrayParams::default(), 8)
+            .expect("parses")
+            .remove(0)
+    }
+
+    #[test]
+    fn a_prewarmed_region_is_read_from_the_cache() {
+        let text = |warm: &str| {
+            format!(
+                "[[workload]]\nid = \"w\"\n[[workload.streams]]\nkind = \"random\"\n\
+                 length = \"16M\"\nqd = 4\n{warm}"
+            )
+        };
+        let c = cfg(ReadaheadPolicy::None, ContextMode::Shared, 1);
+        let cold = run(&parsed(&text("")), &c);
+        let warm = run(
+            &parsed(&text(
+                "[[workload.prewarm]]\noffset = 0\nlength = \"16M\"\n",
+            )),
+            &c,
+        );
+        assert!(cold.hit_ratio() < 0.5, "{}", cold.hit_ratio());
+        assert_eq!(warm.hit_ratio(), 1.0);
+        assert_eq!((warm.backing_requests, warm.wasted_bytes), (0, 0));
+        assert!(warm.aggregate_mb_s() > 10.0 * cold.aggregate_mb_s());
+    }
+
+    #[test]
+    fn reverse_strided_late_and_thinking_streams_issue_as_described() {
+        let w = parsed(
+            "[[workload]]\nid = \"w\"\n[[workload.streams]]\nkind = \"sequential\"\n\
+             start = \"1M\"\nlength = \"1M\"\nrequest = \"64K\"\nstride = \"128K\"\n\
+             direction = \"reverse\"\n",
+        );
+        let mut g = Gen::new(w.streams.first().expect("stream"), 1);
+        let offs: Vec<u64> = (0..10).map(|_| g.next_request().0 >> 10).collect();
+        // 8 requests 128 KiB apart from the top of [1M, 2M), then again.
+        assert_eq!(
+            offs,
+            vec![1920, 1792, 1664, 1536, 1408, 1280, 1152, 1024, 1920, 1792]
+        );
+        let c = cfg(ReadaheadPolicy::None, ContextMode::Shared, 1);
+        let late = parsed(
+            "[[workload]]\nid = \"w\"\n[[workload.streams]]\nkind = \"sequential\"\n\
+             start_ms = 500\n",
+        );
+        let early =
+            parsed("[[workload]]\nid = \"w\"\n[[workload.streams]]\nkind = \"sequential\"\n");
+        let thinking = parsed(
+            "[[workload]]\nid = \"w\"\n[[workload.streams]]\nkind = \"sequential\"\n\
+             think_us = 1000\n",
+        );
+        let (a, b, t) = (run(&early, &c), run(&late, &c), run(&thinking, &c));
+        // Half a second late: about half the bytes.
+        let ratio = b.stream_bytes[0] as f64 / a.stream_bytes[0] as f64;
+        assert!((0.45..0.55).contains(&ratio), "{ratio}");
+        // 1 ms of think time per 64 KiB read (about 1.4 ms each without).
+        assert!(t.aggregate_mb_s() < 0.7 * a.aggregate_mb_s());
     }
 }

@@ -5,6 +5,9 @@
 //! Guarantees:
 //! - demand reads wait only for their own pages; readahead completes on the
 //!   I/O threads, never on the caller's;
+//! - in shared mode a read whose pages are all cached can be served on a
+//!   thread that must not block (a reactor's non-blocking attempt); one
+//!   that would wait refuses before it changes anything;
 //! - the lock is never held across backing I/O;
 //! - a read that cannot get its pages cached after a few tries (failing
 //!   backing reads, concurrent writes, a thrashing cache) reads directly
@@ -14,7 +17,7 @@
 //! - dropping the context stops and joins its I/O threads.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -52,6 +55,11 @@ struct Shared {
     /// Set with `State::stopping`, readable without the state lock (threads
     /// waiting at the gate poll it).
     stop: AtomicBool,
+    /// The policy was picked by `readahead = "auto"`.
+    auto: AtomicBool,
+    /// Shared mode: reads whose pages are all cached may be served on a
+    /// thread that must not block (a reactor).
+    inline_hits: bool,
 }
 
 /// This context's place at its device's gate.
@@ -110,6 +118,8 @@ impl IoContext {
             done: Condvar::new(),
             gate,
             stop: AtomicBool::new(false),
+            auto: AtomicBool::new(false),
+            inline_hits: opts.mode == super::ContextMode::Shared,
             inner,
         });
         let ctx = IoContext {
@@ -155,9 +165,32 @@ impl IoContext {
     }
 
     /// Changes the policy at run time; readahead state restarts, cached
-    /// pages stay. Has no effect on a passthrough context.
+    /// pages stay. Has no effect on a passthrough context. The policy is
+    /// then the one asked for, no longer `auto`'s pick.
     pub fn set_policy(&self, policy: ReadaheadPolicy) {
         lock(&self.shared.state).core.set_policy(policy);
+        self.shared.auto.store(false, Ordering::Relaxed);
+    }
+
+    /// Records that `readahead = "auto"` picked the running policy.
+    pub fn set_auto(&self, auto: bool) {
+        self.shared.auto.store(auto, Ordering::Relaxed);
+    }
+
+    /// Whether `readahead = "auto"` picked the running policy.
+    pub fn is_auto(&self) -> bool {
+        self.shared.auto.load(Ordering::Relaxed)
+    }
+
+    /// The policy as the admin interface shows it: `streams`, or
+    /// `auto (streams)` when `auto` picked it.
+    pub fn policy_label(&self) -> String {
+        let p = self.policy();
+        if self.is_auto() {
+            format!("auto ({p})")
+        } else {
+            p.as_str().to_owned()
+        }
     }
 
     /// Whether reads go straight to the engine (kernel readahead).
@@ -174,7 +207,39 @@ impl IoContext {
         u64::try_from(self.shared.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// A read on a thread that must not block (inside a
+    /// [`nowait::attempt`](crate::nowait::attempt)): served only when all
+    /// its pages are cached and the lock is free, with the policy seeing it
+    /// as any read; otherwise it refuses before changing anything, and the
+    /// caller runs it again on a worker.
+    fn inline_read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let sh = &*self.shared;
+        let len = len_u64(buf.len());
+        let mut st = match sh.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(crate::nowait::would_block()),
+        };
+        if !sh.inline_hits || !st.core.ready_now(offset, len) {
+            return Err(crate::nowait::would_block());
+        }
+        let ticket = st
+            .core
+            .start_read(self.now_ns(), worker_index(), offset, len);
+        if st.core.has_queued() {
+            sh.work.notify_all();
+        }
+        if copy_out(&st.core, &ticket, buf, offset) {
+            Ok(())
+        } else {
+            Err(crate::nowait::would_block())
+        }
+    }
+
     fn cached_read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if crate::nowait::active() {
+            return self.inline_read(buf, offset);
+        }
         let sh = &*self.shared;
         let len = len_u64(buf.len());
         let mut st = lock(&sh.state);
@@ -376,6 +441,9 @@ impl Backstore for IoContext {
         }
         let t0 = Instant::now();
         let result = self.cached_read(buf, offset);
+        if matches!(result, Err(BackstoreError::WouldBlock)) {
+            return result;
+        }
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         lock(&sh.state).core.record_latency(ns);
         result
@@ -431,11 +499,17 @@ impl Backstore for IoContext {
         Some(f)
     }
 
-    /// A passthrough context is as non-blocking as its engine; rustgt's
-    /// own readahead may wait for its I/O threads, so it never is.
+    /// A passthrough context is as non-blocking as its engine. With
+    /// rustgt's own readahead in shared mode, reads can be tried: one whose
+    /// pages are all cached is served on the caller's thread (a reactor),
+    /// so a stream that readahead keeps ahead does not wait for a worker
+    /// behind other readers' misses; a miss goes to the workers. In
+    /// per-worker mode (the pre-fix emulation) every read goes to a worker.
     fn nonblocking(&self) -> crate::Nonblocking {
         if self.shared.passthrough {
             self.shared.inner.nonblocking()
+        } else if self.shared.inline_hits {
+            crate::Nonblocking::TryReads
         } else {
             crate::Nonblocking::Never
         }

@@ -129,10 +129,36 @@ impl<D> Core<D> {
         }
         let ticket = Ticket { first, end, owner };
         self.ensure(&ticket);
+        // Readahead of these pages still queued: someone waits for it now.
+        self.stats.promoted += self.queue.promote(first, end);
         for page in first..end {
             self.cache.reference(page);
         }
         ticket
+    }
+
+    /// Caches `len` bytes from `offset` as if a read had used them (a warm
+    /// cache before a benchmark run), without counting them; stops at the
+    /// cache's budget. Returns the pages cached.
+    pub(crate) fn prewarm(&mut self, offset: u64, len: u64, mut data: impl FnMut(u64) -> D) -> u64 {
+        let (first, end) = pages_of(offset, len);
+        let end = end.min(self.num_pages);
+        let mut cached = 0;
+        for page in first..end {
+            if self.cache.len() >= self.cache.capacity() {
+                break;
+            }
+            if self.cache.present(page) {
+                continue;
+            }
+            self.next_id += 1;
+            let id = self.next_id;
+            self.cache.reserve(page, page + 1, id, (page, page + 1));
+            self.cache.fill(page, id, data(page));
+            self.cache.reference(page);
+            cached += 1;
+        }
+        cached
     }
 
     /// Queues synchronous reads for the ticket's absent pages (evicted or
@@ -150,6 +176,13 @@ impl<D> Core<D> {
         let before = view.queue.len();
         view.read(t.first, t.end - t.first, None, true);
         view.queue.len() != before
+    }
+
+    /// Whether a read of `len` bytes at `offset` would find all its pages
+    /// ready (and no write in its way): it can be served without waiting.
+    pub(crate) fn ready_now(&self, offset: u64, len: u64) -> bool {
+        let (first, end) = pages_of(offset, len);
+        !self.write_blocked(offset, len) && (first..end).all(|p| self.cache.ready(p).is_some())
     }
 
     /// All of the ticket's pages are ready.
@@ -345,6 +378,7 @@ impl<D> RaView for View<'_, D> {
                 first,
                 count,
                 sync,
+                urgent: false,
             });
         }
     }

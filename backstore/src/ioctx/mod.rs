@@ -38,8 +38,8 @@ pub use context::IoContext;
 pub use gate::{DeviceGate, GateStats};
 pub use linux::LinuxReadahead;
 pub use policy::{
-    new_policy, ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadPolicy,
-    KERNEL_MAX_PAGES,
+    new_policy, ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadChoice,
+    ReadaheadPolicy, KERNEL_MAX_PAGES,
 };
 pub use stats::{IoStats, Log2Histogram};
 pub use streams::{StreamParams, Streams};

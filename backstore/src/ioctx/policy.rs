@@ -105,6 +105,44 @@ impl FromStr for ReadaheadPolicy {
     }
 }
 
+/// A LUN's readahead setting: a policy, or `auto`, which picks one from
+/// the backing device when the LUN's store is built
+/// ([`auto_policy`](crate::auto_policy)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadaheadChoice {
+    /// `streams` on a device that seeks (hddsim, a rotational disk under a
+    /// file or block device), else `kernel` (the kernel's readahead and
+    /// page cache, with the passthrough data path).
+    Auto,
+    Fixed(ReadaheadPolicy),
+}
+
+impl fmt::Display for ReadaheadChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadaheadChoice::Auto => f.write_str("auto"),
+            ReadaheadChoice::Fixed(p) => p.fmt(f),
+        }
+    }
+}
+
+impl FromStr for ReadaheadChoice {
+    type Err = BackstoreError;
+
+    /// "auto" or a policy name, case-insensitive.
+    fn from_str(s: &str) -> Result<Self, BackstoreError> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(ReadaheadChoice::Auto);
+        }
+        s.parse().map(ReadaheadChoice::Fixed).map_err(|_| {
+            BackstoreError::Config(format!(
+                "unknown readahead policy {:?} (expected auto, none, kernel, classic, context or streams)",
+                s.trim()
+            ))
+        })
+    }
+}
+
 /// Who owns readahead state: the whole LUN, or each worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ContextMode {

@@ -2,6 +2,13 @@
 //! I/O slot, with synchronous (someone waits) runs served first and
 //! adjacent runs of the same owner coalesced into one large backing read.
 //!
+//! Readahead that a demand read comes to wait for before it started is
+//! promoted ([`SubmitQueue::promote`]): it becomes synchronous in its place
+//! in the queue, so a stream whose next pages were queued as readahead
+//! does not wait behind misses that came after them (nor, at a shared
+//! device, for its context's turn). Promoted runs get no place ahead of
+//! older misses: that starved streams whose reads missed (W2-8).
+//!
 //! In shared mode every run has owner 0, so neighbouring requests from
 //! different workers merge; in per-worker mode each worker owns its runs,
 //! as each pre-patch thread had its own fd and I/O context, and nothing
@@ -17,6 +24,8 @@ pub(crate) struct Run {
     pub(crate) first: u64,
     pub(crate) count: u64,
     pub(crate) sync: bool,
+    /// Promoted readahead (synchronous now, counted once).
+    pub(crate) urgent: bool,
 }
 
 /// One backing read: a contiguous page range made of one or more runs.
@@ -73,9 +82,29 @@ impl SubmitQueue {
         }
     }
 
-    /// The next backing read: the oldest synchronous run (else the oldest
-    /// run), grown by every queued run of the same owner that touches it,
-    /// up to the size limit.
+    /// Makes the queued asynchronous runs holding pages of `[first, end)`
+    /// synchronous (a demand read waits for them); returns how many it
+    /// promoted. Only while demand reads are queued, which would go
+    /// first: among readahead runs the order stays first come, first
+    /// served, which keeps interleaved streams' backing reads in long runs.
+    pub(crate) fn promote(&mut self, first: u64, end: u64) -> u64 {
+        if !self.runs.iter().any(|r| r.sync && !r.urgent) {
+            return 0;
+        }
+        let mut n = 0;
+        for r in &mut self.runs {
+            if !r.sync && r.first < end && first < r.first + r.count {
+                r.urgent = true;
+                r.sync = true;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// The next backing read: the oldest synchronous run (promoted ones
+    /// included), else the oldest run, grown by every queued run of
+    /// the same owner that touches it, up to the size limit.
     pub(crate) fn pop(&mut self) -> Option<Batch> {
         let idx = self.runs.iter().position(|r| r.sync).unwrap_or(0);
         let head = self.runs.remove(idx)?;
@@ -115,7 +144,39 @@ mod tests {
             first,
             count,
             sync,
+            urgent: false,
         }
+    }
+
+    #[test]
+    fn promoted_readahead_goes_before_later_demand() {
+        let mut q = SubmitQueue::new(256);
+        q.push(run(3, 0, 64, 64, false));
+        q.push(run(4, 0, 128, 64, false));
+        q.push(run(1, 0, 1000, 1, true));
+        q.push(run(2, 0, 2000, 1, true));
+        // A read of pages 100..110 waits on run 3.
+        assert_eq!(q.promote(100, 110), 1);
+        assert_eq!(q.promote(100, 110), 0, "promoted once");
+        let b = q.pop().expect("batch");
+        // Run 3 in its place, before the later demand reads, with its
+        // queued neighbour 4, as one synchronous read.
+        assert_eq!((b.first, b.count, b.sync), (64, 128, true));
+        assert_eq!(b.ids, vec![3, 4]);
+        assert_eq!(q.pop().map(|b| b.first), Some(1000));
+        assert_eq!(q.pop().map(|b| b.first), Some(2000));
+        // With no demand queued there is nothing to overtake: readahead
+        // keeps its order.
+        let mut q = SubmitQueue::new(256);
+        q.push(run(3, 0, 64, 64, false));
+        q.push(run(5, 0, 500, 4, false));
+        assert_eq!(q.promote(500, 504), 0);
+        assert_eq!(q.pop().map(|b| b.first), Some(64));
+        // Without the promotion run 3 would have gone after the demand.
+        let mut q = SubmitQueue::new(256);
+        q.push(run(3, 0, 64, 64, false));
+        q.push(run(1, 0, 1000, 1, true));
+        assert_eq!(q.pop().map(|b| b.first), Some(1000));
     }
 
     #[test]

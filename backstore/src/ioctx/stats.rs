@@ -93,6 +93,9 @@ pub struct IoStats {
     pub latency_ns: Log2Histogram,
     /// Writes (and WRITE SAME / unmap) passed through.
     pub writes: u64,
+    /// Queued readahead runs promoted to demand because a read waited on
+    /// their pages before they started.
+    pub promoted: u64,
 }
 
 impl IoStats {
