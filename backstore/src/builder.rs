@@ -94,7 +94,9 @@ pub fn attach_context(
 
 /// The policy `readahead = "auto"` runs on `engine`: rustgt's `streams`
 /// where the backing seeks (the simulated disk; a file or block device on
-/// a disk whose sysfs `queue/rotational` is 1), where one seek costs more
+/// a disk whose sysfs `queue/rotational` is 1, not counting paravirtual
+/// disks such as virtio-blk, which say 1 for "cannot tell", and an md or
+/// dm device when a disk under it seeks), where one seek costs more
 /// than the readahead it saves; `kernel` where the backing is memory-speed
 /// (RAM, null, non-rotational or unknown devices), so such LUNs keep the
 /// passthrough context and with it the reactor's and io_uring's data path.

@@ -87,8 +87,7 @@ impl FdIo {
             base
         };
         let id = std::fs::read_to_string(format!("{disk}/dev")).ok()?;
-        let seeks = std::fs::read_to_string(format!("{disk}/queue/rotational"))
-            .is_ok_and(|v| v.trim() == "1");
+        let seeks = disk_seeks(std::path::Path::new(&disk), 0);
         Some(DeviceKey {
             key: format!("block:{}", id.trim()),
             seeks,
@@ -361,4 +360,123 @@ fn pwrite_all_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<
         }
     }
     Ok(())
+}
+
+/// Drivers of paravirtual disks (virtio-blk; Xen blkfront registers as
+/// "vbd"): they report `queue/rotational` = 1
+/// because they cannot tell (the kernel's default for a queue), whatever
+/// the host stores the disk on, so their flag says nothing.
+const UNKNOWN_ROTATION_DRIVERS: &[&str] = &["virtio_blk", "vbd"];
+
+/// Whether the disk at `disk` (a sysfs block device directory) seeks: its
+/// `queue/rotational` is 1 and it is not a paravirtual disk whose flag is
+/// the kernel's default; a stacked device (md, dm) seeks when one of the
+/// disks under it does (their own flag only reflects those disks'). An
+/// unreadable flag counts as not seeking, as does anything past four
+/// levels of stacking.
+fn disk_seeks(disk: &std::path::Path, depth: u32) -> bool {
+    if depth > 4 {
+        return false;
+    }
+    if let Ok(slaves) = std::fs::read_dir(disk.join("slaves")) {
+        let mut any = false;
+        let mut seen = false;
+        for slave in slaves.flatten().take(64) {
+            seen = true;
+            // A slave may be a partition: its disk is the parent directory.
+            let path = slave.path();
+            let path = match std::fs::canonicalize(&path) {
+                Ok(p) if p.join("partition").exists() => p.parent().map(|d| d.to_path_buf()),
+                Ok(p) => Some(p),
+                Err(_) => None,
+            };
+            if path.is_some_and(|p| disk_seeks(&p, depth + 1)) {
+                any = true;
+            }
+        }
+        if seen {
+            return any;
+        }
+    }
+    let rotational =
+        std::fs::read_to_string(disk.join("queue/rotational")).is_ok_and(|v| v.trim() == "1");
+    rotational && !paravirtual(disk)
+}
+
+/// Whether `disk` is driven by one of [`UNKNOWN_ROTATION_DRIVERS`].
+fn paravirtual(disk: &std::path::Path) -> bool {
+    std::fs::read_link(disk.join("device/driver"))
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|name| UNKNOWN_ROTATION_DRIVERS.contains(&name.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::path::Path;
+
+    /// A sysfs-like disk directory: `queue/rotational` and a
+    /// `device/driver` link to a directory named after the driver.
+    fn disk(root: &Path, name: &str, rotational: bool, driver: &str) -> std::path::PathBuf {
+        let d = root.join(name);
+        std::fs::create_dir_all(d.join("queue")).unwrap();
+        std::fs::create_dir_all(d.join("device")).unwrap();
+        std::fs::write(
+            d.join("queue/rotational"),
+            if rotational { "1\n" } else { "0\n" },
+        )
+        .unwrap();
+        let drv = root.join("drivers").join(driver);
+        std::fs::create_dir_all(&drv).unwrap();
+        symlink(&drv, d.join("device/driver")).unwrap();
+        d
+    }
+
+    /// A stacked device over `under`, reporting `rotational` itself.
+    fn stacked(root: &Path, name: &str, rotational: bool, under: &[&Path]) -> std::path::PathBuf {
+        let d = root.join(name);
+        std::fs::create_dir_all(d.join("queue")).unwrap();
+        std::fs::create_dir_all(d.join("slaves")).unwrap();
+        std::fs::write(
+            d.join("queue/rotational"),
+            if rotational { "1\n" } else { "0\n" },
+        )
+        .unwrap();
+        for u in under {
+            symlink(u, d.join("slaves").join(u.file_name().unwrap())).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn a_rotational_disk_seeks_unless_its_driver_cannot_tell() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(disk_seeks(&disk(t.path(), "sda", true, "sd"), 0));
+        assert!(!disk_seeks(&disk(t.path(), "sdb", false, "sd"), 0));
+        assert!(
+            !disk_seeks(&disk(t.path(), "vda", true, "virtio_blk"), 0),
+            "virtio-blk always says rotational"
+        );
+        assert!(!disk_seeks(&t.path().join("missing"), 0));
+    }
+
+    #[test]
+    fn a_stacked_device_seeks_when_a_disk_under_it_does() {
+        let t = tempfile::tempdir().unwrap();
+        let hdd = disk(t.path(), "sda", true, "sd");
+        let ssd = disk(t.path(), "sdb", false, "sd");
+        let vd = disk(t.path(), "vda", true, "virtio_blk");
+        assert!(disk_seeks(
+            &stacked(t.path(), "md0", false, &[&ssd, &hdd]),
+            0
+        ));
+        assert!(!disk_seeks(
+            &stacked(t.path(), "md1", true, &[&vd, &ssd]),
+            0
+        ));
+        let dm = stacked(t.path(), "dm-0", true, &[&t.path().join("md0")]);
+        assert!(disk_seeks(&dm, 0), "dm over md over a rotational disk");
+    }
 }
