@@ -1761,7 +1761,12 @@ fn iser_several_reads_of_one_task_get_disjoint_ranges_of_one_buffer() {
     p.held_reads[1].dest = None;
     release_all(&mut p);
     assert_eq!(only_status(&mut p, itt).0, 0);
-    assert!(p.reads_copied >= 1 && p.reads_placed >= 3, "{} {}", p.reads_placed, p.reads_copied);
+    assert!(
+        p.reads_copied >= 1 && p.reads_placed >= 3,
+        "{} {}",
+        p.reads_placed,
+        p.reads_copied
+    );
     p.hold_reads = false;
     assert_eq!(p.read10(0, 64).1, data);
 }
@@ -1821,7 +1826,11 @@ fn iser_abort_with_reads_in_flight_keeps_their_buffer_until_the_last() {
     assert_eq!(p.reads_placed, 4);
     drop(same_class);
     p.hold_reads = false;
-    assert_eq!(p.read10(0, 64).1, vec![0u8; 32 * 1024], "nothing of it written");
+    assert_eq!(
+        p.read10(0, 64).1,
+        vec![0u8; 32 * 1024],
+        "nothing of it written"
+    );
     assert!(!p.conn.is_closing());
 }
 
@@ -1861,7 +1870,10 @@ fn iser_a_short_or_misplaced_read_fails_the_write_not_the_connection() {
     let (status, sense) = only_status(&mut p, itt);
     assert_eq!(status, 2);
     assert_eq!((sense[12], sense[13]), (0x4b, 0x05));
-    assert!(p.held_reads.is_empty(), "no more Reads for the failed write");
+    assert!(
+        p.held_reads.is_empty(),
+        "no more Reads for the failed write"
+    );
     // A Read answered as placed that had no destination fails it too.
     p.stage_write(pattern(8192, 46), 0);
     let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], true);
