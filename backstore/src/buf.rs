@@ -299,6 +299,44 @@ impl IoBuf {
         })
     }
 
+    /// Address of the first byte, taken without borrowing the bytes (for
+    /// a device that writes them, with the buffer kept alive and not
+    /// touched meanwhile; see `BufStorage`). 0 for an all-zero lent one.
+    pub fn data_addr(&self) -> usize {
+        if self.zeros {
+            return 0;
+        }
+        (self.storage.as_ptr() as usize).saturating_add(usize::from(self.start))
+    }
+
+    /// How long [`grow_in_place`](Self::grow_in_place) can make it: the
+    /// room its storage has from its first byte (its length if it is not
+    /// pooled).
+    pub fn capacity_in_place(&self) -> usize {
+        if self.class.is_none() || self.zeros {
+            return self.len;
+        }
+        self.storage
+            .len()
+            .saturating_sub(usize::from(self.start))
+            .max(self.len)
+    }
+
+    /// Lengthens a pooled buffer to `len` bytes inside the storage it
+    /// already has (no move, no copy; the new bytes are stale, never
+    /// uninitialised). False when the storage is too short or the buffer
+    /// is not pooled; then nothing changes.
+    pub fn grow_in_place(&mut self, len: usize) -> bool {
+        if self.class.is_none() || self.zeros {
+            return false;
+        }
+        if usize::from(self.start).saturating_add(len) > self.storage.len() {
+            return false;
+        }
+        self.len = self.len.max(len);
+        true
+    }
+
     /// The bytes as a vector (copies a pooled buffer).
     pub fn into_vec(mut self) -> Vec<u8> {
         if self.class.is_none() && self.start == 0 && !self.zeros {
@@ -393,6 +431,24 @@ impl<const N: usize> PartialEq<[u8; N]> for IoBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pooled_buffer_grows_in_its_storage_without_moving() {
+        let mut b = IoBuf::for_overwrite(5000);
+        let (addr, storage) = (b.data_addr(), b.storage());
+        assert_eq!(addr, b.as_ptr() as usize);
+        assert!(b.grow_in_place(8192), "5000 bytes take the 8 KiB class");
+        assert_eq!((b.len(), b.data_addr(), b.storage()), (8192, addr, storage));
+        assert!(b.capacity_in_place() >= 8192 && b.capacity_in_place() < 8192 + ALIGN);
+        assert!(
+            !b.grow_in_place(b.capacity_in_place() + 1),
+            "past its storage"
+        );
+        assert_eq!(b.len(), 8192);
+        let mut plain = IoBuf::from(vec![1u8; 10]);
+        assert!(!plain.grow_in_place(11));
+        assert!(!IoBuf::zeros(10).grow_in_place(10));
+    }
 
     #[test]
     fn size_classes_round_up_to_powers_of_two_from_4k() {

@@ -383,14 +383,22 @@ fuzz_target!(|data: &[u8]| {
                 let pick = usize::from(input.byte());
                 let short = input.byte();
                 if !h.reads.is_empty() {
-                    let r = h.reads.remove(pick % h.reads.len());
+                    let mut r = h.reads.remove(pick % h.reads.len());
                     let len = if short & 1 != 0 {
                         usize::from(short)
                     } else {
                         r.len as usize
                     };
-                    h.conn
-                        .data_arrived(r.itt, r.ttt, &vec![0x5a; len.min(1 << 20)]);
+                    if short & 2 != 0 && r.dest.is_some() {
+                        // As if placed in its destination (the bytes there
+                        // stay stale: only the bookkeeping is fuzzed).
+                        h.conn.read_done(r, u32::try_from(len).unwrap_or(u32::MAX));
+                    } else {
+                        // The copy path: the destination goes first.
+                        drop(r.dest.take());
+                        h.conn
+                            .data_arrived(r.itt, r.ttt, &vec![0x5a; len.min(1 << 20)]);
+                    }
                 } else if !h.tmfs.is_empty() {
                     let itt = h.tmfs.remove(pick % h.tmfs.len());
                     let r = match short % 6 {

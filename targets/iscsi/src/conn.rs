@@ -831,10 +831,21 @@ impl Connection {
             return;
         };
         if task.complete() {
+            if task.buf.lent() {
+                // Every Read of it has answered, so only a driver still
+                // holding a destination it reported gets here: the storage
+                // stays with it, the write fails.
+                tracing::error!(itt, "write complete while a Read still holds its buffer");
+                if let Some(task) = self.writes.remove(&itt) {
+                    self.fail_write(task, SeqError::Offset);
+                }
+                return;
+            }
             if let Some(task) = self.writes.remove(&itt) {
                 let r2ts = task.r2t_sn;
                 let (lun, remote, cmd) = (task.lun, task.remote, task.cmd);
-                self.submit(cmd, lun, task.buf.into_data(), r2ts, remote);
+                let data = task.buf.into_data().unwrap_or_default();
+                self.submit(cmd, lun, data, r2ts, remote);
             }
             return;
         }

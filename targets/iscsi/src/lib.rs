@@ -38,3 +38,4 @@ pub use conn::{
 };
 pub use directory::Directory;
 pub use session::SessionTable;
+pub use task::ReadDest;

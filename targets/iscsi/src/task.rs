@@ -4,8 +4,9 @@
 //! sequencing for reads (§11.7).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use rustgt_scsi::{IoBuf, Residual};
+use rustgt_scsi::{BufStorage, IoBuf, Residual, MAX_POOLED};
 
 use crate::iser::ControlHeader;
 use crate::pdu::{DataIn, ScsiCommand};
@@ -23,47 +24,253 @@ pub(crate) struct OpenR2t {
 /// The Data-Out of one write as it arrives, in a pooled buffer. It holds
 /// room for what arrived and for what was solicited (R2T, RDMA Read), never
 /// for the whole Expected Data Transfer Length on the initiator's word
-/// alone; it grows by doubling, up to that length.
+/// alone; it grows by doubling, up to that length, inside its storage when
+/// the pool's size class leaves room.
+///
+/// On iSER the storage may be lent to RDMA Reads ([`ReadDest`]): then it
+/// is shared by the task and every Read posted into it, neither moves nor
+/// grows, and nobody reads or writes its bytes; the task takes it back
+/// when it holds the only reference again (every such Read returned, or
+/// was copied instead). Dropping the task while Reads hold it only drops
+/// the task's reference: the storage goes back to the pool with the last
+/// Read's.
 #[derive(Debug, Default)]
 pub(crate) struct WriteBuf {
-    buf: IoBuf,
+    store: Store,
+    /// Bytes received in order from offset 0: in the storage, or stashed.
     filled: usize,
+    /// Copied data that arrived while the storage was lent to later Reads
+    /// (offset, bytes), written in when it comes back. Only solicited Read
+    /// data or in-order unsolicited data, so bounded like them.
+    stash: Vec<(usize, Vec<u8>)>,
 }
+
+#[derive(Debug)]
+enum Store {
+    Own(IoBuf),
+    Lent(Arc<Lent>),
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::Own(IoBuf::default())
+    }
+}
+
+/// A write's storage while RDMA Reads may land in it. Its bytes are never
+/// borrowed while it is shared: only its address and storage are read.
+#[derive(Debug)]
+struct Lent(IoBuf);
+
+/// Where one RDMA Read of Data-Out may land: `len` bytes at [`addr`]
+/// inside a pooled write buffer, which this value keeps alive. The range
+/// belongs to this Read alone (the task's other Reads have disjoint ones,
+/// and the task touches none of it) until the value is dropped or handed
+/// back with [`crate::Connection::read_done`].
+///
+/// A driver either posts the Read into it and holds it until the Read's
+/// completion (or the flush of its queue pair, or the queue pair's
+/// destruction), or drops it and copies: then the data goes back with
+/// [`crate::Connection::data_arrived`].
+///
+/// [`addr`]: ReadDest::addr
+#[derive(Debug, Clone)]
+pub struct ReadDest {
+    buf: Arc<Lent>,
+    offset: usize,
+    len: usize,
+}
+
+impl ReadDest {
+    /// Address of the first byte the Read may write.
+    pub fn addr(&self) -> usize {
+        self.buf.0.data_addr().saturating_add(self.offset)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The pooled storage the range lies in (what a driver registers).
+    pub fn storage(&self) -> Option<BufStorage> {
+        self.buf.0.storage()
+    }
+}
+
+impl PartialEq for ReadDest {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.buf, &other.buf) && self.offset == other.offset && self.len == other.len
+    }
+}
+
+impl Eq for ReadDest {}
 
 impl WriteBuf {
     pub fn filled(&self) -> usize {
         self.filled
     }
 
-    /// Room for `end` bytes in all (at most `limit`, the EDTL).
-    pub fn reserve_to(&mut self, end: usize, limit: usize) {
-        let end = end.min(limit);
-        if end <= self.buf.len() {
+    /// Bytes the storage has room for now.
+    #[cfg(test)]
+    fn room(&self) -> usize {
+        match &self.store {
+            Store::Own(b) => b.len(),
+            Store::Lent(l) => l.0.len(),
+        }
+    }
+
+    /// Bytes the storage can hold without moving: its length, or more up
+    /// to the end of its pooled storage (the pool's size class).
+    fn capacity(&self) -> usize {
+        match &self.store {
+            Store::Own(b) => b.capacity_in_place(),
+            Store::Lent(l) => l.0.capacity_in_place(),
+        }
+    }
+
+    /// The storage is lent to Reads that have not come back.
+    pub fn lent(&self) -> bool {
+        matches!(&self.store, Store::Lent(l) if Arc::strong_count(l) > 1)
+    }
+
+    /// Owns the storage again if no Read holds it any more, and writes the
+    /// stashed data in. False while some Read still holds it.
+    pub fn take_back(&mut self) -> bool {
+        if let Store::Lent(_) = self.store {
+            let Store::Lent(l) = std::mem::take(&mut self.store) else {
+                return false;
+            };
+            match Arc::try_unwrap(l) {
+                Ok(Lent(b)) => self.store = Store::Own(b),
+                Err(l) => {
+                    self.store = Store::Lent(l);
+                    return false;
+                }
+            }
+        }
+        for (at, data) in std::mem::take(&mut self.stash) {
+            let end = at.saturating_add(data.len());
+            self.grow_owned(end, end);
+            if let Store::Own(b) = &mut self.store {
+                if let Some(dst) = b.get_mut(at..end) {
+                    dst.copy_from_slice(&data);
+                }
+            }
+        }
+        true
+    }
+
+    /// Room for `end` bytes in an owned storage: in place when the storage
+    /// allows, else in a bigger one that gets what was filled.
+    fn grow_owned(&mut self, end: usize, limit: usize) {
+        let Store::Own(buf) = &mut self.store else {
+            return;
+        };
+        // Reads may have placed data past the length, inside the storage.
+        let _ = buf.grow_in_place(self.filled);
+        if end <= buf.len() || buf.grow_in_place(end) {
             return;
         }
-        let want = end.max(self.buf.len().saturating_mul(2)).min(limit);
+        // Pooled storage comes in power-of-two classes, so growth to `end`
+        // doubles by itself; past the pool, double explicitly.
+        let want = if end <= MAX_POOLED {
+            end
+        } else {
+            end.max(buf.len().saturating_mul(2)).min(limit.max(end))
+        };
         let mut bigger = IoBuf::for_overwrite(want);
-        if let (Some(dst), Some(src)) = (bigger.get_mut(..self.filled), self.buf.get(..self.filled))
-        {
+        let keep = self.filled.min(buf.len());
+        if let (Some(dst), Some(src)) = (bigger.get_mut(..keep), buf.get(..keep)) {
             dst.copy_from_slice(src);
         }
-        self.buf = bigger;
+        *buf = bigger;
     }
 
-    /// Appends `data` (the caller checked that it fits within `limit`).
-    pub fn append(&mut self, data: &[u8], limit: usize) {
-        let end = self.filled.saturating_add(data.len());
-        self.reserve_to(end, limit.max(end));
-        if let Some(dst) = self.buf.get_mut(self.filled..end) {
-            dst.copy_from_slice(data);
-            self.filled = end;
+    /// Room for `end` bytes in all (at most `limit`, the EDTL). False when
+    /// it needs growing while Reads hold the storage: it cannot move then.
+    pub fn reserve_to(&mut self, end: usize, limit: usize) -> bool {
+        let end = end.min(limit);
+        if end <= self.capacity() {
+            // In place: no move, so fine even while Reads hold it.
+            self.grow_owned(end, limit);
+            return true;
         }
+        if !self.take_back() {
+            return false;
+        }
+        self.grow_owned(end, limit);
+        true
     }
 
-    /// The data received, for the SCSI core.
-    pub fn into_data(mut self) -> IoBuf {
-        self.buf.truncate(self.filled);
-        self.buf
+    /// Appends `data` (the caller checked that it fits within `limit`);
+    /// stashed if Reads hold the storage.
+    pub fn append(&mut self, data: &[u8], limit: usize) {
+        let at = self.filled;
+        let end = at.saturating_add(data.len());
+        if self.take_back() && self.reserve_to(end, limit.max(end)) {
+            if let Store::Own(b) = &mut self.store {
+                if let Some(dst) = b.get_mut(at..end) {
+                    dst.copy_from_slice(data);
+                    self.filled = end;
+                    return;
+                }
+            }
+        }
+        self.stash.push((at, data.to_vec()));
+        self.filled = end;
+    }
+
+    /// A Read destination for bytes `offset..offset + len`, if the storage
+    /// already has room for them and is pooled (the only kind a driver
+    /// can register). The storage is lent from now on.
+    pub fn dest(&mut self, offset: usize, len: usize) -> Option<ReadDest> {
+        let end = offset.checked_add(len)?;
+        if len == 0 || end > self.capacity() {
+            return None;
+        }
+        if let Store::Own(b) = &self.store {
+            b.storage()?;
+            let Store::Own(b) = std::mem::take(&mut self.store) else {
+                return None;
+            };
+            self.store = Store::Lent(Arc::new(Lent(b)));
+        }
+        let Store::Lent(l) = &self.store else {
+            return None;
+        };
+        l.0.storage()?;
+        Some(ReadDest {
+            buf: Arc::clone(l),
+            offset,
+            len,
+        })
+    }
+
+    /// A Read into this buffer placed `len` more bytes in order.
+    pub fn placed(&mut self, len: usize) {
+        self.filled = self.filled.saturating_add(len);
+    }
+
+    /// The data received, for the SCSI core; None (and the buffer dropped)
+    /// if some Read still holds the storage, which a driver keeping its
+    /// rules never lets happen once all data has arrived.
+    pub fn into_data(mut self) -> Option<IoBuf> {
+        if !self.take_back() {
+            return None;
+        }
+        let filled = self.filled;
+        self.grow_owned(filled, filled);
+        match std::mem::take(&mut self.store) {
+            Store::Own(mut b) => {
+                b.truncate(self.filled);
+                Some(b)
+            }
+            Store::Lent(_) => None,
+        }
     }
 }
 
@@ -215,28 +422,132 @@ mod tests {
         // Immediate data: room for what came, not for the whole EDTL.
         w.append(&[7u8; 8192], edtl);
         assert_eq!(w.filled(), 8192);
-        assert!(w.buf.len() < edtl, "{}", w.buf.len());
+        assert!(w.room() < edtl, "{}", w.room());
         // An R2T for the next 256 KiB makes room for it at once.
-        w.reserve_to(8192 + 256 * 1024, edtl);
-        assert!(w.buf.len() >= 8192 + 256 * 1024);
-        let before = w.buf.as_ptr();
+        assert!(w.reserve_to(8192 + 256 * 1024, edtl));
+        assert!(w.room() >= 8192 + 256 * 1024);
+        let before = own(&w).as_ptr();
         w.append(&[8u8; 256 * 1024], edtl);
         assert_eq!(
-            w.buf.as_ptr(),
+            own(&w).as_ptr(),
             before,
             "solicited data lands without a copy"
         );
         // Growth stops at the EDTL, whatever is asked.
-        w.reserve_to(usize::MAX, edtl);
-        assert_eq!(w.buf.len(), edtl);
-        let data = w.into_data();
+        assert!(w.reserve_to(usize::MAX, edtl));
+        assert_eq!(w.room(), edtl);
+        let data = w.into_data().expect("owned");
         assert_eq!(data.len(), 8192 + 256 * 1024);
         assert!(data.get(..8192).is_some_and(|d| d.iter().all(|&b| b == 7)));
         assert!(data.get(8192..).is_some_and(|d| d.iter().all(|&b| b == 8)));
         // A 4 KiB write with immediate data: one buffer of exactly 4 KiB.
         let mut small = WriteBuf::default();
         small.append(&[1u8; 4096], 4096);
-        assert_eq!(small.into_data().len(), 4096);
+        assert_eq!(small.into_data().map(|d| d.len()), Some(4096));
+    }
+
+    fn own(w: &WriteBuf) -> &IoBuf {
+        match &w.store {
+            Store::Own(b) => b,
+            Store::Lent(_) => panic!("lent"),
+        }
+    }
+
+    fn lent_storage(w: &WriteBuf) -> Option<BufStorage> {
+        match &w.store {
+            Store::Own(_) => None,
+            Store::Lent(l) => l.0.storage(),
+        }
+    }
+
+    #[test]
+    fn reads_get_disjoint_ranges_of_storage_that_neither_moves_nor_grows() {
+        let edtl = 1 << 20;
+        let mut w = WriteBuf::default();
+        w.append(&[1u8; 4096], edtl);
+        assert!(w.reserve_to(4096 + 2 * 65536, edtl));
+        let a = w.dest(4096, 65536).expect("room and pooled");
+        let b = w.dest(4096 + 65536, 65536).expect("room and pooled");
+        assert!(w.lent());
+        assert_eq!(a.storage(), b.storage());
+        let st = a.storage().expect("pooled");
+        assert_eq!(b.addr(), a.addr() + 65536, "disjoint, in order");
+        assert!(st.contains(a.addr(), a.len()) && st.contains(b.addr(), b.len()));
+        // Past what the storage holds: no destination (copy path), and no
+        // growth while the Reads hold it.
+        let cap = w.capacity();
+        assert!(cap < edtl);
+        assert!(w.dest(cap, 4096).is_none());
+        assert!(!w.reserve_to(cap + 1, edtl), "cannot move while lent");
+        // Inside it, but past the length asked for: in place, no move.
+        assert!(w.dest(cap - 4096, 4096).is_some());
+        assert_eq!(lent_storage(&w), Some(st));
+        assert!(!w.take_back());
+        drop(a);
+        assert!(!w.take_back(), "one Read still holds it");
+        w.placed(65536);
+        w.placed(65536);
+        drop(b);
+        assert!(w.take_back());
+        assert_eq!(own(&w).storage(), Some(st), "the same storage comes back");
+        assert!(w.reserve_to(cap + 1, edtl), "and grows again");
+        let data = w.into_data().expect("owned");
+        assert_eq!(data.len(), 4096 + 2 * 65536);
+        assert!(data.get(..4096).is_some_and(|d| d.iter().all(|&b| b == 1)));
+    }
+
+    #[test]
+    fn dropping_a_task_with_reads_out_leaves_its_storage_to_them() {
+        let mut w = WriteBuf::default();
+        assert!(w.reserve_to(65536, 65536));
+        let d = w.dest(0, 65536).expect("pooled");
+        let st = d.storage();
+        // The task is aborted: its reference goes, the Read's keeps the
+        // storage (the pool cannot hand it out again yet).
+        drop(w);
+        assert_eq!(Arc::strong_count(&d.buf), 1);
+        assert_eq!(d.storage(), st);
+        assert!(d.buf.0.storage().is_some());
+    }
+
+    #[test]
+    fn copied_data_that_arrives_while_lent_is_stashed_then_written_in() {
+        let edtl = 3 * 4096;
+        let mut w = WriteBuf::default();
+        assert!(w.reserve_to(edtl, edtl));
+        // First Read's dest dropped (the driver copies), second one lent.
+        drop(w.dest(0, 4096));
+        let second = w.dest(4096, 4096).expect("pooled");
+        w.append(&[5u8; 4096], edtl);
+        assert_eq!(w.filled(), 4096);
+        assert_eq!(w.stash.len(), 1, "the storage is lent: stashed");
+        w.placed(4096);
+        drop(second);
+        // A Read that never had a destination: storage is back, so the
+        // stash is written in and this lands directly.
+        w.append(&[6u8; 4096], edtl);
+        assert!(w.stash.is_empty());
+        let data = w.into_data().expect("owned");
+        assert_eq!(data.len(), edtl);
+        assert!(data.get(..4096).is_some_and(|d| d.iter().all(|&b| b == 5)));
+        assert!(data.get(8192..).is_some_and(|d| d.iter().all(|&b| b == 6)));
+    }
+
+    #[test]
+    fn unpooled_storage_gets_no_destination_and_a_held_one_keeps_the_data() {
+        // Past the pool's largest class: a plain vector, nothing to register.
+        let big = rustgt_scsi::IoBuf::for_overwrite(0).len() + (32 << 20);
+        let mut w = WriteBuf::default();
+        assert!(w.reserve_to(big, big));
+        assert!(w.dest(0, 4096).is_none());
+        assert!(!w.lent());
+        // A destination still held when the data is wanted: none is given.
+        let mut w = WriteBuf::default();
+        assert!(w.reserve_to(4096, 4096));
+        let d = w.dest(0, 4096);
+        w.placed(4096);
+        assert!(w.into_data().is_none());
+        drop(d);
     }
 
     #[test]

@@ -1686,3 +1686,208 @@ fn iser_text_responses_are_split_at_initiator_recv_data_segment_length() {
     let kv = parse_text(&text).unwrap();
     assert_eq!(kv.iter().filter(|(k, _)| k == "TargetName").count(), 21);
 }
+
+// ---------------------------------------------------------------------------
+// iSER: Data-Out RDMA Reads straight into the write's buffer.
+// ---------------------------------------------------------------------------
+
+/// A login with no immediate data and `r2t` Reads per task.
+fn iser_reads_pair(r2t: &str) -> Pair {
+    let mut p = iser_pair(
+        Limits {
+            immediate_data: false,
+            max_outstanding_r2t: 16,
+            ..limits()
+        },
+        iser_params(),
+    );
+    p.login(&[("ImmediateData", "No"), ("MaxOutstandingR2T", r2t)]);
+    p
+}
+
+/// Answer held Reads (and those they lead to) until none is left.
+fn release_all(p: &mut Pair) {
+    while p.release_one() {}
+}
+
+fn only_status(p: &mut Pair, itt: u32) -> (u8, Vec<u8>) {
+    match &p.replies()[..] {
+        [Reply::ScsiResponse(s)] => {
+            assert_eq!(s.itt, itt);
+            (s.status, s.sense.clone())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn iser_data_out_reads_land_in_the_write_buffer_or_are_copied() {
+    for zero_copy in [true, false] {
+        let mut p = iser_pair(limits(), iser_params());
+        p.zero_copy_reads = zero_copy;
+        p.login(&[]);
+        let data = pattern(64 * 1024, 41);
+        assert_eq!(p.write10(10, &data, 512, 512), 0);
+        assert_eq!(p.read10(10, 128).1, data, "zero_copy={zero_copy}");
+        if zero_copy {
+            assert_eq!((p.reads_placed, p.reads_copied), (16, 0));
+        } else {
+            assert_eq!((p.reads_placed, p.reads_copied), (0, 16), "the fallback");
+        }
+    }
+}
+
+#[test]
+fn iser_several_reads_of_one_task_get_disjoint_ranges_of_one_buffer() {
+    let mut p = iser_reads_pair("4");
+    p.hold_reads = true;
+    let data = pattern(32 * 1024, 42);
+    p.stage_write(data.clone(), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 64), false, true, 32 * 1024, vec![], true);
+    assert_eq!(p.held_reads.len(), 4, "read_depth and MaxOutstandingR2T");
+    let dests: Vec<_> = p
+        .held_reads
+        .iter()
+        .map(|r| r.dest.clone().expect("room reserved before the first Read"))
+        .collect();
+    let st = dests[0].storage().expect("pooled");
+    for (i, d) in dests.iter().enumerate() {
+        assert_eq!(d.storage(), Some(st), "one storage");
+        assert_eq!(d.addr(), dests[0].addr() + i * 4096, "disjoint, in order");
+        assert!(st.contains(d.addr(), d.len()));
+    }
+    drop(dests);
+    // The driver could not register one of them: it copies that one.
+    p.held_reads[1].dest = None;
+    release_all(&mut p);
+    assert_eq!(only_status(&mut p, itt).0, 0);
+    assert!(
+        p.reads_copied >= 1 && p.reads_placed >= 3,
+        "{} {}",
+        p.reads_placed,
+        p.reads_copied
+    );
+    p.hold_reads = false;
+    assert_eq!(p.read10(0, 64).1, data);
+}
+
+#[test]
+fn iser_abort_with_reads_in_flight_keeps_their_buffer_until_the_last() {
+    let mut p = iser_reads_pair("4");
+    p.hold_reads = true;
+    p.stage_write(pattern(32 * 1024, 43), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 64), false, true, 32 * 1024, vec![], true);
+    assert_eq!(p.held_reads.len(), 4);
+    let st = p.held_reads[0]
+        .dest
+        .as_ref()
+        .and_then(|d| d.storage())
+        .expect("a destination");
+    let req = Request {
+        header: RequestHeader::TaskMgmt(TaskMgmtRequest {
+            immediate: true,
+            function: TmfCode::ABORT_TASK,
+            lun: 0,
+            itt: 0x500,
+            referenced_tag: itt,
+            cmd_sn: p.cmd_sn,
+            exp_stat_sn: p.exp_stat_sn,
+            ref_cmd_sn: p.cmd_sn - 1,
+            exp_data_sn: 0,
+        }),
+        data: vec![],
+    };
+    p.send(&req);
+    assert!(p.replies().is_empty(), "the answer waits for the Reads");
+    // The task is gone; its storage is not: the pool does not hand it out
+    // while the Reads hold it.
+    let same_class: Vec<rustgt_scsi::IoBuf> = (0..8)
+        .map(|_| rustgt_scsi::IoBuf::for_overwrite(st.len() - 4096))
+        .collect();
+    assert!(same_class.iter().all(|b| b.storage() != Some(st)));
+    // The Reads land (the device writes into memory still theirs), one at
+    // a time; the abort is answered after the last.
+    let mut answered = 0;
+    while p.release_one() {
+        answered += 1;
+        let replies = p.replies();
+        if p.held_reads.is_empty() {
+            match &replies[..] {
+                [Reply::TaskMgmtResponse(t)] => {
+                    assert_eq!((t.itt, t.response), (0x500, TmfResult::COMPLETE))
+                }
+                other => panic!("{other:?}"),
+            }
+        } else {
+            assert!(replies.is_empty(), "answered before the last Read");
+        }
+    }
+    assert_eq!(answered, 4, "no new Read for an aborted task");
+    assert_eq!(p.reads_placed, 4);
+    drop(same_class);
+    p.hold_reads = false;
+    assert_eq!(
+        p.read10(0, 64).1,
+        vec![0u8; 32 * 1024],
+        "nothing of it written"
+    );
+    assert!(!p.conn.is_closing());
+}
+
+#[test]
+fn iser_connection_loss_with_reads_in_flight_leaves_the_buffer_to_them() {
+    let mut p = iser_reads_pair("2");
+    p.hold_reads = true;
+    p.stage_write(pattern(32 * 1024, 44), 0);
+    let _ = p.scsi_cmd(&write10_cdb(0, 64), false, true, 32 * 1024, vec![], true);
+    assert_eq!(p.held_reads.len(), 2);
+    let st = p.held_reads[0]
+        .dest
+        .as_ref()
+        .and_then(|d| d.storage())
+        .expect("a destination");
+    p.conn.fail();
+    assert!(p.conn.is_closing());
+    let same_class: Vec<rustgt_scsi::IoBuf> = (0..8)
+        .map(|_| rustgt_scsi::IoBuf::for_overwrite(st.len() - 4096))
+        .collect();
+    assert!(same_class.iter().all(|b| b.storage() != Some(st)));
+    // Flushed or late, they come back to a closed connection: ignored.
+    release_all(&mut p);
+    assert!(p.held_reads.is_empty());
+}
+
+#[test]
+fn iser_a_short_or_misplaced_read_fails_the_write_not_the_connection() {
+    let mut p = iser_reads_pair("1");
+    p.hold_reads = true;
+    p.stage_write(pattern(8192, 45), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], true);
+    assert_eq!(p.held_reads.len(), 1);
+    let r = p.held_reads.remove(0);
+    p.answer_read(r, Some(4095));
+    p.pump();
+    let (status, sense) = only_status(&mut p, itt);
+    assert_eq!(status, 2);
+    assert_eq!((sense[12], sense[13]), (0x4b, 0x05));
+    assert!(
+        p.held_reads.is_empty(),
+        "no more Reads for the failed write"
+    );
+    // A Read answered as placed that had no destination fails it too.
+    p.stage_write(pattern(8192, 46), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], true);
+    let mut r = p.held_reads.remove(0);
+    r.dest = None;
+    p.conn.read_done(r, 4096);
+    p.pump();
+    assert_eq!(only_status(&mut p, itt).0, 2);
+    // The connection goes on.
+    assert!(!p.conn.is_closing());
+    p.hold_reads = false;
+    let data = pattern(8192, 47);
+    p.stage_write(data.clone(), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], true);
+    assert_eq!(only_status(&mut p, itt).0, 0);
+    assert_eq!(p.read10(0, 16).1, data);
+}

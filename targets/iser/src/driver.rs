@@ -16,6 +16,15 @@
 //! driver holds the data until the Write completes (or, at teardown, until
 //! the QP is destroyed: `res` drops before `writes_from`). Data in no pooled
 //! buffer, or past the pinned-bytes limit, is copied into a data buffer.
+//!
+//! Zero-copy Data-Out: an RDMA Read that comes with a destination (a range
+//! of the write's pooled buffer, `RdmaRead::dest`) is posted straight into
+//! it when that buffer's storage is registered or can be, the same way; the
+//! driver holds the Read, and with it the destination and so the buffer,
+//! until the Read completes or is flushed, or, at teardown, until the QP is
+//! destroyed (`res` drops before `reads_into`), even if the core dropped
+//! the task meanwhile. Otherwise the destination is dropped and the Read
+//! lands in a data buffer, copied into the write by the core.
 
 #![forbid(unsafe_code)]
 
@@ -70,6 +79,15 @@ pub struct Driver {
     /// RDMA Writes sent from the buffer they were in / copied first.
     pub writes_zero_copy: u64,
     pub writes_copied: u64,
+    /// Zero-copy RDMA Reads posted and not completed, each with its
+    /// destination (a range of the write's buffer), held so that the buffer
+    /// (and registration) outlives the WR even if the task is gone.
+    /// Declared after `res`, so at drop the QP goes first.
+    reads_into: HashMap<u32, RdmaRead>,
+    next_read_into: u32,
+    /// RDMA Reads that landed in the write's buffer / in a data buffer.
+    pub reads_zero_copy: u64,
+    pub reads_copied: u64,
 }
 
 impl Driver {
@@ -90,6 +108,10 @@ impl Driver {
             next_write_from: 0,
             writes_zero_copy: 0,
             writes_copied: 0,
+            reads_into: HashMap::new(),
+            next_read_into: 0,
+            reads_zero_copy: 0,
+            reads_copied: 0,
         }
     }
 
@@ -221,6 +243,25 @@ impl Driver {
                 )?;
             }
             IserOp::Read(r) => {
+                let lkey = r
+                    .dest
+                    .as_ref()
+                    .filter(|d| d.len() == r.len as usize)
+                    .and_then(|d| {
+                        let st = d.storage()?;
+                        self.res.lkey_for_range(&st, d.addr(), d.len())
+                    });
+                if let (Some(lkey), Some(dest)) = (lkey, r.dest.as_ref()) {
+                    let id = self.read_into_id();
+                    let wr = WrKind::ReadInto(id).encode();
+                    self.res
+                        .post_read_into(dest, lkey, r.remote_addr, r.stag, wr)?;
+                    self.sq_used += 1;
+                    // Holds the destination until the completion.
+                    self.reads_into.insert(id, r.clone());
+                    self.reads_zero_copy += 1;
+                    return Ok(true);
+                }
                 let Some(chunk) = self.chunks.take() else {
                     return Ok(false);
                 };
@@ -236,10 +277,31 @@ impl Driver {
                     WrKind::Read(chunk),
                     PoolId::Data,
                 )?;
-                self.reads.insert(chunk, *r);
+                // The copy path: the destination is not ours to hold (the
+                // op, and with it `r.dest`, is dropped when this returns).
+                self.reads.insert(
+                    chunk,
+                    RdmaRead {
+                        dest: None,
+                        ..r.clone()
+                    },
+                );
+                self.reads_copied += 1;
             }
         }
         Ok(true)
+    }
+
+    /// An id for a zero-copy Read no posted Read has.
+    fn read_into_id(&mut self) -> u32 {
+        // At most sq_depth are posted, so a free id is found quickly.
+        loop {
+            let id = self.next_read_into;
+            self.next_read_into = self.next_read_into.wrapping_add(1);
+            if !self.reads_into.contains_key(&id) {
+                return id;
+            }
+        }
     }
 
     /// An id for a zero-copy Write no posted Write has.
@@ -369,6 +431,13 @@ impl Driver {
                 }
                 self.chunks.give_back(chunk);
             }
+            WrKind::ReadInto(id) => {
+                if let Some(r) = self.reads_into.remove(&id) {
+                    // The device is done with the range: it goes back to
+                    // the core, which owns the buffer again with the last.
+                    self.core.read_done(r, c.byte_len);
+                }
+            }
             WrKind::Send(_) | WrKind::SendLarge(_) | WrKind::Write(_) | WrKind::WriteFrom(_) => {
                 self.release(kind)
             }
@@ -392,6 +461,11 @@ impl Driver {
             WrKind::WriteFrom(id) => {
                 // The device is done with it: the buffer may go.
                 self.writes_from.remove(&id);
+            }
+            WrKind::ReadInto(id) => {
+                // Failed or flushed: the device writes no more into it, so
+                // the buffer may go (the core is failed and wants no data).
+                self.reads_into.remove(&id);
             }
         }
     }

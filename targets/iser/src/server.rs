@@ -352,9 +352,15 @@ async fn drive(
         registrations,
         "iSER Data-In RDMA Writes"
     );
+    tracing::info!(
+        zero_copy = d.reads_zero_copy,
+        copied = d.reads_copied,
+        "iSER Data-Out RDMA Reads"
+    );
     drop(cm_fd);
     drop(cq_fd);
-    // The QP goes before the buffers of zero-copy Writes (field order).
+    // The QP goes before the buffers of zero-copy Writes and Reads (field
+    // order).
     drop(d);
     Ok(())
 }

@@ -27,6 +27,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use rustgt_backstore::BufStorage;
+use rustgt_iscsi::ReadDest;
 
 use rdma_sys::*;
 use tokio::io::unix::AsyncFd;
@@ -933,7 +934,13 @@ impl ConnResources {
     /// keeps the storage alive while we register it. None: send `data` by
     /// the copy path.
     pub fn lkey_for(&self, storage: &BufStorage, data: &Bytes) -> Option<u32> {
-        if data.is_empty() || !storage.contains(data.as_ptr() as usize, data.len()) {
+        self.lkey_for_range(storage, data.as_ptr() as usize, data.len())
+    }
+
+    /// The same for `len` bytes at `addr`, which must lie in `storage`
+    /// (an RDMA Read's destination, kept alive by the caller).
+    pub fn lkey_for_range(&self, storage: &BufStorage, addr: usize, len: usize) -> Option<u32> {
+        if len == 0 || !storage.contains(addr, len) {
             return None;
         }
         let pd = self.regs.pd;
@@ -948,7 +955,8 @@ impl ConnResources {
         // storage; never remote access (the initiator gets no key to it).
         let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
         // SAFETY: the PD is live (ours); `storage` is a pooled allocation
-        // that is alive (`data`, which lies inside it, keeps it so) and does
+        // that is alive (the caller's `data` or Read destination, which lies
+        // inside it, keeps it so) and does
         // not move while it exists; before the pool frees it the release
         // hook deregisters this MR, which takes the same lock we hold, so
         // the registration can never outlive the memory.
@@ -994,6 +1002,28 @@ impl ConnResources {
             lkey,
         };
         self.post_sge(SendKind::RdmaWrite { remote_addr, rkey }, sge, wr_id)
+    }
+
+    /// Post an RDMA Read of `dest.len()` bytes from `remote_addr` under
+    /// `rkey` straight into `dest` (Data-Out into the write's buffer), with
+    /// `lkey` from [`lkey_for_range`](Self::lkey_for_range) for it. The
+    /// caller holds `dest` (and so the buffer and its registration) until
+    /// the WR completes or the QP is destroyed; until then the range is
+    /// the device's alone (the core neither reads, writes nor moves it).
+    pub fn post_read_into(
+        &self,
+        dest: &ReadDest,
+        lkey: u32,
+        remote_addr: u64,
+        rkey: u32,
+        wr_id: u64,
+    ) -> Result<()> {
+        let sge = ibv_sge {
+            addr: dest.addr() as u64,
+            length: u32::try_from(dest.len()).map_err(|_| invalid("read length"))?,
+            lkey,
+        };
+        self.post_sge(SendKind::RdmaRead { remote_addr, rkey }, sge, wr_id)
     }
 
     /// Post one send-queue WR over `sge`, whose memory stays valid and

@@ -20,6 +20,9 @@ pub enum WrKind {
     /// An RDMA Write (Data-In) straight from a registered pooled buffer,
     /// which the driver holds as zero-copy write `n`.
     WriteFrom(u32),
+    /// An RDMA Read (Data-Out) straight into a registered write buffer,
+    /// whose destination the driver holds as zero-copy read `n`.
+    ReadInto(u32),
 }
 
 const SHIFT: u32 = 56;
@@ -29,6 +32,7 @@ const SEND_LARGE: u64 = 3;
 const WRITE: u64 = 4;
 const READ: u64 = 5;
 const WRITE_FROM: u64 = 6;
+const READ_INTO: u64 = 7;
 
 impl WrKind {
     pub fn encode(self) -> u64 {
@@ -39,6 +43,7 @@ impl WrKind {
             WrKind::Write(n) => (WRITE, n),
             WrKind::Read(n) => (READ, n),
             WrKind::WriteFrom(n) => (WRITE_FROM, n),
+            WrKind::ReadInto(n) => (READ_INTO, n),
         };
         (kind << SHIFT) | u64::from(n)
     }
@@ -55,6 +60,7 @@ impl WrKind {
             WRITE => WrKind::Write(n),
             READ => WrKind::Read(n),
             WRITE_FROM => WrKind::WriteFrom(n),
+            READ_INTO => WrKind::ReadInto(n),
             _ => return None,
         })
     }
@@ -78,6 +84,7 @@ mod tests {
             WrKind::Write(12),
             WrKind::Read(99),
             WrKind::WriteFrom(5),
+            WrKind::ReadInto(6),
         ] {
             assert_eq!(WrKind::decode(k.encode()), Some(k));
         }
@@ -89,5 +96,7 @@ mod tests {
         assert!(WrKind::Read(1).on_send_queue());
         assert!(WrKind::WriteFrom(1).on_send_queue());
         assert_eq!(WrKind::WriteFrom(2).encode(), 0x0600_0000_0000_0002);
+        assert!(WrKind::ReadInto(1).on_send_queue());
+        assert_eq!(WrKind::ReadInto(2).encode(), 0x0700_0000_0000_0002);
     }
 }

@@ -63,6 +63,8 @@ mod xcopy;
 pub use cmd::*;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS, MAX_TASKS_PER_LUN};
 pub use registry::LunRegistry;
+/// The largest buffer the pool keeps ([`IoBuf::for_overwrite`] of more is a plain vector).
+pub use rustgt_backstore::buf::MAX_POOLED;
 /// The calling thread's io_uring, for front ends that drive
 /// [`ScsiTarget::run_on_ring`] (a reactor creates, serves and drains it).
 pub use rustgt_backstore::uring;

@@ -176,23 +176,46 @@ iser_data_in_writes() {
         grep -oE '(zero_copy|copied)=[0-9]+' | tr '\n' ' '
 }
 
+# iser_data_out_reads BEFORE: the same for the "iSER Data-Out RDMA Reads"
+# line, logged right after the Data-In one.
+iser_data_out_lines() { grep -c 'iSER Data-Out RDMA Reads' "$STATE/rustgt-iser.log" || true; }
+iser_data_out_reads() {
+    local i
+    for i in $(seq 50); do
+        [ "$(iser_data_out_lines)" -gt "$1" ] && break
+        sleep 0.2
+    done
+    grep 'iSER Data-Out RDMA Reads' "$STATE/rustgt-iser.log" | tail -n 1 |
+        grep -oE '(zero_copy|copied)=[0-9]+' | tr '\n' ' '
+}
+
 check_iser_login() {
-    local dev before proof health lines writes
+    local dev before proof health lines out_lines writes reads want got
     iser_ready
     lines=$(iser_data_in_lines)
+    out_lines=$(iser_data_out_lines)
+    dd if=/dev/urandom of=/tmp/iser-login.bin bs=1M count=4 status=none || fail "making the source failed"
+    want=$(sha256sum </tmp/iser-login.bin | cut -d' ' -f1)
     before=$(rxe_packets)
     dev=$(iser_login_ok) || exit 1
-    dd if="$dev" of=/dev/null bs=1M count=4 iflag=direct status=none || fail "reading $dev failed"
-    proof=$(rdma_proof "$before" 4) || exit 1
+    dd if=/tmp/iser-login.bin of="$dev" bs=1M count=4 oflag=direct status=none || fail "writing $dev failed"
+    got=$(dd if="$dev" bs=1M count=4 iflag=direct status=none | sha256sum | cut -d' ' -f1) ||
+        fail "reading $dev failed"
+    [ "$got" = "$want" ] || fail "4 MiB changed over iSER: sha256 $got, want $want"
+    proof=$(rdma_proof "$before" 8) || exit 1
     iser_logout || fail "logout failed"
     iser_session_dir >/dev/null && fail "a session remains after logout"
     health=$(iser_target_health) || exit 1
     # The 4 MiB read went out by RDMA Writes straight from the pooled
-    # read buffers (registered once, cached), not copied.
+    # read buffers (registered once, cached), not copied; the 4 MiB write
+    # came in by RDMA Reads straight into the pooled write buffers.
     writes=$(iser_data_in_writes "$lines")
     grep -qE 'zero_copy=[1-9]' <<<"$writes" ||
         fail "no zero-copy RDMA Write for the 4 MiB read (${writes:-no summary line})"
-    pass "ib_iser login to $ISER_PORTAL (transport iser), $dev readable, logout; $proof; $health; Data-In writes: $writes"
+    reads=$(iser_data_out_reads "$out_lines")
+    grep -qE 'zero_copy=[1-9]' <<<"$reads" ||
+        fail "no zero-copy RDMA Read for the 4 MiB write (${reads:-no summary line})"
+    pass "ib_iser login to $ISER_PORTAL (transport iser), 4 MiB written and read back over $dev, logout; $proof; $health; Data-In writes: $writes; Data-Out reads: $reads"
 }
 
 check_iser_fs_roundtrip() {

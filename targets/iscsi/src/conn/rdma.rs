@@ -29,7 +29,7 @@ use super::{Connection, Ending, SeqError, Wire};
 use crate::iser::{ControlHeader, IserMessage, ISER_HEADER_LEN};
 use crate::pdu::bhs::Bhs;
 use crate::pdu::{padded_len, RejectReason, Reply, ScsiCommand, ScsiResponse, TmfResult, BHS_LEN};
-use crate::task::{residual_bits, InFlight, OpenR2t};
+use crate::task::{residual_bits, InFlight, OpenR2t, ReadDest};
 
 /// What the RDMA connection manager agreed, as the core needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,9 +92,16 @@ pub struct RdmaWrite {
 }
 
 /// RDMA Read `len` bytes from the initiator at `remote_addr` under `stag`:
-/// Data-Out of task `itt` at buffer offset `offset`. Hand the bytes back
-/// with [`Connection::data_arrived`]`(itt, ttt, bytes)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Data-Out of task `itt` at buffer offset `offset`.
+///
+/// With a `dest`, the Read may land straight in the write's buffer: post
+/// it into `dest` (registered), hold the `RdmaRead` until its completion
+/// (or the flush or destruction of the queue pair), then hand it back with
+/// [`Connection::read_done`]. Otherwise (no `dest`, or it cannot be
+/// registered) take the `dest` out and drop it *before* posting, read into
+/// a buffer of the driver's, and hand the bytes back with
+/// [`Connection::data_arrived`]`(itt, ttt, bytes)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaRead {
     pub itt: u32,
     pub ttt: u32,
@@ -102,6 +109,17 @@ pub struct RdmaRead {
     pub len: u32,
     pub stag: u32,
     pub remote_addr: u64,
+    /// Where the data may land without a copy (exactly `len` bytes).
+    pub dest: Option<ReadDest>,
+}
+
+/// How an RDMA Read came back.
+#[derive(Debug, Clone, Copy)]
+enum ReadAnswer<'a> {
+    /// Into the driver's buffer: these bytes.
+    Copied(&'a [u8]),
+    /// Into the Read's destination: this many bytes.
+    Placed { placed: u32, had_dest: bool },
 }
 
 /// Output queue and RDMA Read accounting of a message connection.
@@ -263,9 +281,28 @@ impl Connection {
         }
     }
 
-    /// An [`RdmaRead`] finished: `data` is what it read. Stale answers (the
-    /// task was aborted meanwhile) only free the Read slot.
+    /// An [`RdmaRead`] finished into a buffer of the driver's: `data` is
+    /// what it read (the Read's `dest` was dropped before it was posted).
+    /// Stale answers (the task was aborted meanwhile) only free the Read
+    /// slot.
     pub fn data_arrived(&mut self, itt: u32, ttt: u32, data: &[u8]) {
+        self.read_answered(itt, ttt, ReadAnswer::Copied(data));
+    }
+
+    /// An [`RdmaRead`] posted into its `dest` finished: `placed` bytes (the
+    /// completion's byte count) landed there. The Read and its `dest` come
+    /// back, so the write's buffer is the task's again once its last Read
+    /// is back. A Read without a `dest`, or a count other than its length,
+    /// fails the write.
+    pub fn read_done(&mut self, read: RdmaRead, placed: u32) {
+        let RdmaRead { itt, ttt, dest, .. } = read;
+        let had_dest = dest.is_some();
+        // The range is no longer the Read's: give the reference back first.
+        drop(dest);
+        self.read_answered(itt, ttt, ReadAnswer::Placed { placed, had_dest });
+    }
+
+    fn read_answered(&mut self, itt: u32, ttt: u32, answer: ReadAnswer<'_>) {
         let Wire::Rdma(w) = &mut self.wire else {
             return;
         };
@@ -275,7 +312,7 @@ impl Connection {
         }
         w.reads.remove(&ttt);
         if !self.is_closing() {
-            self.take_read_data(itt, ttt, data);
+            self.take_read_data(itt, ttt, answer);
         }
         self.serve_waiting_reads();
         self.read_finished(ttt);
@@ -463,6 +500,17 @@ impl Connection {
                 w.wait_for_read_slot(itt);
                 return;
             }
+            // Room for every Read this round may post, before the first is
+            // posted: the storage cannot move while Reads hold it. Only what
+            // the target solicits now, never the EDTL on the initiator's word.
+            let slots = (w.params.read_depth as usize).saturating_sub(w.reads.len());
+            let per_task = (max_r2t as usize).saturating_sub(task.r2ts.len());
+            let round = u64::from(max_len) * slots.min(per_task) as u64;
+            let round_end = (u64::from(task.next_r2t_offset) + round).min(u64::from(task.edtl()));
+            let edtl = task.edtl() as usize;
+            // False while earlier Reads hold it: then the Reads past its
+            // room take the copy path.
+            let _ = task.buf.reserve_to(round_end as usize, edtl);
             let Some(buf) = task.remote.write else {
                 let task = self.writes.remove(&itt);
                 if let Some(task) = task {
@@ -479,6 +527,7 @@ impl Connection {
             let Some(task) = self.writes.get_mut(&itt) else {
                 return;
             };
+            let dest = task.buf.dest(offset as usize, len as usize);
             task.r2ts.push_back(OpenR2t {
                 ttt,
                 offset,
@@ -496,6 +545,7 @@ impl Connection {
                 remote_addr: buf
                     .base
                     .wrapping_add(u64::from(offset.saturating_sub(base))),
+                dest,
             };
             if let Wire::Rdma(w) = &mut self.wire {
                 w.reads.insert(ttt, itt);
@@ -507,23 +557,30 @@ impl Connection {
     /// Store what one RDMA Read brought. Reads of a task complete in the
     /// order they were posted (one queue pair), so the data must continue
     /// the buffer exactly.
-    fn take_read_data(&mut self, itt: u32, ttt: u32, data: &[u8]) {
+    fn take_read_data(&mut self, itt: u32, ttt: u32, answer: ReadAnswer<'_>) {
         let Some(task) = self.writes.get_mut(&itt) else {
             return;
+        };
+        let len = match answer {
+            ReadAnswer::Copied(data) => Some(data.len()),
+            ReadAnswer::Placed { placed, had_dest } => Some(placed as usize).filter(|_| had_dest),
         };
         let at = task.r2ts.iter().position(|r| r.ttt == ttt);
         let fits = at
             .and_then(|i| task.r2ts.get(i))
-            .is_some_and(|r| r.offset == task.received() && r.len as usize == data.len());
+            .is_some_and(|r| r.offset == task.received() && len == Some(r.len as usize));
         let (Some(at), true) = (at, fits) else {
-            tracing::warn!(itt, ttt, len = data.len(), "RDMA Read data out of place");
+            tracing::warn!(itt, ttt, len, "RDMA Read data out of place");
             if let Some(task) = self.writes.remove(&itt) {
                 self.fail_write(task, SeqError::Offset);
             }
             return;
         };
         let edtl = task.edtl() as usize;
-        task.buf.append(data, edtl);
+        match answer {
+            ReadAnswer::Copied(data) => task.buf.append(data, edtl),
+            ReadAnswer::Placed { placed, .. } => task.buf.placed(placed as usize),
+        }
         task.r2ts.remove(at);
         if task.complete() {
             self.advance_write(itt);
