@@ -837,15 +837,28 @@ impl Connection {
                 // stays with it, the write fails.
                 tracing::error!(itt, "write complete while a Read still holds its buffer");
                 if let Some(task) = self.writes.remove(&itt) {
-                    self.fail_write(task, SeqError::Offset);
+                    self.fail_write_internally(task);
                 }
                 return;
             }
             if let Some(task) = self.writes.remove(&itt) {
                 let r2ts = task.r2t_sn;
                 let (lun, remote, cmd) = (task.lun, task.remote, task.cmd);
-                let data = task.buf.into_data().unwrap_or_default();
-                self.submit(cmd, lun, data, r2ts, remote);
+                if let Some(data) = task.buf.into_data() {
+                    self.submit(cmd, lun, data, r2ts, remote);
+                } else {
+                    // Not lent a moment ago, so unreachable; should it ever
+                    // happen, write nothing rather than what may not have
+                    // landed, and end the command.
+                    tracing::error!(itt, "write data still held by an RDMA Read");
+                    let end = Ending {
+                        itt: cmd.itt,
+                        immediate: cmd.immediate,
+                        r2ts,
+                        remote,
+                    };
+                    self.send_status(end, Status::CHECK_CONDITION, internal_failure());
+                }
             }
             return;
         }
@@ -1024,6 +1037,20 @@ impl Connection {
             end: Ending::of_write(&task),
             status: Status::CHECK_CONDITION,
             sense: e.sense(),
+        };
+        self.after_reads(reads, then);
+    }
+
+    /// End a write whose data the target cannot trust (its buffer is still
+    /// held by a driver that reported every RDMA Read of it done) with
+    /// HARDWARE ERROR / INTERNAL TARGET FAILURE: the fault is the target's,
+    /// not the initiator's, and nothing is written.
+    fn fail_write_internally(&mut self, task: WriteTask) {
+        let reads = self.reads_for(&[task.cmd.itt]);
+        let then = Deferred::Status {
+            end: Ending::of_write(&task),
+            status: Status::CHECK_CONDITION,
+            sense: internal_failure(),
         };
         self.after_reads(reads, then);
     }
@@ -1392,6 +1419,11 @@ impl Connection {
 /// Fixed-format sense data for the few errors the transport itself raises.
 fn fixed_sense(key: SenseKey, asc: u8, ascq: u8) -> Vec<u8> {
     Sense::new(key, Asc::new(asc, ascq)).fixed()
+}
+
+/// HARDWARE ERROR / INTERNAL TARGET FAILURE, fixed format.
+fn internal_failure() -> Vec<u8> {
+    fixed_sense(SenseKey::HARDWARE_ERROR, 0x44, 0x00)
 }
 
 /// How a write's Data-Out sequence went wrong. Each maps to one sense code

@@ -1891,3 +1891,46 @@ fn iser_a_short_or_misplaced_read_fails_the_write_not_the_connection() {
     assert_eq!(only_status(&mut p, itt).0, 0);
     assert_eq!(p.read10(0, 16).1, data);
 }
+
+#[test]
+fn iser_a_destination_kept_past_its_read_fails_the_write_and_writes_nothing() {
+    // A driver must give a Read's destination back with read_done. One that
+    // keeps a copy leaves the write buffer shared when all its data is in:
+    // the command ends with HARDWARE ERROR / INTERNAL TARGET FAILURE, no
+    // data reaches the LUN, and the connection goes on.
+    let mut p = iser_reads_pair("1");
+    let before = pattern(8192, 48);
+    p.stage_write(before.clone(), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], true);
+    assert_eq!(only_status(&mut p, itt).0, 0);
+    p.hold_reads = true;
+    p.stage_write(pattern(8192, 49), 0);
+    let itt = p.scsi_cmd(&write10_cdb(0, 16), false, true, 8192, vec![], true);
+    assert_eq!(p.held_reads.len(), 1);
+    let r = p.held_reads.remove(0);
+    let kept = r.dest.clone();
+    assert!(kept.is_some(), "the Read came with a destination");
+    p.answer_read(r, None);
+    p.pump();
+    // The rest of the write's Reads, answered as a driver should.
+    for _ in 0..16 {
+        if p.held_reads.is_empty() {
+            break;
+        }
+        let r = p.held_reads.remove(0);
+        p.answer_read(r, None);
+        p.pump();
+    }
+    assert!(p.held_reads.is_empty());
+    let (status, sense) = only_status(&mut p, itt);
+    assert_eq!(status, 2);
+    assert_eq!((sense[2] & 0x0f, sense[12], sense[13]), (0x04, 0x44, 0x00));
+    drop(kept);
+    assert!(!p.conn.is_closing());
+    p.hold_reads = false;
+    assert_eq!(
+        p.read10(0, 16).1,
+        before,
+        "nothing of the failed write landed"
+    );
+}
