@@ -417,17 +417,21 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::path::Path;
 
-    /// A sysfs-like disk directory: `queue/rotational` and a
-    /// `device/driver` link to a directory named after the driver.
-    fn disk(root: &Path, name: &str, rotational: bool, driver: &str) -> std::path::PathBuf {
+    /// A sysfs-like block device directory `name` with its
+    /// `queue/rotational`.
+    fn queue(root: &Path, name: &str, rotational: bool) -> std::path::PathBuf {
         let d = root.join(name);
         std::fs::create_dir_all(d.join("queue")).unwrap();
+        let flag = if rotational { "1\n" } else { "0\n" };
+        std::fs::write(d.join("queue/rotational"), flag).unwrap();
+        d
+    }
+
+    /// A disk: its queue and a `device/driver` link to a directory named
+    /// after the driver.
+    fn disk(root: &Path, name: &str, rotational: bool, driver: &str) -> std::path::PathBuf {
+        let d = queue(root, name, rotational);
         std::fs::create_dir_all(d.join("device")).unwrap();
-        std::fs::write(
-            d.join("queue/rotational"),
-            if rotational { "1\n" } else { "0\n" },
-        )
-        .unwrap();
         let drv = root.join("drivers").join(driver);
         std::fs::create_dir_all(&drv).unwrap();
         symlink(&drv, d.join("device/driver")).unwrap();
@@ -436,14 +440,8 @@ mod tests {
 
     /// A stacked device over `under`, reporting `rotational` itself.
     fn stacked(root: &Path, name: &str, rotational: bool, under: &[&Path]) -> std::path::PathBuf {
-        let d = root.join(name);
-        std::fs::create_dir_all(d.join("queue")).unwrap();
+        let d = queue(root, name, rotational);
         std::fs::create_dir_all(d.join("slaves")).unwrap();
-        std::fs::write(
-            d.join("queue/rotational"),
-            if rotational { "1\n" } else { "0\n" },
-        )
-        .unwrap();
         for u in under {
             symlink(u, d.join("slaves").join(u.file_name().unwrap())).unwrap();
         }

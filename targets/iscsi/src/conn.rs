@@ -1032,11 +1032,17 @@ impl Connection {
     /// End a write task that can go no further with CHECK CONDITION, once
     /// no RDMA Read of it is outstanding.
     fn fail_write(&mut self, task: WriteTask, e: SeqError) {
+        self.fail_write_with(task, e.sense());
+    }
+
+    /// End a write task with CHECK CONDITION and `sense`, once no RDMA Read
+    /// of it is outstanding.
+    fn fail_write_with(&mut self, task: WriteTask, sense: Vec<u8>) {
         let reads = self.reads_for(&[task.cmd.itt]);
         let then = Deferred::Status {
             end: Ending::of_write(&task),
             status: Status::CHECK_CONDITION,
-            sense: e.sense(),
+            sense,
         };
         self.after_reads(reads, then);
     }
@@ -1046,13 +1052,7 @@ impl Connection {
     /// HARDWARE ERROR / INTERNAL TARGET FAILURE: the fault is the target's,
     /// not the initiator's, and nothing is written.
     fn fail_write_internally(&mut self, task: WriteTask) {
-        let reads = self.reads_for(&[task.cmd.itt]);
-        let then = Deferred::Status {
-            end: Ending::of_write(&task),
-            status: Status::CHECK_CONDITION,
-            sense: internal_failure(),
-        };
-        self.after_reads(reads, then);
+        self.fail_write_with(task, internal_failure());
     }
 
     /// Answer a command the connection itself fails, without the SCSI core.
