@@ -153,6 +153,11 @@ fn on_ceph_writes_are_in_the_image_and_survive_a_restart() {
     let image = Image::create("persist", 64);
     let regions = regions();
     let d = start(&image);
+    assert!(
+        d.stderr().contains("the store's asynchronous API"),
+        "the LUN's reads and writes do not go to librbd's asynchronous API: {}",
+        d.stderr_tail(20)
+    );
     write_and_verify(&url(&d), &regions);
     // Deallocation (WRITE SAME with UNMAP) reads back as zeros, even for
     // less than an object and less than librbd's discard granularity.

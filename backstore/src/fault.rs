@@ -546,6 +546,15 @@ impl Backstore for FaultBackstore {
         self.inner.watch_capacity(hook)
     }
 
+    /// Faults apply on the workers only, as for io_uring.
+    fn async_io(&self) -> Option<crate::aio::AsyncStore> {
+        if self.faults.active() {
+            None
+        } else {
+            self.inner.async_io()
+        }
+    }
+
     fn nonblocking(&self) -> Nonblocking {
         if self.faults.active() {
             Nonblocking::Never

@@ -30,12 +30,15 @@
 //! [`nowait`] and [`uring`] serve reactor threads, which must not block:
 //! non-blocking attempts, and a per-thread io_uring driving the file and
 //! block-device engines' fd ([`Backstore::uring_file`]).
+//! [`aio`] is the same for stores with an asynchronous API of their own
+//! (librbd), completed on the store's threads.
 //! [`fault`] wraps any store to inject I/O errors, ENOSPC, delays and
 //! hangs; [`cancel`] lets a long wait inside a store see that its work
 //! item was given up (an aborted task).
 
 use std::fmt::Debug;
 
+pub mod aio;
 pub mod bench;
 mod blockdev;
 pub mod buf;
@@ -247,5 +250,13 @@ pub trait Backstore: Send + Sync + Debug {
     /// through rustgt, does not (and drops the hook).
     fn watch_capacity(&self, _hook: Box<dyn Fn(u64) + Send + Sync>) -> bool {
         false
+    }
+
+    /// The store's own asynchronous API ([`aio`]), for READ, WRITE and
+    /// SYNCHRONIZE CACHE started on a reactor and finished by the store's
+    /// callback instead of a LUN worker. `None`, the default, keeps them
+    /// on the workers (or io_uring, [`Backstore::uring_file`]).
+    fn async_io(&self) -> Option<aio::AsyncStore> {
+        None
     }
 }

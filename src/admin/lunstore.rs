@@ -294,6 +294,16 @@ impl Backstore for LunStore {
         self.store().watch_capacity(hook)
     }
 
+    fn async_io(&self) -> Option<rustgt_backstore::aio::AsyncStore> {
+        let store = self.store();
+        let mut a = store.async_io()?;
+        // Ops in flight count as calls on the store for `replace`.
+        a.holds.push(store);
+        a.meters
+            .push(Arc::clone(&self.counters) as Arc<dyn IoMeter>);
+        Some(a)
+    }
+
     fn nonblocking(&self) -> Nonblocking {
         self.store().nonblocking()
     }

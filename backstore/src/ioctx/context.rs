@@ -490,6 +490,18 @@ impl Backstore for IoContext {
         self.shared.inner.watch_capacity(hook)
     }
 
+    /// As [`Self::uring_file`]: only a passthrough context, which counts
+    /// what the store did.
+    fn async_io(&self) -> Option<crate::aio::AsyncStore> {
+        if !self.shared.passthrough {
+            return None;
+        }
+        let mut a = self.shared.inner.async_io()?;
+        a.meters
+            .push(Arc::clone(&self.shared) as Arc<dyn crate::uring::IoMeter>);
+        Some(a)
+    }
+
     /// A passthrough context lets io_uring drive its engine (and counts
     /// what the ring did); one with readahead of its own must see every
     /// read, so never.

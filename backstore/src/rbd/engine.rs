@@ -12,9 +12,12 @@ use rados_sys as rados;
 use rbd_sys as rbd;
 
 use super::RbdOptions;
+use crate::aio::{AioDone, AsyncIo, AsyncStore};
+use crate::buf::IoBuf;
 use crate::common::{
     check_pattern, check_range, check_write, is_zero, len_u64, push_extent, validate_block_size,
 };
+use crate::uring::Op;
 use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
 
 /// The librados and librbd handles of one open image, closed in reverse
@@ -81,6 +84,8 @@ type CapacityHook = Box<dyn Fn(u64) + Send + Sync>;
 /// A LUN backed by a Ceph RBD image.
 pub struct RbdBackstore {
     shared: Arc<Shared>,
+    /// The asynchronous interface handed to the SCSI core.
+    aio: Arc<RbdAio>,
     read_only: bool,
     /// librbd's handle of the update watch, unregistered on drop.
     watch_handle: Option<u64>,
@@ -340,6 +345,10 @@ impl RbdBackstore {
         });
         let mut store = Self {
             shared: Arc::clone(&shared),
+            aio: Arc::new(RbdAio {
+                shared: Arc::clone(&shared),
+                read_only: opts.read_only,
+            }),
             read_only: opts.read_only,
             watch_handle: None,
             resizer: None,
@@ -648,6 +657,10 @@ impl Backstore for RbdBackstore {
         true
     }
 
+    fn async_io(&self) -> Option<AsyncStore> {
+        Some(AsyncStore::new(Arc::clone(&self.aio) as Arc<dyn AsyncIo>))
+    }
+
     fn watch_capacity(&self, hook: CapacityHook) -> bool {
         match self.shared.notify.lock() {
             Ok(mut slot) => {
@@ -655,6 +668,151 @@ impl Backstore for RbdBackstore {
                 self.watch_handle.is_some()
             }
             Err(_) => false,
+        }
+    }
+}
+
+/// The asynchronous side of an open image: each op one `rbd_aio_*`
+/// request whose completion callback, on a librbd thread, hands the
+/// result on. The request's state (buffer, callback, a reference on the
+/// image) lives in one box from submission to callback.
+struct RbdAio {
+    shared: Arc<Shared>,
+    read_only: bool,
+}
+
+impl fmt::Debug for RbdAio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RbdAio")
+            .field("image", &self.shared.spec)
+            .finish()
+    }
+}
+
+/// One request in flight.
+struct InFlight {
+    /// Keeps the image open until the callback has run.
+    _shared: Arc<Shared>,
+    buf: IoBuf,
+    kind: OpKind,
+    /// Bytes a read must return.
+    len: usize,
+    done: AioDone,
+}
+
+/// librbd's completion callback.
+unsafe extern "C" fn on_complete(c: rbd::rbd_completion_t, arg: *mut c_void) {
+    if arg.is_null() {
+        return;
+    }
+    // SAFETY: `arg` is the box `RbdAio::submit` leaked for this request,
+    // reclaimed only here (the request was submitted, so submit no longer
+    // touches it).
+    let st = unsafe { Box::from_raw(arg.cast::<InFlight>()) };
+    // SAFETY: `c` is this request's completion; released once, here.
+    let ret = unsafe {
+        let r = rbd::rbd_aio_get_return_value(c) as i64;
+        rbd::rbd_aio_release(c);
+        r
+    };
+    let st = *st;
+    let result = if ret < 0 {
+        Err(io_error(st.kind, ret))
+    } else if matches!(st.kind, OpKind::Read) && ret != st.len as i64 {
+        Err(BackstoreError::Read(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("rbd read of {} bytes returned {ret}", st.len),
+        )))
+    } else {
+        Ok(())
+    };
+    // Unwinding must not cross into librbd.
+    let call = std::panic::AssertUnwindSafe(move || (st.done)(result, st.buf));
+    if std::panic::catch_unwind(call).is_err() {
+        tracing::error!("rbd completion callback panicked");
+    }
+}
+
+impl AsyncIo for RbdAio {
+    fn submit(&self, op: Op, buf: IoBuf, done: AioDone) {
+        let size = self.shared.size.load(Ordering::Acquire);
+        let geometry = Geometry {
+            block_size: self.shared.block_size,
+            num_blocks: size / u64::from(self.shared.block_size),
+            read_only: self.read_only,
+        };
+        let (kind, offset, len) = match op {
+            Op::Read { offset, len } => (OpKind::Read, offset, len),
+            Op::Write { offset, len, .. } => (OpKind::Write, offset, len),
+            Op::Fsync => (OpKind::Flush, 0, 0),
+        };
+        let checked = match kind {
+            OpKind::Read => check_range(&geometry, offset, len_u64(len)),
+            OpKind::Write => check_write(&geometry, offset, len_u64(len)),
+            OpKind::Flush => Ok(()),
+        }
+        .and_then(|()| {
+            if buf.len() < len {
+                Err(crate::common::invalid_input("buffer shorter than the op"))
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = checked {
+            done(Err(e), buf);
+            return;
+        }
+        let raw = Box::into_raw(Box::new(InFlight {
+            _shared: Arc::clone(&self.shared),
+            buf,
+            kind,
+            len,
+            done,
+        }));
+        // The buffer's address, taken before the request can complete
+        // (the box does not move; its heap memory stays put).
+        // SAFETY: `raw` is the live box made above, not yet shared.
+        let data = unsafe {
+            match kind {
+                OpKind::Read => (*raw).buf.as_mut_ptr(),
+                // Only read by librbd: no mutable access (a lent buffer
+                // would be copied for it).
+                _ => (*raw).buf.as_ptr().cast_mut(),
+            }
+        };
+        let mut c: rbd::rbd_completion_t = ptr::null_mut();
+        // SAFETY: the completion carries `raw` to `on_complete`.
+        let r = unsafe {
+            rbd::rbd_aio_create_completion(raw.cast::<c_void>(), Some(on_complete), &mut c)
+        };
+        if r < 0 || c.is_null() {
+            // SAFETY: nothing else has `raw`: reclaimed once, here.
+            let st = unsafe { Box::from_raw(raw) };
+            (st.done)(Err(io_error(kind, i64::from(r.min(-1)))), st.buf);
+            return;
+        }
+        let image = self.shared.handles.image;
+        // SAFETY: a live image and completion; `data` points to at least
+        // `len` bytes owned by the box, which only `on_complete` frees,
+        // after librbd is done with them.
+        let r = unsafe {
+            match kind {
+                OpKind::Read => rbd::rbd_aio_read2(image, offset, len, data.cast::<c_char>(), c, 0),
+                OpKind::Write => {
+                    rbd::rbd_aio_write2(image, offset, len, data.cast::<c_char>(), c, 0)
+                }
+                OpKind::Flush => rbd::rbd_aio_flush(image, c),
+            }
+        };
+        if r < 0 {
+            // Not submitted: the callback will never run.
+            // SAFETY: `c` unused by librbd, released once; `raw` reclaimed
+            // once, here.
+            let st = unsafe {
+                rbd::rbd_aio_release(c);
+                Box::from_raw(raw)
+            };
+            (st.done)(Err(io_error(kind, i64::from(r))), st.buf);
         }
     }
 }

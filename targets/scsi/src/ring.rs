@@ -4,7 +4,10 @@
 //! ([`Backstore::uring_file`](rustgt_backstore::Backstore::uring_file):
 //! file and block-device engines behind a passthrough I/O context), started
 //! on the calling thread and finished by its ring's completion
-//! ([`rustgt_backstore::uring`]) on that same thread.
+//! ([`rustgt_backstore::uring`]) on that same thread. A store with an
+//! asynchronous API of its own ([`rustgt_backstore::aio`]: an RBD image)
+//! takes the same commands the same way from any thread and finishes
+//! them on its own thread, with no LUN worker in between.
 //!
 //! The split keeps the worker path's behaviour:
 //! - start: a SIMPLE task only, entered into the task set as running (so
@@ -28,8 +31,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::lun::DataPathOp;
+use rustgt_backstore::aio::AsyncStore;
 use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
-use rustgt_backstore::BackstoreError;
+use rustgt_backstore::{BackstoreError, IoBuf};
 
 use crate::cdb::Cdb;
 use crate::cmd::{Command, Completion, Response, TaskAttr};
@@ -60,6 +64,29 @@ fn class(cdb: &[u8]) -> Option<Class> {
 /// ring (for the log line at LUN start).
 pub(crate) fn serves(lu: &LogicalUnit) -> bool {
     lu.backstore.uring_file().is_some()
+}
+
+/// Whether the LUN's store takes these commands on its own asynchronous
+/// API ([`rustgt_backstore::aio`]) from any thread.
+pub(crate) fn serves_async(lu: &LogicalUnit) -> bool {
+    lu.backstore.async_io().is_some()
+}
+
+/// Where a started command's op goes.
+enum Via {
+    /// This thread's io_uring, on the store's file.
+    Ring(UringFile),
+    /// The store's own asynchronous API; finished on the store's thread.
+    Store(AsyncStore),
+}
+
+impl Via {
+    fn record(&self, kind: IoKind, len: u64, started: Instant, ok: bool) {
+        match self {
+            Via::Ring(f) => f.record(kind, len, started, ok),
+            Via::Store(a) => a.record(kind, len, started, ok),
+        }
+    }
 }
 
 /// An LBA range held until dropped.
@@ -109,20 +136,28 @@ pub(crate) fn start(
     let Some(class) = class(&cmd.cdb) else {
         return Err((cmd, done));
     };
-    if cmd.attr != TaskAttr::Simple || !uring::has_room() {
+    if cmd.attr != TaskAttr::Simple {
         return Err((cmd, done));
     }
-    let Some(file) = lu.backstore.uring_file() else {
-        return Err((cmd, done));
+    let via = match lu.backstore.uring_file() {
+        Some(file) if uring::active() => {
+            if !uring::has_room() || (class == Class::Write && file.direct_align.is_none()) {
+                // Buffered writes stay with the workers: on a file system
+                // that cannot take them without blocking (ext4 refuses
+                // RWF_NOWAIT for buffered writes), the kernel hands each
+                // one to its own io-wq threads, and 4 KiB writes at QD 32
+                // measured about 30% slower that way than on the LUN's
+                // workers on the development machine.
+                return Err((cmd, done));
+            }
+            Via::Ring(file)
+        }
+        Some(_) => return Err((cmd, done)),
+        None => match lu.backstore.async_io() {
+            Some(a) => Via::Store(a),
+            None => return Err((cmd, done)),
+        },
     };
-    if class == Class::Write && file.direct_align.is_none() {
-        // Buffered writes stay with the workers: on a file system that
-        // cannot take them without blocking (ext4 refuses RWF_NOWAIT for
-        // buffered writes), the kernel hands each one to its own io-wq
-        // threads, and 4 KiB writes at QD 32 measured about 30% slower
-        // that way than on the LUN's workers on the development machine.
-        return Err((cmd, done));
-    }
     let key = TaskKey {
         nexus: cmd.nexus.id,
         tag: cmd.tag,
@@ -133,8 +168,8 @@ pub(crate) fn start(
     let started = Instant::now();
     let format = lu.sense_format();
     let decided =
-        catch_unwind(AssertUnwindSafe(|| prepare(lu, cmd, class, &file))).unwrap_or_else(|_| {
-            tracing::error!(lun = lu.lun, "io_uring start panicked");
+        catch_unwind(AssertUnwindSafe(|| prepare(lu, cmd, class, &via))).unwrap_or_else(|_| {
+            tracing::error!(lun = lu.lun, "start of a ring or store op panicked");
             Start::Done(exec::check_condition(
                 key.tag,
                 &Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE),
@@ -157,25 +192,61 @@ pub(crate) fn start(
         Start::Submit(p, buf) => {
             let op = p.op;
             let lu = Arc::clone(lu);
-            let ring_file = file.clone();
-            let mut p = Some(p);
-            uring::submit(
-                &ring_file,
-                op,
-                buf,
-                Box::new(move |result, buf| {
-                    if let Some(p) = p.take() {
-                        finish(&lu, key, done, &file, p, started, result, buf);
-                    }
-                }),
-            );
+            match via {
+                Via::Ring(file) => {
+                    let ring_file = file.clone();
+                    let via = Via::Ring(file);
+                    uring::submit(
+                        &ring_file,
+                        op,
+                        buf,
+                        Box::new(move |result, buf| {
+                            let result = result.map(drop).map_err(|e| ring_error(p.class, e));
+                            finish(&lu, key, done, &via, p, started, result, buf);
+                        }),
+                    );
+                }
+                Via::Store(a) => {
+                    let io = Arc::clone(&a.io);
+                    let via = Via::Store(a);
+                    io.submit(
+                        op,
+                        buf.into_pooled(),
+                        Box::new(move |result, buf| {
+                            finish(
+                                &lu,
+                                key,
+                                done,
+                                &via,
+                                p,
+                                started,
+                                result,
+                                RingBuf::Pooled(buf),
+                            );
+                        }),
+                    );
+                }
+            }
             Ok(())
         }
     }
 }
 
+/// A ring op's error as the store's: not performed (WouldBlock) stays
+/// that, to be run on the workers.
+fn ring_error(class: Class, e: io::Error) -> BackstoreError {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        return BackstoreError::WouldBlock;
+    }
+    match class {
+        Class::Read => BackstoreError::Read(e),
+        Class::Write => BackstoreError::Write(e),
+        Class::Sync => BackstoreError::Flush(e),
+    }
+}
+
 /// Checks and locks; builds the op.
-fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, file: &UringFile) -> Start {
+fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> Start {
     let format = lu.sense_format();
     let fail =
         |cmd: &Command, sense: Sense| Start::Done(exec::check_condition(cmd.tag, &sense, format));
@@ -235,6 +306,27 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, file: &UringFi
         lu: Arc::clone(lu),
         id,
     };
+    let file = match via {
+        Via::Ring(file) => file,
+        Via::Store(_) => {
+            let (buf, moved) = match class {
+                Class::Read => (RingBuf::Pooled(IoBuf::for_overwrite(len)), false),
+                Class::Write => (RingBuf::Pooled(std::mem::take(&mut cmd.data_out)), true),
+                Class::Sync => (RingBuf::Empty, false),
+            };
+            return Start::Submit(
+                Pending {
+                    cmd,
+                    class,
+                    op,
+                    moved,
+                    xfer_len: bytes,
+                    held,
+                },
+                buf,
+            );
+        }
+    };
     let (buf, moved) = match class {
         Class::Read => match file.buffer(len) {
             Ok(b) => (b, false),
@@ -269,16 +361,17 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, file: &UringFi
     )
 }
 
-/// The ring's completion of one command.
+/// The completion of one command, by the ring (on this thread) or by the
+/// store (on its thread).
 #[allow(clippy::too_many_arguments)]
 fn finish(
     lu: &Arc<LogicalUnit>,
     key: TaskKey,
     done: Completion,
-    file: &UringFile,
+    via: &Via,
     p: Pending,
     started: Instant,
-    result: io::Result<usize>,
+    result: Result<(), BackstoreError>,
     buf: RingBuf,
 ) {
     let Pending {
@@ -301,7 +394,7 @@ fn finish(
     };
     drop(held);
     let result = match result {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+        Err(BackstoreError::WouldBlock) => {
             // Not performed: the workers run it the usual way.
             if lu.leave_running(key) {
                 call(done, exec::aborted(key.tag));
@@ -317,7 +410,7 @@ fn finish(
         Class::Write => IoKind::Write,
         Class::Sync => IoKind::Flush,
     };
-    file.record(kind, len, started, result.is_ok());
+    via.record(kind, len, started, result.is_ok());
     let format = lu.sense_format();
     let response = catch_unwind(AssertUnwindSafe(|| match (class, result) {
         (Class::Read, Ok(_)) => {
@@ -334,17 +427,16 @@ fn finish(
         }
         (Class::Sync, Ok(_)) => exec::good(&cmd, DataDir::None, Outcome::none()),
         (class, Err(e)) => {
-            tracing::warn!(lun = lu.lun, tag = cmd.tag, error = %e, ?class, "io_uring op failed");
-            let err = match class {
-                Class::Read => BackstoreError::Read(e),
-                Class::Write => BackstoreError::Write(e),
-                Class::Sync => BackstoreError::Flush(e),
-            };
-            exec::check_condition(cmd.tag, &Sense::from(err), format)
+            tracing::warn!(lun = lu.lun, tag = cmd.tag, error = %e, ?class, "I/O failed");
+            exec::check_condition(cmd.tag, &Sense::from(e), format)
         }
     }))
     .unwrap_or_else(|_| {
-        tracing::error!(lun = lu.lun, tag = key.tag, "io_uring completion panicked");
+        tracing::error!(
+            lun = lu.lun,
+            tag = key.tag,
+            "completion of a ring or store op panicked"
+        );
         let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
         exec::check_condition(key.tag, &sense, SenseFormat::Fixed)
     });

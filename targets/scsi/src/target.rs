@@ -51,6 +51,7 @@ pub enum ScsiError {
 /// Says once per LUN where its commands that cannot complete at once run.
 fn log_blocking_path(target: &str, lu: &LogicalUnit) {
     let path = match rustgt_backstore::uring::probe() {
+        _ if crate::ring::serves_async(lu) => "the store's asynchronous API",
         _ if !rustgt_backstore::uring::enabled() => "worker threads (io_uring off)",
         Err(_) => "worker threads (io_uring unavailable)",
         Ok(()) if crate::ring::serves(lu) => "io_uring",
@@ -371,12 +372,12 @@ impl ScsiTarget {
     /// can drive (`ring`: SIMPLE READ, WRITE and SYNCHRONIZE CACHE); `done`
     /// is then called on this thread, from the ring's completion
     /// ([`rustgt_backstore::uring::reap`]) or at once when the checks
-    /// answer the command. `Err` hands both back for [`Self::submit`].
+    /// answer the command. A store with an asynchronous API of its own
+    /// (an RBD image, [`rustgt_backstore::aio`]) takes the same commands
+    /// from any thread and calls `done` on its own thread. `Err` hands both
+    /// back for [`Self::submit`].
     #[allow(clippy::result_large_err)]
     pub fn run_on_ring(&self, cmd: Command, done: Completion) -> Result<(), (Command, Completion)> {
-        if !rustgt_backstore::uring::active() {
-            return Err((cmd, done));
-        }
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 self.shared.register(&cmd.nexus);
