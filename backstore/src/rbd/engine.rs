@@ -237,6 +237,12 @@ impl RbdBackstore {
         if r < 0 {
             return Err(setup_error("rados_create", &spec, r));
         }
+        // Defaults that ceph.conf and CEPH_ARGS may still override: one
+        // librados completion thread. Completions only hand the result on
+        // (no waiting in them), and on 2 cores one thread measured about
+        // 1.4x the 4 KiB random reads at QD 32 of the default two, at
+        // three quarters of the CPU per read.
+        conf_set(&handles, &spec, "librados_thread_count", "1")?;
         let conf = match &opts.ceph_conf {
             Some(p) => Some(cstr("ceph_conf", &p.to_string_lossy())?),
             None => None,
@@ -270,14 +276,7 @@ impl RbdBackstore {
             settings.push(("keyring", k.to_string_lossy().into_owned()));
         }
         for (key, value) in &settings {
-            let k = cstr("option", key)?;
-            let v = cstr(key, value)?;
-            // SAFETY: a live cluster handle, NUL-terminated strings that
-            // outlive the call.
-            let r = unsafe { rados::rados_conf_set(handles.cluster, k.as_ptr(), v.as_ptr()) };
-            if r < 0 {
-                return Err(setup_error(&format!("setting {key}"), &spec, r));
-            }
+            conf_set(&handles, &spec, key, value)?;
         }
         // SAFETY: a configured cluster handle; bounded by
         // client_mount_timeout.
@@ -401,6 +400,19 @@ impl RbdBackstore {
         })
         .map(drop)
     }
+}
+
+/// Sets one librados option on a cluster handle not yet connected.
+fn conf_set(h: &Handles, spec: &str, key: &str, value: &str) -> Result<()> {
+    let k = cstr("option", key)?;
+    let v = cstr(key, value)?;
+    // SAFETY: a live cluster handle, NUL-terminated strings that outlive
+    // the call.
+    let r = unsafe { rados::rados_conf_set(h.cluster, k.as_ptr(), v.as_ptr()) };
+    if r < 0 {
+        return Err(setup_error(&format!("setting {key}"), spec, r));
+    }
+    Ok(())
 }
 
 fn image_size(h: &Handles) -> io::Result<u64> {
