@@ -340,7 +340,8 @@ pub struct TargetSettings {
 pub struct LunSettings {
     /// LUN number, 0..=16383.
     pub id: u64,
-    /// Engine: "file", "mmap", "blockdev", "ram", "null" or "hddsim".
+    /// Engine: "file", "mmap", "blockdev", "ram", "null", "hddsim" or
+    /// "rbd".
     pub backstore: String,
     /// Backing file or device (file/mmap/blockdev only); relative = under data_dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -433,6 +434,63 @@ pub struct LunSettings {
     /// `lun fault`); absent, its I/O goes straight to the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<Box<FaultSettings>>,
+    /// `[targets.luns.rbd]`: the Ceph RBD image of an `rbd` LUN (see
+    /// [`RbdSettings`]); required there, refused elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd: Option<Box<RbdSettings>>,
+}
+
+/// Where an `rbd` LUN's image lives and how to reach its cluster. The
+/// image must exist (`rbd create`); its size is the LUN's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RbdSettings {
+    /// RADOS pool, e.g. "rbd".
+    pub pool: String,
+    /// Image name.
+    pub image: String,
+    /// RADOS namespace inside the pool; default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// ceph.conf to read; default: librados' own search ($CEPH_CONF,
+    /// /etc/ceph/ceph.conf). CEPH_ARGS is honoured as by the ceph tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_conf: Option<PathBuf>,
+    /// Cephx client id without "client.", default "admin".
+    #[serde(default = "default_rbd_client")]
+    pub client_id: String,
+    /// Keyring file; default: the one ceph.conf names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<PathBuf>,
+    /// Timeout of the connection and of each OSD or monitor operation, in
+    /// seconds (1..=3600, default 30): past it the command fails instead of
+    /// waiting on a lost cluster.
+    #[serde(default = "default_rbd_timeout")]
+    pub op_timeout_secs: u64,
+}
+
+fn default_rbd_client() -> String {
+    "admin".into()
+}
+
+fn default_rbd_timeout() -> u64 {
+    30
+}
+
+impl RbdSettings {
+    /// The engine's options; block size and read-only come from the LUN.
+    pub fn options(&self) -> rustgt_backstore::RbdOptions {
+        rustgt_backstore::RbdOptions {
+            pool: self.pool.clone(),
+            image: self.image.clone(),
+            namespace: self.namespace.clone(),
+            ceph_conf: self.ceph_conf.clone(),
+            client_id: self.client_id.clone(),
+            keyring: self.keyring.clone(),
+            op_timeout: std::time::Duration::from_secs(self.op_timeout_secs),
+            ..rustgt_backstore::RbdOptions::new(&self.pool, &self.image)
+        }
+    }
 }
 
 fn default_readahead() -> String {
@@ -692,6 +750,7 @@ impl Config {
                 readahead_io_max: None,
                 device_slice: None,
                 fault: None,
+                rbd: None,
             }],
         }
     }
@@ -1584,14 +1643,24 @@ fn check_lun(
         c.fail(
             key.key("backstore"),
             format!(
-                "unknown backstore {:?}: expected \"file\", \"mmap\", \"blockdev\", \"ram\", \"null\" \
-                 or \"hddsim\"",
+                "unknown backstore {:?}: expected \"file\", \"mmap\", \"blockdev\", \"ram\", \"null\", \
+                 \"hddsim\" or \"rbd\"",
                 lun.backstore
             ),
         );
         return;
     };
+    if kind != EngineKind::Rbd && lun.rbd.is_some() {
+        c.fail(
+            key.key("rbd"),
+            format!(
+                "is only for an rbd backstore, not {}; remove it",
+                kind.as_str()
+            ),
+        );
+    }
     match kind {
+        EngineKind::Rbd => check_rbd(c, key, lun),
         EngineKind::File | EngineKind::Mmap | EngineKind::BlockDev => {
             let Some(path) = lun.resolved_path(data_dir) else {
                 c.fail(
@@ -1641,6 +1710,47 @@ fn check_lun(
             }
         }
     }
+}
+
+/// An rbd LUN: its `[rbd]` table, and no path or size of its own.
+fn check_rbd(c: &mut Checker, key: &KeyPath, lun: &LunSettings) {
+    for (name, set) in [("path", lun.path.is_some()), ("size", lun.size.is_some())] {
+        if set {
+            c.fail(
+                key.key(name),
+                "is not used by an rbd backstore (the image's size is the LUN's); remove it",
+            );
+        }
+    }
+    let Some(rbd) = &lun.rbd else {
+        c.fail(
+            key.key("rbd"),
+            "is required for an rbd backstore: a table with pool and image",
+        );
+        return;
+    };
+    let rkey = key.key("rbd");
+    for (name, value) in [
+        ("pool", rbd.pool.as_str()),
+        ("image", rbd.image.as_str()),
+        ("client_id", rbd.client_id.as_str()),
+    ] {
+        if value.is_empty() || value.contains(['\0', '/', '@']) {
+            c.fail(
+                rkey.key(name),
+                format!("{value:?} must be a non-empty name without '/', '@' or NUL"),
+            );
+        }
+    }
+    if let Some(ns) = &rbd.namespace {
+        if ns.contains(['\0', '/']) {
+            c.fail(
+                rkey.key("namespace"),
+                format!("{ns:?} must not contain '/' or NUL"),
+            );
+        }
+    }
+    c.range(rkey.key("op_timeout_secs"), rbd.op_timeout_secs, 1, 3600);
 }
 
 /// Checks `size` and returns it in bytes when set and valid.

@@ -260,6 +260,7 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
         block_size: l.block_size,
         read_only: l.read_only,
         thin: l.thin,
+        rbd: l.rbd.as_ref().map(|r| r.options()),
     };
     let defaults = HddSimOptions::default();
     let hddsim = HddSimOptions {

@@ -139,3 +139,47 @@ fn bad_readahead_io_settings_name_their_keys() {
         "targets[0].luns[0].readahead_io_max",
     );
 }
+
+fn rbd_lun(extra: &str) -> String {
+    format!(
+        "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:t\"\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\n{extra}\n"
+    )
+}
+
+#[test]
+fn rbd_lun_without_its_image() {
+    assert_rejected(&rbd_lun(""), "targets[0].luns[0].rbd");
+}
+
+#[test]
+fn rbd_lun_with_a_size_of_its_own() {
+    assert_rejected(
+        &rbd_lun("size = \"1G\"\n[targets.luns.rbd]\npool = \"rbd\"\nimage = \"a\""),
+        "targets[0].luns[0].size",
+    );
+}
+
+#[test]
+fn rbd_image_name_with_a_slash() {
+    assert_rejected(
+        &rbd_lun("[targets.luns.rbd]\npool = \"rbd\"\nimage = \"a/b\""),
+        "targets[0].luns[0].rbd.image",
+    );
+}
+
+#[test]
+fn rbd_timeout_out_of_range() {
+    assert_rejected(
+        &rbd_lun("[targets.luns.rbd]\npool = \"rbd\"\nimage = \"a\"\nop_timeout_secs = 0"),
+        "targets[0].luns[0].rbd.op_timeout_secs",
+    );
+}
+
+#[test]
+fn rbd_table_on_another_backstore() {
+    assert_rejected(
+        &target("[targets.luns.rbd]\npool = \"rbd\"\nimage = \"a\""),
+        "targets[0].luns[0].rbd",
+    );
+}

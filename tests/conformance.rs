@@ -129,6 +129,11 @@ enum Lun {
     /// with these extra keys: every command the data path allows runs to
     /// completion on the connection's reactor.
     Ram { keys: &'static str },
+    /// LUN 0 of the default IQN on a fresh 1 GiB Ceph RBD image, 512-byte
+    /// blocks, in the cluster of `tests/ceph/with-cluster`
+    /// (`RUSTGT_CEPH_CONF`).
+    #[cfg(feature = "rbd")]
+    Rbd,
 }
 
 /// One daemon configuration and what libiscsi runs against it.
@@ -312,6 +317,45 @@ const CONFIGS: &[Config] = &[
     },
 ];
 
+/// Only in a build with the `rbd` feature, and then required: tests/run
+/// runs the matrix inside `tests/ceph/with-cluster`.
+#[cfg(feature = "rbd")]
+const RBD_CONFIG: Config = Config {
+    name: "rbd",
+    what: "1 GiB Ceph RBD image (librbd, one-node memstore cluster), 512-byte blocks",
+    lun: Lun::Rbd,
+    multipath: false,
+    runs: &[RUN_ALL],
+    may_skip: SKIPS_OF_A_PLAIN_LUN,
+    parallel: false,
+};
+
+/// Configurations of optional features built in.
+#[cfg(feature = "rbd")]
+const FEATURE_CONFIGS: &[Config] = &[RBD_CONFIG];
+#[cfg(not(feature = "rbd"))]
+const FEATURE_CONFIGS: &[Config] = &[];
+
+/// Every configuration of this build, in report order.
+fn configs() -> Vec<&'static Config> {
+    CONFIGS.iter().chain(FEATURE_CONFIGS).collect()
+}
+
+/// The configurations the gate ([`GATE_SUITES`]) is judged on: the file
+/// data paths' and every optional engine's.
+fn gate_configs() -> Vec<&'static str> {
+    [GATE_CONFIG, FALLBACK_CONFIG]
+        .into_iter()
+        .chain(FEATURE_CONFIGS.iter().map(|c| c.name))
+        .collect()
+}
+
+/// The RBD image of a configuration's daemon.
+#[cfg(feature = "rbd")]
+fn rbd_image(cfg: &Config) -> String {
+    format!("conformance-{}-{}", cfg.name, std::process::id())
+}
+
 impl Config {
     /// What the daemon must log as LUN 0's path for blocking I/O: file
     /// LUNs through io_uring on `default` (this machine's kernel has it),
@@ -343,6 +387,17 @@ impl Config {
                      block_size = 512\nthin = true\n{keys}\n"
                 ))
             }
+            #[cfg(feature = "rbd")]
+            Lun::Rbd => {
+                let conf = std::env::var("RUSTGT_CEPH_CONF")
+                    .unwrap_or_else(|_| "/etc/ceph/ceph.conf".into());
+                return Some(format!(
+                    "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\n\n\
+                     [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
+                     [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{conf}\"\n",
+                    rbd_image(self)
+                ));
+            }
         };
         let portals = if self.multipath {
             r#"["127.0.0.1:0", "127.0.0.2:0"]"#
@@ -362,6 +417,29 @@ impl Config {
     }
 
     fn start_daemon(&self) -> Daemon {
+        #[cfg(feature = "rbd")]
+        if matches!(self.lun, Lun::Rbd) {
+            let conf = std::env::var("RUSTGT_CEPH_CONF").unwrap_or_else(|_| {
+                panic!(
+                    "{}: RUSTGT_CEPH_CONF is not set: a build with the rbd feature runs the \
+                     matrix inside tests/ceph/with-cluster (tests/run does)",
+                    self.name
+                )
+            });
+            run_tool(
+                "rbd",
+                &args![
+                    "--conf",
+                    conf,
+                    "create",
+                    "--size",
+                    "1G",
+                    format!("rbd/{}", rbd_image(self))
+                ],
+                Duration::from_secs(60),
+            )
+            .assert_success();
+        }
         let Some(toml) = self.toml() else {
             return Daemon::start();
         };
@@ -722,8 +800,9 @@ fn conformance_matrix() {
     );
     assert!(!listing.is_empty(), "iscsi-test-cu --list names no test");
 
+    let all = configs();
     let (background, foreground): (Vec<&Config>, Vec<&Config>) =
-        CONFIGS.iter().partition(|c| c.parallel);
+        all.iter().copied().partition(|c| c.parallel);
     let mut outcomes: Vec<ConfigOutcome> = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
             background
@@ -736,14 +815,14 @@ fn conformance_matrix() {
         done.extend(side.join().expect("background configuration panicked"));
         done
     });
-    // Report in CONFIGS order.
-    outcomes.sort_by_key(|o| CONFIGS.iter().position(|c| c.name == o.name));
+    // Report in configuration order.
+    outcomes.sort_by_key(|o| all.iter().position(|c| c.name == o.name));
 
     println!(
         "\nlibiscsi conformance matrix: {FAMILY} ({} tests)\n",
         listing.len()
     );
-    for (cfg, o) in CONFIGS.iter().zip(&outcomes) {
+    for (cfg, o) in all.iter().zip(&outcomes) {
         println!("{} ({}), {:.0?}:", cfg.name, cfg.what, o.elapsed);
         for c in &o.commands {
             println!("    {c}");
@@ -772,7 +851,7 @@ fn conformance_matrix() {
     }
 
     let mut problems: Vec<String> = outcomes.iter().flat_map(|o| o.problems.clone()).collect();
-    for gate in [GATE_CONFIG, FALLBACK_CONFIG] {
+    for gate in gate_configs() {
         match outcomes.iter().find(|o| o.name == gate) {
             Some(outcome) => problems.extend(gate_problems(outcome)),
             None => problems.push(format!("no {gate} configuration for the gate")),
@@ -820,7 +899,7 @@ fn patterns_and_run_specs() {
             "GetLBAStatus",
         ])
         .collect();
-    for cfg in CONFIGS {
+    for cfg in configs() {
         for pattern in cfg.may_skip.iter().flat_map(|g| g.iter()) {
             let suite = pattern.split('.').next().unwrap_or_default();
             assert!(suites.contains(&suite), "{}: {pattern}", cfg.name);
@@ -839,7 +918,7 @@ fn patterns_and_run_specs() {
 
 #[test]
 fn generated_configs_parse_and_say_what_they_mean() {
-    for cfg in CONFIGS {
+    for cfg in configs() {
         let Some(text) = cfg.toml() else { continue };
         let doc: toml::Table = text
             .parse()
@@ -863,6 +942,8 @@ fn generated_configs_parse_and_say_what_they_mean() {
             .unwrap_or_else(|| panic!("{}: no LUN", cfg.name));
         let (backstore, path) = match cfg.lun {
             Lun::Ram { .. } => ("ram", None),
+            #[cfg(feature = "rbd")]
+            Lun::Rbd => ("rbd", None),
             _ => ("file", Some(IMAGE)),
         };
         assert_eq!(
@@ -877,8 +958,13 @@ fn generated_configs_parse_and_say_what_they_mean() {
             "{}",
             cfg.name
         );
-        let existing = matches!(cfg.lun, Lun::File { existing: true, .. });
-        assert_eq!(lun.contains_key("size"), !existing, "{}", cfg.name);
+        let sized_by_store = match cfg.lun {
+            Lun::File { existing, .. } => existing,
+            #[cfg(feature = "rbd")]
+            Lun::Rbd => true,
+            _ => false,
+        };
+        assert_eq!(lun.contains_key("size"), !sized_by_store, "{}", cfg.name);
         // The workers-only configuration really turns the reactor path off.
         let rtc = doc
             .get("reactor")

@@ -542,6 +542,10 @@ impl Backstore for FaultBackstore {
         self.inner.supports_unmap()
     }
 
+    fn watch_capacity(&self, hook: Box<dyn Fn(u64) + Send + Sync>) -> bool {
+        self.inner.watch_capacity(hook)
+    }
+
     fn nonblocking(&self) -> Nonblocking {
         if self.faults.active() {
             Nonblocking::Never

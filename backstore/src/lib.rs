@@ -21,7 +21,9 @@
 //! Engines: [`FileBackstore`] (regular file), [`MmapBackstore`] (regular
 //! file, memory-mapped), [`BlockDevBackstore`] (block device),
 //! [`RamBackstore`] (memory), [`NullBackstore`] (discards writes),
-//! [`HddSimBackstore`] (a simulated 7200 rpm disk, see [`hddsim`]).
+//! [`HddSimBackstore`] (a simulated 7200 rpm disk, see [`hddsim`]),
+//! `RbdBackstore` (a Ceph RBD image through librbd, cargo feature `rbd`,
+//! see [`rbd`]).
 //! [`open`] builds one from a [`BackstoreSpec`]; [`build`] also wraps it in
 //! the LUN's I/O context ([`ioctx`]: readahead policies, cache, coalescing,
 //! stats). [`bench`] is the readahead benchmark in simulated time.
@@ -49,6 +51,7 @@ mod mmap;
 pub mod nowait;
 mod null;
 mod ram;
+pub mod rbd;
 mod spec;
 pub mod uring;
 
@@ -66,6 +69,9 @@ pub use mmap::{MappedRange, MmapBackstore};
 pub use nowait::Nonblocking;
 pub use null::NullBackstore;
 pub use ram::RamBackstore;
+#[cfg(feature = "rbd")]
+pub use rbd::RbdBackstore;
+pub use rbd::RbdOptions;
 pub use spec::{open, parse_size, BackstoreSpec, EngineKind};
 
 /// Size and shape of a backing store.
@@ -105,6 +111,12 @@ pub enum BackstoreError {
     Flush(#[source] std::io::Error),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The store refused the I/O because another client owns it now (an
+    /// RBD image whose exclusive lock another gateway holds, or this
+    /// gateway fenced by a lock break). The SCSI core reports an ALUA
+    /// state transition, so the initiator retries on another path.
+    #[error("the store is owned by another client: {0}")]
+    Fenced(#[source] std::io::Error),
     /// Inside a [`nowait::attempt`]: the operation would have had to wait.
     /// The caller runs it again where it may block; never sent to a peer.
     #[error("the operation would block")]
@@ -136,7 +148,7 @@ pub struct DeviceKey {
 /// Offsets and lengths are in bytes and are multiples of the block size.
 pub trait Backstore: Send + Sync + Debug {
     /// Engine name for logs and stats ("file", "mmap", "blockdev", "ram",
-    /// "null", "hddsim").
+    /// "null", "hddsim", "rbd").
     fn kind(&self) -> &'static str;
 
     /// Current geometry.
@@ -226,5 +238,14 @@ pub trait Backstore: Send + Sync + Debug {
     /// threads must see every read).
     fn uring_file(&self) -> Option<uring::UringFile> {
         None
+    }
+
+    /// Calls `hook` with the new number of blocks whenever the store's
+    /// capacity changes by itself (an RBD image resized elsewhere), so the
+    /// layer above can tell its initiators. Returns whether the store
+    /// watches at all; the default, for stores whose size changes only
+    /// through rustgt, does not (and drops the hook).
+    fn watch_capacity(&self, _hook: Box<dyn Fn(u64) + Send + Sync>) -> bool {
+        false
     }
 }

@@ -14,6 +14,7 @@ use crate::file::{FileBackstore, FileOptions};
 use crate::mmap::MmapBackstore;
 use crate::null::NullBackstore;
 use crate::ram::RamBackstore;
+use crate::rbd::RbdOptions;
 use crate::{Backstore, BackstoreError, Result};
 
 /// Which engine backs a LUN.
@@ -32,11 +33,13 @@ pub enum EngineKind {
     /// A simulated 7200 rpm disk ([`crate::HddSimBackstore`]); data in RAM,
     /// or in a sparse file when a path is given.
     HddSim,
+    /// A Ceph RBD image through librbd (cargo feature `rbd`).
+    Rbd,
 }
 
 impl EngineKind {
-    /// The configuration name: "file", "mmap", "blockdev", "ram", "null" or
-    /// "hddsim".
+    /// The configuration name: "file", "mmap", "blockdev", "ram", "null",
+    /// "hddsim" or "rbd".
     pub fn as_str(&self) -> &'static str {
         match self {
             EngineKind::File => "file",
@@ -45,6 +48,7 @@ impl EngineKind {
             EngineKind::Ram => "ram",
             EngineKind::Null => "null",
             EngineKind::HddSim => "hddsim",
+            EngineKind::Rbd => "rbd",
         }
     }
 }
@@ -67,8 +71,9 @@ impl FromStr for EngineKind {
             "ram" => Ok(EngineKind::Ram),
             "null" => Ok(EngineKind::Null),
             "hddsim" => Ok(EngineKind::HddSim),
+            "rbd" => Ok(EngineKind::Rbd),
             _ => Err(BackstoreError::Config(format!(
-                "unknown backstore engine {s:?} (expected file, mmap, blockdev, ram, null or hddsim)"
+                "unknown backstore engine {s:?} (expected file, mmap, blockdev, ram, null, hddsim or rbd)"
             ))),
         }
     }
@@ -92,6 +97,9 @@ pub struct BackstoreSpec {
     /// `file`/`mmap`/`blockdev`: an all-zero WRITE SAME deallocates instead
     /// of writing zeros. (`ram` is always thin; `null` holds nothing.)
     pub thin: bool,
+    /// `rbd`: the image and its cluster (required there, refused
+    /// elsewhere); its `block_size` and `read_only` are this spec's.
+    pub rbd: Option<RbdOptions>,
 }
 
 impl BackstoreSpec {
@@ -114,6 +122,7 @@ impl BackstoreSpec {
             block_size: 512,
             read_only: false,
             thin: false,
+            rbd: None,
         }
     }
 
@@ -134,6 +143,7 @@ impl BackstoreSpec {
             block_size: 512,
             read_only: false,
             thin: false,
+            rbd: None,
         }
     }
 }
@@ -188,8 +198,34 @@ pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
             spec,
             &crate::HddSimOptions::default(),
         )?),
+        EngineKind::Rbd => open_rbd(spec)?,
     };
     Ok(store)
+}
+
+#[cfg(feature = "rbd")]
+fn open_rbd(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
+    let opts = spec.rbd.as_ref().ok_or_else(|| {
+        BackstoreError::Config("rbd backstore: the image (pool, image) is required".into())
+    })?;
+    if spec.path.is_some() || spec.size.is_some() {
+        return Err(BackstoreError::Config(
+            "rbd backstore takes no path and no size: the image's size is the LUN's".into(),
+        ));
+    }
+    let opts = RbdOptions {
+        block_size: spec.block_size,
+        read_only: spec.read_only,
+        ..opts.clone()
+    };
+    Ok(Arc::new(crate::RbdBackstore::open(&opts)?))
+}
+
+#[cfg(not(feature = "rbd"))]
+fn open_rbd(_spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
+    Err(BackstoreError::Config(
+        "this rustgt was built without RBD support (build with the cargo feature `rbd`)".into(),
+    ))
 }
 
 fn need_path(spec: &BackstoreSpec) -> Result<&Path> {
@@ -305,6 +341,7 @@ mod tests {
             EngineKind::Ram,
             EngineKind::Null,
             EngineKind::HddSim,
+            EngineKind::Rbd,
         ] {
             assert_eq!(
                 kind.to_string().parse::<EngineKind>().ok(),

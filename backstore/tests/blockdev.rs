@@ -272,6 +272,7 @@ fn spec_opens_a_loop_device() {
         block_size: 0,
         read_only: false,
         thin: true,
+        rbd: None,
     };
     let store = open(&spec).expect("open via spec");
     assert_eq!(store.kind(), "blockdev");

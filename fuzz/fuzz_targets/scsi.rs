@@ -23,6 +23,7 @@ fn ram(thin: bool) -> LunConfig {
         block_size: 512,
         read_only: false,
         thin,
+        rbd: None,
     })
     .expect("ram backstore");
     let mut c = LunConfig::new(store);

@@ -672,7 +672,7 @@ fn open_store(
 /// Exports `store` as LUN `l.id` of `scsi` (raises REPORTED LUNS DATA HAS
 /// CHANGED for the target's sessions).
 fn add_lun(
-    scsi: &ScsiTarget,
+    scsi: &Arc<ScsiTarget>,
     cfg: &Config,
     iqn: &str,
     l: &LunSettings,
@@ -682,6 +682,17 @@ fn add_lun(
     let lc = crate::daemon::lun_config(cfg, iqn, l, backstore);
     scsi.add_lun(l.id, lc)
         .map_err(|e| AdminError::Failed(format!("target {iqn}: {e}")))?;
+    // A store resized from elsewhere (an RBD image) tells the initiators;
+    // weak, so a removed LUN or target is not kept alive by its store.
+    let weak = Arc::downgrade(scsi);
+    let (lun, name) = (l.id, iqn.to_owned());
+    store.watch_capacity(Box::new(move |_blocks| {
+        if let Some(t) = weak.upgrade() {
+            if let Err(e) = t.capacity_changed(lun) {
+                tracing::warn!(target = %name, lun, error = %e, "capacity change not reported");
+            }
+        }
+    }));
     tracing::info!(target = %iqn, lun = l.id, backstore = %l.backstore, "LUN ready");
     Ok(())
 }

@@ -131,9 +131,22 @@ pub enum LunCmd {
     Add {
         iqn: String,
         id: u64,
-        /// file, blockdev, ram, null or hddsim.
+        /// file, blockdev, ram, null, hddsim or rbd.
         #[arg(long)]
         backstore: String,
+        /// rbd: the image as POOL/IMAGE or POOL/NAMESPACE/IMAGE (it must
+        /// exist; its size is the LUN's).
+        #[arg(long, value_name = "POOL/[NAMESPACE/]IMAGE")]
+        rbd_image: Option<String>,
+        /// rbd: ceph.conf of the cluster (default: librados' search).
+        #[arg(long)]
+        ceph_conf: Option<PathBuf>,
+        /// rbd: cephx client id without "client." (default admin).
+        #[arg(long)]
+        ceph_id: Option<String>,
+        /// rbd: keyring (default: the one ceph.conf names).
+        #[arg(long)]
+        ceph_keyring: Option<PathBuf>,
         #[arg(long)]
         path: Option<PathBuf>,
         /// e.g. 1G, 512M.
@@ -599,10 +612,45 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
             workers,
             serial,
             readahead,
+            rbd_image,
+            ceph_conf,
+            ceph_id,
+            ceph_keyring,
         } => {
             let mut m = Map::new();
             m.insert("id".into(), json!(id));
             m.insert("backstore".into(), json!(backstore));
+            if let Some(spec) = rbd_image {
+                let parts: Vec<&str> = spec.split('/').collect();
+                let (pool, namespace, image) = match parts.as_slice() {
+                    [pool, image] => (*pool, None, *image),
+                    [pool, ns, image] => (*pool, Some(*ns), *image),
+                    _ => {
+                        return Err(Failure::usage(format!(
+                            "--rbd-image {spec:?}: expected POOL/IMAGE or POOL/NAMESPACE/IMAGE"
+                        )))
+                    }
+                };
+                let mut r = Map::new();
+                r.insert("pool".into(), json!(pool));
+                r.insert("image".into(), json!(image));
+                let optional = [
+                    ("namespace", namespace.map(|n| json!(n))),
+                    ("ceph_conf", ceph_conf.as_ref().map(|p| json!(p))),
+                    ("client_id", ceph_id.as_ref().map(|i| json!(i))),
+                    ("keyring", ceph_keyring.as_ref().map(|p| json!(p))),
+                ];
+                for (k, v) in optional {
+                    if let Some(v) = v {
+                        r.insert(k.into(), v);
+                    }
+                }
+                m.insert("rbd".into(), serde_json::Value::Object(r));
+            } else if ceph_conf.is_some() || ceph_id.is_some() || ceph_keyring.is_some() {
+                return Err(Failure::usage(
+                    "--ceph-conf, --ceph-id and --ceph-keyring need --rbd-image",
+                ));
+            }
             let optional = [
                 ("path", path.as_ref().map(|p| json!(p))),
                 ("size", size.as_ref().map(|s| json!(s))),

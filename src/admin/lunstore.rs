@@ -288,6 +288,12 @@ impl Backstore for LunStore {
         self.store().supports_unmap()
     }
 
+    /// The engine's watch: an engine swapped in later (a resize or a
+    /// readahead change keeps the engine) is not watched again.
+    fn watch_capacity(&self, hook: Box<dyn Fn(u64) + Send + Sync>) -> bool {
+        self.store().watch_capacity(hook)
+    }
+
     fn nonblocking(&self) -> Nonblocking {
         self.store().nonblocking()
     }

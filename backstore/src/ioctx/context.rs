@@ -41,7 +41,6 @@ struct State {
 #[derive(Debug)]
 struct Shared {
     inner: Arc<dyn Backstore>,
-    geometry: Geometry,
     /// Kernel readahead on a buffered fd: no cache of ours, just counting.
     passthrough: bool,
     epoch: Instant,
@@ -107,7 +106,6 @@ impl IoContext {
             turns(inner.as_ref(), opts)
         };
         let shared = Arc::new(Shared {
-            geometry,
             passthrough,
             epoch: Instant::now(),
             state: Mutex::new(State {
@@ -280,7 +278,7 @@ impl IoContext {
         if sh.passthrough {
             return op();
         }
-        check_write(&sh.geometry, offset, len)?;
+        check_write(&sh.inner.geometry(), offset, len)?;
         let range = lock(&sh.state).core.begin_write(offset, len);
         let res = op();
         lock(&sh.state).core.end_write(range);
@@ -413,8 +411,10 @@ impl Backstore for IoContext {
         self.shared.inner.kind()
     }
 
+    /// The engine's, read on every call: a store that can be resized
+    /// from elsewhere (an RBD image) changes it under the context.
     fn geometry(&self) -> Geometry {
-        self.shared.geometry
+        self.shared.inner.geometry()
     }
 
     fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
@@ -425,14 +425,14 @@ impl Backstore for IoContext {
             return Ok(buf);
         }
         let n = len_u64(len);
-        check_range(&sh.geometry, offset, n)?;
+        check_range(&sh.inner.geometry(), offset, n)?;
         passthrough_read(sh, n, || sh.inner.read_buf(offset, len))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let sh = &*self.shared;
         let len = len_u64(buf.len());
-        check_range(&sh.geometry, offset, len)?;
+        check_range(&sh.inner.geometry(), offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -484,6 +484,10 @@ impl Backstore for IoContext {
 
     fn supports_unmap(&self) -> bool {
         self.shared.inner.supports_unmap()
+    }
+
+    fn watch_capacity(&self, hook: Box<dyn Fn(u64) + Send + Sync>) -> bool {
+        self.shared.inner.watch_capacity(hook)
     }
 
     /// A passthrough context lets io_uring drive its engine (and counts

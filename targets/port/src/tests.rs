@@ -45,6 +45,7 @@ fn port() -> Arc<Port> {
         block_size: 512,
         read_only: false,
         thin: false,
+        rbd: None,
     })
     .expect("ram backstore");
     let mut lc = LunConfig::new(store);

@@ -39,6 +39,8 @@ impl Asc {
 
     pub const NO_ADDITIONAL_SENSE: Asc = Asc::new(0x00, 0x00);
     pub const LOGICAL_UNIT_NOT_READY: Asc = Asc::new(0x04, 0x00);
+    /// LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION.
+    pub const ASYMMETRIC_ACCESS_STATE_TRANSITION: Asc = Asc::new(0x04, 0x0A);
     pub const WRITE_ERROR: Asc = Asc::new(0x0C, 0x00);
     pub const UNRECOVERED_READ_ERROR: Asc = Asc::new(0x11, 0x00);
     pub const PARAMETER_LIST_LENGTH_ERROR: Asc = Asc::new(0x1A, 0x00);
@@ -287,6 +289,12 @@ impl From<BackstoreError> for Sense {
             BackstoreError::Write(_) | BackstoreError::Flush(_) => {
                 Sense::new(SenseKey::MEDIUM_ERROR, Asc::WRITE_ERROR)
             }
+            // Another gateway owns the store now (SPC-4 §5.15.2.5): the
+            // initiator retries the command, on another path if this
+            // one stays in transition.
+            BackstoreError::Fenced(_) => {
+                Sense::new(SenseKey::NOT_READY, Asc::ASYMMETRIC_ACCESS_STATE_TRANSITION)
+            }
             // WouldBlock ends a non-blocking attempt, which is thrown away
             // and run again on a worker; it never reaches a peer.
             BackstoreError::Config(_) | BackstoreError::Io(_) | BackstoreError::WouldBlock => {
@@ -438,6 +446,11 @@ mod tests {
                 BackstoreError::Config("c".into()),
                 SenseKey::HARDWARE_ERROR,
                 Asc::INTERNAL_TARGET_FAILURE,
+            ),
+            (
+                BackstoreError::Fenced(io()),
+                SenseKey::NOT_READY,
+                Asc::ASYMMETRIC_ACCESS_STATE_TRANSITION,
             ),
         ];
         for (err, key, asc) in cases {

@@ -60,6 +60,7 @@ pub fn scsi_target(blocks: u64) -> Arc<ScsiTarget> {
         block_size: 512,
         read_only: false,
         thin: false,
+        rbd: None,
     })
     .expect("ram backstore");
     let mut lc = LunConfig::new(store);

@@ -1,0 +1,91 @@
+//! RBD engine: a LUN backed by a Ceph RBD image through librbd (the real
+//! client library, as tcmu-runner's and tgt's rbd handlers use it), built
+//! with the `rbd` cargo feature.
+//!
+//! One RADOS client, one pool context and one open image per LUN, shared
+//! by all its workers: librbd's image handle takes concurrent
+//! asynchronous requests from many threads. Each operation is one
+//! `rbd_aio_*` request whose completion the calling worker waits for, so
+//! a LUN has as many requests in flight as it has workers busy on it.
+//!
+//! What the SCSI core relies on:
+//! - librbd's own cache is switched off (`rbd_cache = false`), whatever
+//!   ceph.conf says: a write is acknowledged only once the OSDs hold it, so
+//!   FUA needs nothing more and SYNCHRONIZE CACHE is one `rbd_aio_flush`;
+//!   a second gateway on the same image never reads past a cached write;
+//! - deallocation is `rbd_aio_write_zeroes`, never `rbd_aio_discard`:
+//!   librbd drops a discard smaller than `rbd_discard_granularity_bytes`
+//!   silently, while write-zeroes deallocates whole objects and zeroes the
+//!   rest, so an unmapped range always reads back as zeros;
+//! - the allocation map comes from `rbd_diff_iterate2` over the image;
+//! - an image whose exclusive lock is held by another client (-EROFS), or
+//!   a client fenced by a lock break (-ESHUTDOWN, -EBLOCKLISTED), gives
+//!   [`BackstoreError::Fenced`], which the SCSI core reports as an ALUA
+//!   state transition so that the initiator retries on another path:
+//!   never a silent success;
+//! - a resize made elsewhere (`rbd resize`) is seen through librbd's
+//!   update watch; the new size is read on a thread of the store's own,
+//!   the geometry changes and the callback set by
+//!   [`Backstore::watch_capacity`] tells the layer above.
+//!
+//! The connection is bounded in time: `client_mount_timeout` (connect) and
+//! the OSD and monitor operation timeouts are [`RbdOptions::op_timeout`],
+//! so a lost cluster turns into I/O errors instead of hung workers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[cfg(feature = "rbd")]
+mod engine;
+#[cfg(feature = "rbd")]
+pub use engine::RbdBackstore;
+
+/// Where an RBD image is and how to reach its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdOptions {
+    /// RADOS pool of the image.
+    pub pool: String,
+    /// Image name.
+    pub image: String,
+    /// RADOS namespace inside the pool; `None` for the default one.
+    pub namespace: Option<String>,
+    /// ceph.conf to read; `None`: librados' search ($CEPH_CONF,
+    /// /etc/ceph/ceph.conf, ...).
+    pub ceph_conf: Option<PathBuf>,
+    /// Client id without the "client." prefix, e.g. "admin".
+    pub client_id: String,
+    /// Keyring overriding the one ceph.conf names.
+    pub keyring: Option<PathBuf>,
+    /// Logical block size: 512 or 4096.
+    pub block_size: u32,
+    /// Open the image read-only; writes are refused before librbd.
+    pub read_only: bool,
+    /// Connect timeout and OSD/monitor operation timeout.
+    pub op_timeout: Duration,
+}
+
+impl RbdOptions {
+    /// `pool/image` as client "admin", the default ceph.conf, 512-byte
+    /// blocks, writable, 30 s timeouts.
+    pub fn new(pool: impl Into<String>, image: impl Into<String>) -> Self {
+        Self {
+            pool: pool.into(),
+            image: image.into(),
+            namespace: None,
+            ceph_conf: None,
+            client_id: "admin".into(),
+            keyring: None,
+            block_size: 512,
+            read_only: false,
+            op_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// "pool/image" or "pool/namespace/image", for logs.
+    pub fn image_spec(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{}/{ns}/{}", self.pool, self.image),
+            None => format!("{}/{}", self.pool, self.image),
+        }
+    }
+}
