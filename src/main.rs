@@ -15,9 +15,14 @@ fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(cli.log.as_deref().unwrap_or("info"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a person at a terminal: not in a file or a pipe, and
+    // never when NO_COLOR is set to anything (no-color.org).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .init();
     if let Some(cli::Command::Bench(cmd)) = &cli.command {
         return bench::run(cmd);

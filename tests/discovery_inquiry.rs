@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{run_tool, Daemon, DEFAULT_IQN, TOOL_TIMEOUT};
+use common::{run_tool, Daemon, DaemonOptions, DEFAULT_IQN, TOOL_TIMEOUT};
 
 fn tool(program: &str, args: &[String]) -> common::ToolOutput {
     let out = run_tool(program, args, TOOL_TIMEOUT);
@@ -177,4 +177,24 @@ fn read_capacity_16_of_a_4k_ram_lun() {
         "{out}"
     );
     assert_eq!(field(&out.stdout, "Total size"), Some("67108864"), "{out}");
+}
+
+/// A log that goes to a pipe (or a file) is plain text: no ANSI colour
+/// escapes, which would litter a log file or a journal.
+#[test]
+fn daemon_log_to_a_pipe_has_no_colour_escapes() {
+    // The harness sets NO_COLOR=1 for every daemon; empty means unset.
+    let d = Daemon::start_with(DaemonOptions {
+        env: vec![("NO_COLOR".into(), String::new())],
+        ..DaemonOptions::default()
+    });
+    let out = run_tool("iscsi-inq", &[d.url(DEFAULT_IQN, 0)], TOOL_TIMEOUT);
+    out.assert_success();
+    let log = d.stderr();
+    assert!(log.contains("INFO"), "no log lines to look at: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour escapes in a log written to a pipe: {}",
+        d.stderr_tail(5)
+    );
 }
