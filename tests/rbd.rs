@@ -327,8 +327,25 @@ fn on_ceph_writes_while_another_client_holds_the_lock_are_refused_not_lost() {
         vec![0x11; 512],
         "the refused write reached the image"
     );
-    let w = s.command(0, &rw16(WRITE_16, 100, 1), &[0x33; 512], 0);
+    // Once the other client has let go, writes go through again; the
+    // transition sense tells an initiator to retry, and this one does,
+    // within a bound, as librbd learns the lock is free.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let w = loop {
+        let w = s.command(0, &rw16(WRITE_16, 100, 1), &[0x33; 512], 0);
+        let transition = w.status == CHECK_CONDITION && w.sense_code() == Some((0x02, 0x04, 0x0a));
+        if !transition || Instant::now() >= deadline {
+            break w;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(w.status, GOOD, "write after the other client let go: {w:?}");
+    let r = s.command(0, &rw16(READ_16, 100, 1), &[], 512);
+    assert_eq!(
+        r.data,
+        vec![0x33; 512],
+        "the write after the lock came back is not there"
+    );
     s.logout();
 }
 
