@@ -20,6 +20,8 @@
 //!
 //! [`Reactors`]: rustgt_port::Reactors
 
+#![forbid(unsafe_code)]
+
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;

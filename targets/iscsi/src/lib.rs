@@ -17,6 +17,8 @@
 //! - memory per connection is bounded by the negotiated limits and the
 //!   configured queue depth.
 
+#![forbid(unsafe_code)]
+
 pub mod brake;
 pub mod chap;
 pub mod config;

@@ -33,6 +33,8 @@
 //!   only established for known nexuses, so a new session starts with none
 //!   (as LIO and tgt behave).
 
+#![forbid(unsafe_code)]
+
 pub mod cmd;
 pub mod sense;
 
