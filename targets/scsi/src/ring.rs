@@ -306,33 +306,16 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
         lu: Arc::clone(lu),
         id,
     };
-    let file = match via {
-        Via::Ring(file) => file,
-        Via::Store(_) => {
-            let (buf, moved) = match class {
-                Class::Read => (RingBuf::Pooled(IoBuf::for_overwrite(len)), false),
-                Class::Write => (RingBuf::Pooled(std::mem::take(&mut cmd.data_out)), true),
-                Class::Sync => (RingBuf::Empty, false),
-            };
-            return Start::Submit(
-                Pending {
-                    cmd,
-                    class,
-                    op,
-                    moved,
-                    xfer_len: bytes,
-                    held,
-                },
-                buf,
-            );
-        }
-    };
-    let (buf, moved) = match class {
-        Class::Read => match file.buffer(len) {
+    let (buf, moved) = match (via, class) {
+        (_, Class::Sync) => (RingBuf::Empty, false),
+        // The store's own API takes pooled memory as it is.
+        (Via::Store(_), Class::Read) => (RingBuf::Pooled(IoBuf::for_overwrite(len)), false),
+        (Via::Store(_), Class::Write) => (RingBuf::Pooled(std::mem::take(&mut cmd.data_out)), true),
+        (Via::Ring(file), Class::Read) => match file.buffer(len) {
             Ok(b) => (b, false),
             Err(_) => return Start::Workers(cmd),
         },
-        Class::Write => match file.direct_align {
+        (Via::Ring(file), Class::Write) => match file.direct_align {
             // Buffered, or O_DIRECT from a pooled buffer already aligned.
             None => (RingBuf::Pooled(std::mem::take(&mut cmd.data_out)), true),
             Some(align) if (cmd.data_out.as_ptr() as usize) % align.max(1) == 0 => {
@@ -346,7 +329,6 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
                 }
             }
         },
-        Class::Sync => (RingBuf::Empty, false),
     };
     Start::Submit(
         Pending {
