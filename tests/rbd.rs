@@ -34,8 +34,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    qemu_io, run_tool, verify, write_and_verify, Daemon, DaemonOptions, QemuTarget, Region,
-    DEFAULT_IQN,
+    qemu_io, run_tool, verify, write_and_verify, Daemon, QemuTarget, Region, DEFAULT_IQN,
 };
 use initiator::{rw16, Session, CHECK_CONDITION, GOOD, READ_16, WRITE_16};
 
@@ -119,6 +118,18 @@ fn start(image: &Image) -> Daemon {
     Daemon::start_with_config(&config(image, ""), 1)
 }
 
+/// A raw session on LUN 0, unit attentions of the login cleared.
+fn login(d: &Daemon, initiator: &str, isid_tail: u8) -> Session {
+    let mut s = Session::login(
+        d.portal,
+        DEFAULT_IQN,
+        initiator,
+        [0x80, 0, 0, 0, 0, isid_tail],
+    );
+    s.clear_unit_attentions(0);
+    s
+}
+
 fn url(d: &Daemon) -> QemuTarget {
     QemuTarget::Url(d.url(DEFAULT_IQN, 0))
 }
@@ -199,13 +210,7 @@ fn on_ceph_resize_elsewhere_reaches_the_initiators() {
     let image = Image::create("resize", 32);
     let d = start(&image);
     assert_eq!(capacity(&d), 32 * MIB);
-    let mut s = Session::login(
-        d.portal,
-        DEFAULT_IQN,
-        "iqn.2026-12.test:rbd-resize",
-        [0x80, 0, 0, 0, 0, 7],
-    );
-    s.clear_unit_attentions(0);
+    let mut s = login(&d, "iqn.2026-12.test:rbd-resize", 7);
     let before = s.command(0, &rw16(READ_16, 0, 1), &[], 512);
     assert_eq!(before.status, GOOD, "{before:?}");
 
@@ -290,19 +295,8 @@ impl Drop for LockHolder {
 #[test]
 fn on_ceph_writes_while_another_client_holds_the_lock_are_refused_not_lost() {
     let image = Image::create("fenced", 16);
-    let d = Daemon::start_with(DaemonOptions {
-        // Refused writes end as soon as librbd refuses them.
-        config: Some(config(&image, "")),
-        targets: Some(1),
-        ..DaemonOptions::default()
-    });
-    let mut s = Session::login(
-        d.portal,
-        DEFAULT_IQN,
-        "iqn.2026-12.test:rbd-fenced",
-        [0x80, 0, 0, 0, 0, 8],
-    );
-    s.clear_unit_attentions(0);
+    let d = start(&image);
+    let mut s = login(&d, "iqn.2026-12.test:rbd-fenced", 8);
     let w = s.command(0, &rw16(WRITE_16, 100, 1), &[0x11; 512], 0);
     assert_eq!(w.status, GOOD, "{w:?}");
 

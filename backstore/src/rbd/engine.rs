@@ -81,6 +81,17 @@ struct Shared {
 
 type CapacityHook = Box<dyn Fn(u64) + Send + Sync>;
 
+impl Shared {
+    /// The image's geometry at its current size.
+    fn geometry(&self, read_only: bool) -> Geometry {
+        Geometry {
+            block_size: self.block_size,
+            num_blocks: self.size.load(Ordering::Acquire) / u64::from(self.block_size),
+            read_only,
+        }
+    }
+}
+
 /// A LUN backed by a Ceph RBD image.
 pub struct RbdBackstore {
     shared: Arc<Shared>,
@@ -380,14 +391,6 @@ impl RbdBackstore {
         Ok(store)
     }
 
-    fn geometry_of(&self, size: u64) -> Geometry {
-        Geometry {
-            block_size: self.shared.block_size,
-            num_blocks: size / u64::from(self.shared.block_size),
-            read_only: self.read_only,
-        }
-    }
-
     fn image(&self) -> rbd::rbd_image_t {
         self.shared.handles.image
     }
@@ -505,7 +508,7 @@ impl Backstore for RbdBackstore {
     }
 
     fn geometry(&self) -> Geometry {
-        self.geometry_of(self.shared.size.load(Ordering::Acquire))
+        self.shared.geometry(self.read_only)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -747,12 +750,7 @@ unsafe extern "C" fn on_complete(c: rbd::rbd_completion_t, arg: *mut c_void) {
 
 impl AsyncIo for RbdAio {
     fn submit(&self, op: Op, buf: IoBuf, done: AioDone) {
-        let size = self.shared.size.load(Ordering::Acquire);
-        let geometry = Geometry {
-            block_size: self.shared.block_size,
-            num_blocks: size / u64::from(self.shared.block_size),
-            read_only: self.read_only,
-        };
+        let geometry = self.shared.geometry(self.read_only);
         let (kind, offset, len) = match op {
             Op::Read { offset, len } => (OpKind::Read, offset, len),
             Op::Write { offset, len, .. } => (OpKind::Write, offset, len),
