@@ -323,6 +323,13 @@ pub struct TargetSettings {
     /// Target portal group tag reported in SendTargets and at login.
     #[serde(default = "default_tpgt")]
     pub tpgt: u16,
+    /// Gateways: the `tpgt` of every rustgt daemon that serves this target
+    /// (same name, same LUNs, on the same RBD images), this one's
+    /// included. Each is a target port group of its own in REPORT TARGET
+    /// PORT GROUPS; with more than one, the target's LUNs (all rbd) keep
+    /// their shared SCSI state in Ceph. Empty: this daemon alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_groups: Vec<u16>,
     /// Initiator names allowed to log in; empty allows any initiator.
     #[serde(default)]
     pub acl: Vec<String>,
@@ -717,6 +724,7 @@ impl Config {
             portals: default_portals(),
             iser_portals: Vec::new(),
             tpgt: default_tpgt(),
+            port_groups: Vec::new(),
             acl: Vec::new(),
             chap: None,
             luns: vec![LunSettings {
@@ -1519,6 +1527,7 @@ fn check_target(
     if let Some(chap) = &t.chap {
         check_chap(c, &key.key("chap"), chap);
     }
+    check_port_groups(c, key, t);
     let mut ids: HashMap<u64, usize> = HashMap::new();
     for (j, lun) in t.luns.iter().enumerate() {
         let lkey = key.key("luns").index(j);
@@ -1713,6 +1722,55 @@ fn check_lun(
 }
 
 /// An rbd LUN: its `[rbd]` table, and no path or size of its own.
+/// `port_groups`: distinct tags that include the target's own; more than
+/// one (gateways) needs every LUN on an RBD image, the one backing whose
+/// state the gateways can share.
+fn check_port_groups(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
+    let pkey = key.key("port_groups");
+    for (i, g) in t.port_groups.iter().enumerate() {
+        if *g == 0 {
+            c.fail(pkey.index(i), "0 is not a portal group tag (1..=65535)");
+        } else if t.port_groups.get(..i).is_some_and(|b| b.contains(g)) {
+            c.fail(pkey.index(i), format!("{g} is listed twice"));
+        }
+    }
+    if t.port_groups.len() > 32 {
+        c.fail(pkey.clone(), "lists more than 32 gateways");
+    }
+    if !t.port_groups.is_empty() && !t.port_groups.contains(&t.tpgt) {
+        c.fail(
+            pkey.clone(),
+            format!("must include this gateway's own tpgt ({})", t.tpgt),
+        );
+    }
+    if t.port_groups.len() > 1 {
+        for (j, lun) in t.luns.iter().enumerate() {
+            if lun.kind() != Some(EngineKind::Rbd) {
+                c.fail(
+                    key.key("luns").index(j).key("backstore"),
+                    format!(
+                        "{:?} cannot be served by several gateways (port_groups); only \"rbd\" can",
+                        lun.backstore
+                    ),
+                );
+            } else if lun.read_only {
+                c.fail(
+                    key.key("luns").index(j).key("read_only"),
+                    "a read-only LUN cannot take part in gateways' shared state; remove port_groups or read_only",
+                );
+            }
+        }
+    }
+}
+
+impl TargetSettings {
+    /// This daemon's target port group when it is one of several gateways
+    /// (`port_groups` lists more than one), else `None`.
+    pub fn gateway(&self) -> Option<u16> {
+        (self.port_groups.len() > 1).then_some(self.tpgt)
+    }
+}
+
 fn check_rbd(c: &mut Checker, key: &KeyPath, lun: &LunSettings) {
     for (name, set) in [("path", lun.path.is_some()), ("size", lun.size.is_some())] {
         if set {

@@ -187,8 +187,16 @@ pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
 /// `build`: hddsim device hints, kernel readahead off under a rustgt
 /// policy, `kernel` a counting passthrough except on hddsim), keeping the
 /// context's handle for stats and live policy changes.
-pub(crate) fn open_lun_store(cfg: &Config, l: &LunSettings) -> Result<Current> {
-    let spec = lun_store_spec(cfg, l)?;
+pub(crate) fn open_lun_store(cfg: &Config, iqn: &str, l: &LunSettings) -> Result<Current> {
+    let mut spec = lun_store_spec(cfg, l)?;
+    let gateway = cfg
+        .targets
+        .iter()
+        .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+        .and_then(|t| t.gateway());
+    if let Some(rbd) = spec.backstore.rbd.as_mut() {
+        rbd.gateway = gateway;
+    }
     let engine = rustgt_backstore::open_engine(&spec)?;
     wrap_engine(&spec, engine, l, None)
 }

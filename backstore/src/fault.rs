@@ -546,6 +546,23 @@ impl Backstore for FaultBackstore {
         self.inner.watch_capacity(hook)
     }
 
+    fn shared_state(&self) -> Option<std::sync::Arc<dyn crate::shared::SharedState>> {
+        self.inner.shared_state()
+    }
+
+    /// Faults apply to the emulation (a read and a write) only.
+    fn compare_and_write(
+        &self,
+        offset: u64,
+        verify: &[u8],
+        write: &[u8],
+    ) -> Option<Result<Option<usize>>> {
+        if self.faults.active() {
+            return None;
+        }
+        self.inner.compare_and_write(offset, verify, write)
+    }
+
     /// Faults apply on the workers only, as for io_uring.
     fn async_io(&self) -> Option<crate::aio::AsyncStore> {
         if self.faults.active() {

@@ -55,6 +55,7 @@ pub mod nowait;
 mod null;
 mod ram;
 pub mod rbd;
+pub mod shared;
 mod spec;
 pub mod uring;
 
@@ -257,6 +258,27 @@ pub trait Backstore: Send + Sync + Debug {
     /// callback instead of a LUN worker. `None`, the default, keeps them
     /// on the workers (or io_uring, [`Backstore::uring_file`]).
     fn async_io(&self) -> Option<aio::AsyncStore> {
+        None
+    }
+
+    /// What the gateways serving this backing share ([`shared`]), when
+    /// other daemons may serve it at the same time. `None`, the default:
+    /// this daemon is the backing's only user.
+    fn shared_state(&self) -> Option<std::sync::Arc<dyn shared::SharedState>> {
+        None
+    }
+
+    /// COMPARE AND WRITE done by the store in one atomic step, for stores
+    /// that can (an RBD image, for one 512-byte sector): `None` when it
+    /// cannot for this request, otherwise the offset of the first byte of
+    /// `verify` that differs from the medium (nothing written), or `None`
+    /// inside `Ok` when the compare matched and `write` is on the medium.
+    fn compare_and_write(
+        &self,
+        _offset: u64,
+        _verify: &[u8],
+        _write: &[u8],
+    ) -> Option<Result<Option<usize>>> {
         None
     }
 }

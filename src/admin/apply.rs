@@ -265,6 +265,7 @@ impl Runtime {
         out: &mut Prepared,
     ) -> Result<TargetRt, AdminError> {
         let scsi = ScsiTarget::with_registry(&t.iqn, self.registry.clone());
+        scsi.set_port_groups(&t.port_groups);
         let mut rt = TargetRt {
             scsi,
             luns: BTreeMap::new(),
@@ -657,7 +658,7 @@ fn open_store(
         _ => None,
     };
     let existed = file.as_ref().is_some_and(|p| p.exists());
-    let cur = crate::daemon::open_lun_store(cfg, l).map_err(|e| {
+    let cur = crate::daemon::open_lun_store(cfg, iqn, l).map_err(|e| {
         AdminError::Failed(format!(
             "target {iqn}: LUN {}: cannot open its {} backstore: {e:#}",
             l.id, l.backstore

@@ -339,6 +339,16 @@ fn restart_only(a: &Config, b: &Config) -> Vec<String> {
     if a.reactor != b.reactor {
         out.push("reactor".to_owned());
     }
+    // A LUN's gateway mode is chosen when its image is opened.
+    for (i, t) in b.targets.iter().enumerate() {
+        let was = a
+            .targets
+            .iter()
+            .find(|x| x.iqn.eq_ignore_ascii_case(&t.iqn));
+        if was.is_some_and(|w| w.port_groups != t.port_groups) {
+            out.push(format!("targets[{i}].port_groups"));
+        }
+    }
     // Keys added to Config later are caught here rather than ignored.
     let mut rest = b.clone();
     rest.data_dir = a.data_dir.clone();

@@ -294,6 +294,19 @@ impl Backstore for LunStore {
         self.store().watch_capacity(hook)
     }
 
+    fn shared_state(&self) -> Option<Arc<dyn rustgt_backstore::shared::SharedState>> {
+        self.store().shared_state()
+    }
+
+    fn compare_and_write(
+        &self,
+        offset: u64,
+        verify: &[u8],
+        write: &[u8],
+    ) -> Option<rustgt_backstore::Result<Option<usize>>> {
+        self.store().compare_and_write(offset, verify, write)
+    }
+
     fn async_io(&self) -> Option<rustgt_backstore::aio::AsyncStore> {
         let store = self.store();
         let mut a = store.async_io()?;

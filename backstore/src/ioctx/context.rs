@@ -490,6 +490,23 @@ impl Backstore for IoContext {
         self.shared.inner.watch_capacity(hook)
     }
 
+    fn shared_state(&self) -> Option<Arc<dyn crate::shared::SharedState>> {
+        self.shared.inner.shared_state()
+    }
+
+    /// Only a passthrough context: a cache of its own would miss the write.
+    fn compare_and_write(
+        &self,
+        offset: u64,
+        verify: &[u8],
+        write: &[u8],
+    ) -> Option<Result<Option<usize>>> {
+        if !self.shared.passthrough {
+            return None;
+        }
+        self.shared.inner.compare_and_write(offset, verify, write)
+    }
+
     /// As [`Self::uring_file`]: only a passthrough context, which counts
     /// what the store did.
     fn async_io(&self) -> Option<crate::aio::AsyncStore> {

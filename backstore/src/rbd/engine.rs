@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use rados_sys as rados;
 use rbd_sys as rbd;
 
+use super::gateway::Gateway;
 use super::RbdOptions;
 use crate::aio::{AioDone, AsyncIo, AsyncStore};
 use crate::buf::IoBuf;
@@ -101,6 +102,8 @@ pub struct RbdBackstore {
     /// librbd's handle of the update watch, unregistered on drop.
     watch_handle: Option<u64>,
     resizer: Option<JoinHandle<()>>,
+    /// Gateway mode ([`RbdOptions::gateway`]).
+    gateway: Option<Arc<Gateway>>,
 }
 
 impl fmt::Debug for RbdBackstore {
@@ -362,7 +365,26 @@ impl RbdBackstore {
             read_only: opts.read_only,
             watch_handle: None,
             resizer: None,
+            gateway: None,
         };
+        if let Some(group) = opts.gateway {
+            let ns = match &opts.namespace {
+                Some(ns) => Some(cstr("namespace", ns)?),
+                None => None,
+            };
+            let gw = Gateway::open(
+                shared.handles.cluster,
+                &pool,
+                ns.as_deref(),
+                shared.handles.image,
+                group,
+                opts.op_timeout,
+                &spec,
+                Arc::clone(&shared) as Arc<dyn Send + Sync>,
+            )
+            .map_err(|e| BackstoreError::Config(format!("rbd image {spec}: gateway mode: {e}")))?;
+            store.gateway = Some(Arc::new(gw));
+        }
         let mut handle = 0u64;
         // SAFETY: `shared` outlives the watch: it is unregistered in
         // `Drop` before this store's reference goes, and the resize
@@ -674,6 +696,61 @@ impl Backstore for RbdBackstore {
 
     fn async_io(&self) -> Option<AsyncStore> {
         Some(AsyncStore::new(Arc::clone(&self.aio) as Arc<dyn AsyncIo>))
+    }
+
+    fn shared_state(&self) -> Option<Arc<dyn crate::shared::SharedState>> {
+        self.gateway
+            .as_ref()
+            .map(|g| Arc::clone(g) as Arc<dyn crate::shared::SharedState>)
+    }
+
+    /// librbd's own compare-and-write, atomic at the OSD against every
+    /// client's writes; librbd 16 takes one 512-byte sector only.
+    fn compare_and_write(
+        &self,
+        offset: u64,
+        verify: &[u8],
+        write: &[u8],
+    ) -> Option<Result<Option<usize>>> {
+        const SECTOR: usize = 512;
+        if verify.len() != SECTOR || write.len() != SECTOR || offset % SECTOR as u64 != 0 {
+            return None;
+        }
+        if let Err(e) = check_write(&self.geometry(), offset, SECTOR as u64) {
+            return Some(Err(e));
+        }
+        let mut mismatch = 0u64;
+        let c = match Aio::new() {
+            Ok(c) => c,
+            Err(e) => return Some(Err(BackstoreError::Write(e))),
+        };
+        // SAFETY: `verify`, `write` and `mismatch` outlive the request:
+        // `wait` returns after it completed.
+        let r = unsafe {
+            rbd::rbd_aio_compare_and_write(
+                self.image(),
+                offset,
+                SECTOR,
+                verify.as_ptr().cast::<c_char>(),
+                write.as_ptr().cast::<c_char>(),
+                c.0,
+                &mut mismatch,
+                0,
+            )
+        };
+        if r < 0 {
+            return Some(Err(io_error(OpKind::Write, r as i64)));
+        }
+        let ret = c.wait();
+        if ret == -i64::from(libc::EILSEQ) {
+            // librbd gives the offset within the request.
+            let at = mismatch.min(SECTOR as u64 - 1);
+            return Some(Ok(Some(at as usize)));
+        }
+        if ret < 0 {
+            return Some(Err(io_error(OpKind::Write, ret)));
+        }
+        Some(Ok(None))
     }
 
     fn watch_capacity(&self, hook: CapacityHook) -> bool {

@@ -38,6 +38,8 @@ use std::time::Duration;
 #[cfg(feature = "rbd")]
 mod engine;
 #[cfg(feature = "rbd")]
+mod gateway;
+#[cfg(feature = "rbd")]
 pub use engine::RbdBackstore;
 
 /// Where an RBD image is and how to reach its cluster.
@@ -62,6 +64,11 @@ pub struct RbdOptions {
     pub read_only: bool,
     /// Connect timeout and OSD/monitor operation timeout.
     pub op_timeout: Duration,
+    /// Gateway mode: other daemons serve the same image, and this one is
+    /// the gateway of this target port group. The SCSI state the gateways
+    /// share (persistent reservations, resets, COMPARE AND WRITE's
+    /// exclusion, the lock owner's port group) is then kept in Ceph.
+    pub gateway: Option<u16>,
 }
 
 impl RbdOptions {
@@ -78,6 +85,7 @@ impl RbdOptions {
             block_size: 512,
             read_only: false,
             op_timeout: Duration::from_secs(30),
+            gateway: None,
         }
     }
 

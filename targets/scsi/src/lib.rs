@@ -40,6 +40,7 @@ pub mod sense;
 
 mod alua;
 mod cdb;
+mod cluster;
 mod exec;
 mod lba_lock;
 mod limits;

@@ -421,7 +421,10 @@ impl LogicalUnit {
             phys_exp: cfg.physical_block_exponent().unwrap_or(0),
             unmap_command: cfg.unmap_command,
             lba_locks: LbaLocks::default(),
-            pr: Reservations::new(cfg.pr_state_path.clone()),
+            pr: match cfg.backstore.shared_state() {
+                Some(sh) => Reservations::new_shared(sh),
+                None => Reservations::new(cfg.pr_state_path.clone()),
+            },
             medium: Medium::new(cfg.removable),
             sanitizer: Sanitizer::new(cfg.sanitize_rate),
             copies: CopyResults::default(),

@@ -24,7 +24,9 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use rustgt_backstore::shared::SharedState;
 
 use crate::cmd::Nexus;
 use crate::pr_store::{self, PrStoreError};
@@ -528,6 +530,23 @@ pub(crate) struct Reservations {
     active: AtomicBool,
     /// Where APTPL state is kept; `None` = persistence not supported.
     store: Option<PathBuf>,
+    /// The state the gateways of this backing share: when set, the
+    /// persistent reservation state lives there (this copy is a cache
+    /// kept current by the gateways' events) and `store` is unused.
+    shared: Option<Arc<dyn SharedState>>,
+    /// One PERSISTENT RESERVE OUT at a time on this gateway, without
+    /// holding `inner` while the shared state is read and written.
+    updating: Mutex<()>,
+}
+
+/// Attempts at a compare-and-set of the shared state before giving up.
+const SHARED_ATTEMPTS: usize = 32;
+
+fn internal_failure() -> Refusal {
+    Refusal::Sense(Sense::new(
+        SenseKey::HARDWARE_ERROR,
+        Asc::INTERNAL_TARGET_FAILURE,
+    ))
 }
 
 impl Reservations {
@@ -538,12 +557,83 @@ impl Reservations {
             inner: RwLock::new(Inner::default()),
             active: AtomicBool::new(false),
             store,
+            shared: None,
+            updating: Mutex::new(()),
         }
+    }
+
+    /// Reservations kept in the state the gateways of one backing share.
+    pub(crate) fn new_shared(shared: Arc<dyn SharedState>) -> Reservations {
+        Reservations {
+            shared: Some(shared),
+            ..Reservations::new(None)
+        }
+    }
+
+    /// Whether the state is shared with other gateways.
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Replaces the cached persistent reservation state.
+    fn commit_local(&self, pr: PrState) {
+        let mut inner = write(&self.inner);
+        inner.pr = pr;
+        self.set_active(&inner);
+    }
+
+    /// Reads the shared state into the cache (another gateway changed it).
+    pub(crate) fn refresh(&self) -> Result<(), PrStoreError> {
+        let Some(sh) = &self.shared else {
+            return Ok(());
+        };
+        let rec = sh.load().map_err(|e| PrStoreError::Invalid {
+            path: "the shared state".into(),
+            reason: e.to_string(),
+        })?;
+        self.commit_local(pr_store::from_shared(&rec.data)?);
+        Ok(())
+    }
+
+    /// The shared state at unit creation: kept while another gateway
+    /// serves the unit or when APTPL was set; otherwise this start is the
+    /// unit's power on and registrations without APTPL end (SPC-4
+    /// §5.13.5).
+    fn restore_shared(&self, sh: &Arc<dyn SharedState>) -> Result<(), PrStoreError> {
+        let bad = |e: rustgt_backstore::BackstoreError| PrStoreError::Invalid {
+            path: "the shared state".into(),
+            reason: e.to_string(),
+        };
+        for _ in 0..SHARED_ATTEMPTS {
+            let rec = sh.load().map_err(bad)?;
+            let pr = pr_store::from_shared(&rec.data)?;
+            if pr.aptpl || pr == PrState::default() || sh.others_alive().map_err(bad)? {
+                self.commit_local(pr);
+                return Ok(());
+            }
+            let empty = pr_store::to_shared(&PrState::default()).map_err(|reason| {
+                PrStoreError::Invalid {
+                    path: "the shared state".into(),
+                    reason,
+                }
+            })?;
+            if sh.store(rec.version, &empty).map_err(bad)?.is_some() {
+                self.commit_local(PrState::default());
+                return Ok(());
+            }
+        }
+        Err(PrStoreError::Invalid {
+            path: "the shared state".into(),
+            reason: "it kept changing while it was read".into(),
+        })
     }
 
     /// Restores the APTPL state saved in the store, if any (unit creation
     /// is this device's power on).
     pub(crate) fn restore(&self) -> Result<(), PrStoreError> {
+        if let Some(sh) = &self.shared {
+            return self.restore_shared(sh);
+        }
         let Some(path) = &self.store else {
             return Ok(());
         };
@@ -557,7 +647,7 @@ impl Reservations {
 
     /// Whether APTPL=1 can be honoured (PTPL_C in REPORT CAPABILITIES).
     pub(crate) fn can_persist(&self) -> bool {
-        self.store.is_some()
+        self.store.is_some() || self.shared.is_some()
     }
 
     /// A copy of the persistent reservation state (PERSISTENT RESERVE IN).
@@ -586,8 +676,11 @@ impl Reservations {
     /// first when APTPL is (or was) in effect, then committed.
     pub(crate) fn update(
         &self,
-        op: impl FnOnce(&mut PrState) -> Result<Effects, Refusal>,
+        mut op: impl FnMut(&mut PrState) -> Result<Effects, Refusal>,
     ) -> Result<Effects, Refusal> {
+        if let Some(sh) = &self.shared {
+            return self.update_shared(sh, op);
+        }
         let mut inner = write(&self.inner);
         if inner.spc2.is_some() {
             // SPC-2 §5.5.1: no PERSISTENT RESERVE command while reserved.
@@ -601,6 +694,44 @@ impl Reservations {
             self.set_active(&inner);
         }
         Ok(effects)
+    }
+
+    /// [`Self::update`] on the shared state: the action is applied to the
+    /// state as stored now and the result stored only if nobody stored in
+    /// between (compare-and-set), retried from a fresh read otherwise.
+    fn update_shared(
+        &self,
+        sh: &Arc<dyn SharedState>,
+        mut op: impl FnMut(&mut PrState) -> Result<Effects, Refusal>,
+    ) -> Result<Effects, Refusal> {
+        let _one = self.updating.lock().unwrap_or_else(PoisonError::into_inner);
+        if read(&self.inner).spc2.is_some() {
+            return Err(Refusal::Conflict);
+        }
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            tracing::error!(error = %e, "cannot {what} the shared persistent reservation state");
+            internal_failure()
+        };
+        for _ in 0..SHARED_ATTEMPTS {
+            let rec = sh.load().map_err(|e| failed("read", &e))?;
+            let cur = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
+            let mut next = cur.clone();
+            let effects = op(&mut next)?;
+            if next == cur {
+                self.commit_local(cur);
+                return Ok(effects);
+            }
+            let data = pr_store::to_shared(&next).map_err(|e| failed("encode", &e))?;
+            match sh.store(rec.version, &data) {
+                Ok(Some(_)) => {
+                    self.commit_local(next);
+                    return Ok(effects);
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(failed("store", &e)),
+            }
+        }
+        Err(failed("store", &"other gateways kept changing it"))
     }
 
     fn persist(&self, old: &PrState, new: &PrState) -> Result<(), Refusal> {

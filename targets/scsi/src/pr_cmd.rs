@@ -421,13 +421,19 @@ pub(crate) fn persistent_reserve_out(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         pr_out::REGISTER_AND_MOVE => {
             let dest = move_destination(ctx, lu, &p)?;
             lu.pr
-                .update(|s| s.register_and_move(me, p.rk, p.sark, dest, p.unreg, p.aptpl))
+                .update(|s| s.register_and_move(me, p.rk, p.sark, dest.clone(), p.unreg, p.aptpl))
         }
         _ => return Err(Sense::invalid_cdb_field(1, Some(4))),
     };
     match result {
         Ok(effects) => {
-            apply_effects(ctx, lu, effects, sa == pr_out::PREEMPT_AND_ABORT);
+            let abort = sa == pr_out::PREEMPT_AND_ABORT;
+            if lu.pr.is_shared() {
+                // Every other gateway re-reads the state and applies its
+                // share of the effects before this command completes.
+                crate::cluster::announce(lu, &crate::cluster::Event::reservations(&effects, abort));
+            }
+            apply_effects(ctx, lu, effects, abort);
             Ok(Outcome::data_out(param_len as u64))
         }
         Err(Refusal::Conflict) => Ok(Outcome::status(Status::RESERVATION_CONFLICT)),

@@ -47,6 +47,12 @@ struct SavedState {
     registrations: Vec<SavedRegistration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reservation: Option<SavedReservation>,
+    /// PRgeneration and APTPL: kept in the state the gateways of one
+    /// backing share ([`to_shared`]), never in the APTPL file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    aptpl: Option<bool>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,7 +106,36 @@ fn encode(state: &PrState) -> SavedState {
             holder_initiator_port: r.holder.initiator_port.clone(),
             holder_target_port: r.holder.target_port.clone(),
         }),
+        generation: None,
+        aptpl: None,
     }
+}
+
+/// The state as the gateways of one backing share it: the APTPL file's
+/// format plus PRgeneration and the APTPL bit.
+pub(crate) fn to_shared(state: &PrState) -> Result<Vec<u8>, String> {
+    let mut saved = encode(state);
+    saved.generation = Some(state.generation);
+    saved.aptpl = Some(state.aptpl);
+    toml::to_string(&saved)
+        .map(String::into_bytes)
+        .map_err(|e| e.to_string())
+}
+
+/// Reads what [`to_shared`] wrote; empty data is the state of a new unit.
+pub(crate) fn from_shared(data: &[u8]) -> Result<PrState, PrStoreError> {
+    let name = Path::new("the shared state");
+    if data.is_empty() {
+        return Ok(PrState::default());
+    }
+    let text = std::str::from_utf8(data).map_err(|e| invalid(name, e.to_string()))?;
+    let saved: SavedState = toml::from_str(text).map_err(|e| invalid(name, e.to_string()))?;
+    let generation = saved.generation.unwrap_or(0);
+    let aptpl = saved.aptpl.unwrap_or(false);
+    let mut state = decode(name, saved)?;
+    state.generation = generation;
+    state.aptpl = aptpl;
+    Ok(state)
 }
 
 fn parse_key(s: &str) -> Option<u64> {

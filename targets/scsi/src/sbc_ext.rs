@@ -10,6 +10,13 @@
 //! COMPARE AND WRITEs of the same blocks with the same compare data can
 //! therefore never both succeed. Power-fail atomicity is the backstore's
 //! (one positioned write per command), not promised beyond that.
+//!
+//! A unit that several gateways serve: COMPARE AND WRITE uses the store's
+//! own atomic compare-and-write where it has one (RBD: one 512-byte
+//! sector), atomic against every writer; otherwise it, and ORWRITE, hold
+//! the gateways' exclusion ([`rustgt_backstore::shared`]) as well, so
+//! two such commands on different gateways never interleave. A plain WRITE
+//! through another gateway is not excluded by that exclusion.
 
 use crate::exec::{Ctx, Outcome};
 use crate::limits::{self, MAX_COMPARE_AND_WRITE_BLOCKS};
@@ -27,6 +34,17 @@ fn write_medium(ctx: &Ctx<'_>, lu: &LogicalUnit, data: &[u8], offset: u64) -> Re
     lu.backstore.write_at(data, offset, fua)?;
     lu.stats.count_write(data.len() as u64);
     Ok(())
+}
+
+/// For a unit several gateways serve: excludes the other gateways'
+/// read-modify-write sequences until the guard is dropped.
+fn exclude_gateways(
+    lu: &LogicalUnit,
+) -> Result<Option<rustgt_backstore::shared::Exclusion>, Sense> {
+    match lu.backstore.shared_state() {
+        Some(sh) => Ok(Some(sh.exclude()?)),
+        None => Ok(None),
+    }
 }
 
 /// Offset of the first byte where `a` and `b` differ.
@@ -67,6 +85,17 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     }
     let (verify, write) = data.split_at(bytes as usize);
     let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
+    // The store's own atomic compare-and-write where it has one: atomic
+    // against every writer of the backing, other gateways' included.
+    if let Some(done) = lu.backstore.compare_and_write(offset, verify, write) {
+        if let Some(at) = done? {
+            return Err(miscompare(at));
+        }
+        lu.stats.count_write(bytes);
+        return Ok(Outcome::data_out(bytes * 2));
+    }
+    // Other gateways' COMPARE AND WRITEs wait meanwhile.
+    let _gateways = exclude_gateways(lu)?;
     let medium = read_medium(lu, offset, bytes)?;
     if let Some(at) = first_difference(&medium, verify) {
         return Err(miscompare(at));
@@ -89,6 +118,7 @@ pub(crate) fn orwrite(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     if !data.is_empty() {
         let blocks = data.len() as u64 / bs;
         let _range = lu.lba_locks.exclusive(ext.lba, blocks)?;
+        let _gateways = exclude_gateways(lu)?;
         let mut medium = read_medium(lu, offset, data.len() as u64)?;
         for (m, d) in medium.iter_mut().zip(data) {
             *m |= d;

@@ -71,6 +71,10 @@ pub(crate) struct TargetShared {
     nexuses: Mutex<HashMap<u64, Arc<Nexus>>>,
     /// Logical units the copy manager can reach (shared process-wide).
     registry: Arc<LunRegistry>,
+    /// Target port groups of every gateway serving this target (its own
+    /// included), reported by REPORT TARGET PORT GROUPS even before a
+    /// nexus used them; empty: only the groups seen.
+    port_groups: RwLock<Vec<u16>>,
 }
 
 impl TargetShared {
@@ -108,6 +112,34 @@ impl TargetShared {
     /// Ids of every nexus currently known.
     pub(crate) fn known_nexuses(&self) -> Vec<u64> {
         lock(&self.nexuses).keys().copied().collect()
+    }
+
+    /// The configured target port groups ([`ScsiTarget::set_port_groups`]).
+    pub(crate) fn port_groups(&self) -> Vec<u16> {
+        self.port_groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Logical unit reset (SAM-5 §6.3.3) on this gateway only: abort all
+    /// tasks, restore default mode parameters, and establish `asc` for
+    /// every known nexus, including the one that asked.
+    pub(crate) fn reset_lu_here(&self, lu: &LogicalUnit, asc: Asc) {
+        let aborted = lu.abort_matching(|_| true);
+        lu.wait_gone(&aborted);
+        let defaults = lu.mode_defaults();
+        let was = lu.mode();
+        if lu.set_mode(defaults) && was.write_cache && !defaults.write_cache {
+            if let Err(e) = lu.backstore.flush() {
+                tracing::warn!(lun = lu.lun, error = %e, "flush on reset failed");
+            }
+        }
+        // SPC-2 reservations end with a reset; persistent ones do not.
+        lu.pr.reset();
+        // Medium removal prevention ends too (SBC-3 §5.14).
+        lu.medium.reset();
+        lu.establish_ua(self.known_nexuses(), asc, None);
     }
 
     /// Every nexus currently known (reservations map I_T nexus names to
@@ -219,6 +251,7 @@ impl ScsiTarget {
                 luns: RwLock::new(BTreeMap::new()),
                 nexuses: Mutex::new(HashMap::new()),
                 registry,
+                port_groups: RwLock::new(Vec::new()),
             }),
             control: Control::start(name),
             shut_down: AtomicBool::new(false),
@@ -227,6 +260,20 @@ impl ScsiTarget {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The target port groups of every gateway that serves this target,
+    /// this one's included (SPC-4 §5.16): REPORT TARGET PORT GROUPS lists
+    /// them all, whether a nexus used them yet or not.
+    pub fn set_port_groups(&self, groups: &[u16]) {
+        let mut g = groups.to_vec();
+        g.sort_unstable();
+        g.dedup();
+        *self
+            .shared
+            .port_groups
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = g;
     }
 
     /// Exports a logical unit and starts its workers. Every known nexus gets
@@ -258,6 +305,13 @@ impl ScsiTarget {
             return Err(ScsiError::LunExists(lun));
         }
         let lu = Arc::new(LogicalUnit::new(lun, &cfg));
+        if let Some(sh) = lu.backstore.shared_state() {
+            let target = Arc::downgrade(&self.shared);
+            let weak = Arc::downgrade(&lu);
+            sh.listen(Box::new(move |event| {
+                crate::cluster::on_event(&target, &weak, event)
+            }));
+        }
         lu.pr.restore().map_err(|e| ScsiError::InvalidConfig {
             lun,
             reason: e.to_string(),
@@ -449,24 +503,11 @@ impl ScsiTarget {
         }
     }
 
-    /// Logical unit reset (SAM-5 §6.3.3): abort all tasks, restore default
-    /// mode parameters, and establish `asc` for every known nexus,
-    /// including the one that asked.
+    /// Logical unit reset (SAM-5 §6.3.3), here and, for a unit other
+    /// gateways serve too, on every gateway before it is reported done.
     fn reset_lu(&self, lu: &LogicalUnit, asc: Asc) {
-        let aborted = lu.abort_matching(|_| true);
-        lu.wait_gone(&aborted);
-        let defaults = lu.mode_defaults();
-        let was = lu.mode();
-        if lu.set_mode(defaults) && was.write_cache && !defaults.write_cache {
-            if let Err(e) = lu.backstore.flush() {
-                tracing::warn!(lun = lu.lun, error = %e, "flush on reset failed");
-            }
-        }
-        // SPC-2 reservations end with a reset; persistent ones do not.
-        lu.pr.reset();
-        // Medium removal prevention ends too (SBC-3 §5.14).
-        lu.medium.reset();
-        lu.establish_ua(self.shared.known_nexuses(), asc, None);
+        self.shared.reset_lu_here(lu, asc);
+        crate::cluster::announce(lu, &crate::cluster::Event::Reset(asc));
     }
 
     /// Target reset (SAM-5 §6.3.2): a logical unit reset of every LUN.
