@@ -1,0 +1,932 @@
+//! Black-box: two rustgt gateways on one Ceph RBD image (target
+//! `port_groups`, cargo feature `rbd`), driven with exact CDBs from the
+//! raw initiator of tests/common/initiator.rs, one I_T nexus of its own
+//! per initiator and gateway; against a real Ceph cluster from
+//! `tests/ceph/with-cluster` (without `RUSTGT_CEPH_CONF` every test fails
+//! and says how to run it). tests/rbd_gateways.rs runs libiscsi's
+//! multipath and reservation suites across the same pair.
+//!
+//! Gateway A has `tpgt = 1`, gateway B `tpgt = 2`, both
+//! `port_groups = [1, 2]`, the same target name and LUN. What is checked:
+//! - one logical unit: the same serial and NAA designator through both,
+//!   TPGS = implicit, each gateway its own relative target port and target
+//!   port group (VPD 83h and REPORT TARGET PORT GROUPS, which lists both
+//!   groups with their port on either gateway; no group is optimized
+//!   before anyone wrote, the writer's group is after);
+//! - persistent reservations are one state: a registration and a Write
+//!   Exclusive reservation made through A are reported by PERSISTENT
+//!   RESERVE IN through B and enforced there (a WRITE from another
+//!   initiator, and from the holder's initiator through the path it did
+//!   not register, gets RESERVATION CONFLICT; READs pass); with APTPL
+//!   they survive both gateways being stopped and new ones started on
+//!   fresh data directories (so the state is in the cluster, not in a
+//!   gateway's files); a PREEMPT through B removes A's registrant, who
+//!   gets REGISTRATIONS PREEMPTED;
+//! - a LOGICAL UNIT RESET through one gateway gives every nexus of the
+//!   other a reset unit attention, in both directions;
+//! - COMPARE AND WRITE racing through A and B on the same blocks, one
+//!   block (librbd's own compare-and-write) and eight (the gateways' RADOS
+//!   lock): never both GOOD, the loser MISCOMPARE with the offset of the
+//!   winner's first changed byte, and the blocks hold the winner's data;
+//! - failover: a WRITE with FUA and a WRITE followed by SYNCHRONIZE CACHE,
+//!   acknowledged by A, read back through B after A got SIGKILL; B then
+//!   writes; A started again serves A's and B's data and can write.
+//!
+//! Every cross-gateway effect is asserted on the very next command, with
+//! no wait or poll: the implementation completes a PERSISTENT RESERVE OUT
+//! and a LOGICAL UNIT RESET only once every other gateway has applied it
+//! (docs/rbd.md). The only retry loops are for NOT READY, ASYMMETRIC
+//! ACCESS STATE TRANSITION, the sense a write gets while the image's
+//! exclusive lock is on its way (bounded in count and time).
+
+#![cfg(feature = "rbd")]
+
+mod common;
+#[path = "common/initiator.rs"]
+mod initiator;
+
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{run_tool, Daemon, DEFAULT_IQN};
+use initiator::{
+    rw16, CmdResult, Session, CHECK_CONDITION, GOOD, MISCOMPARE, READ_16, RESERVATION_CONFLICT,
+    UNIT_ATTENTION, WRITE_16,
+};
+use rustgt_iscsi::pdu::{TmfCode, TmfResult};
+
+const TOOL: Duration = Duration::from_secs(60);
+const LUN: u64 = 0;
+const BLOCK: usize = 512;
+
+fn ceph_conf() -> String {
+    std::env::var("RUSTGT_CEPH_CONF").unwrap_or_else(|_| {
+        panic!(
+            "RUSTGT_CEPH_CONF is not set: these tests need a Ceph cluster; run them with \
+             `tests/ceph/with-cluster cargo test --features rustgt/rbd --test rbd_gateways_raw`"
+        )
+    })
+}
+
+/// An image of the test's own, removed on drop.
+struct Image {
+    name: String,
+}
+
+impl Image {
+    fn create(test: &str) -> Image {
+        let name = format!("gwraw-{test}-{}", std::process::id());
+        let rbd = |args: &[&str]| {
+            let mut all = vec!["--conf".to_owned(), ceph_conf()];
+            all.extend(args.iter().map(|a| (*a).to_owned()));
+            run_tool("rbd", &all, TOOL)
+        };
+        // A leftover of an earlier, killed run of the same pid.
+        let _ = rbd(&["rm", &format!("rbd/{name}")]);
+        rbd(&["create", "--size", "64M", &format!("rbd/{name}")]).assert_success();
+        Image { name }
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = run_tool(
+            "rbd",
+            &[
+                "--conf".into(),
+                ceph_conf(),
+                "rm".into(),
+                format!("rbd/{}", self.name),
+            ],
+            TOOL,
+        );
+    }
+}
+
+/// Gateway `tpgt` (1 = A, 2 = B) of the pair on `image`, on a fresh data
+/// directory.
+fn gateway(image: &Image, tpgt: u16) -> Daemon {
+    let toml = format!(
+        "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
+         port_groups = [1, 2]\n\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
+         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n",
+        image.name,
+        ceph_conf()
+    );
+    let d = Daemon::start_with_config(&toml, 1);
+    assert!(
+        d.stderr().contains("rbd gateway mode"),
+        "gateway {tpgt} is not in gateway mode: {}",
+        d.stderr_tail(20)
+    );
+    d
+}
+
+/// A session on LUN 0 of `d` from initiator port (`initiator`, ISID
+/// ending in `isid_tail`), the unit attentions of the new nexus cleared.
+fn login(d: &Daemon, initiator: &str, isid_tail: u8) -> Session {
+    let mut s = Session::login(
+        d.portal,
+        DEFAULT_IQN,
+        initiator,
+        [0x80, 0, 0, 0, 0x67, isid_tail],
+    );
+    s.clear_unit_attentions(LUN);
+    s
+}
+
+/// Whether `r` is NOT READY, ASYMMETRIC ACCESS STATE TRANSITION: the
+/// image's exclusive lock is moving between clients; retry.
+fn in_transition(r: &CmdResult) -> bool {
+    r.status == CHECK_CONDITION && r.sense_code() == Some((0x02, 0x04, 0x0a))
+}
+
+/// Sends `cdb` with `data` again while it gets the transition sense, at
+/// most `tries` times, `pause` apart (bounded: tries * pause plus the
+/// commands). Returns the last answer and how many transitions it met.
+fn retry_transition(
+    s: &mut Session,
+    cdb: &[u8],
+    data: &[u8],
+    tries: usize,
+    pause: Duration,
+) -> (CmdResult, usize) {
+    let mut seen = 0;
+    loop {
+        let r = s.command(LUN, cdb, data, 0);
+        if !in_transition(&r) || seen + 1 >= tries {
+            return (r, seen);
+        }
+        seen += 1;
+        thread::sleep(pause);
+    }
+}
+
+/// A WRITE(16) of `data` at `lba`, retried (bounded) through lock
+/// hand-overs between live gateways, GOOD asserted.
+fn write(s: &mut Session, lba: u64, data: &[u8], what: &str) {
+    let blocks = u32::try_from(data.len() / BLOCK).expect("blocks");
+    let (r, _) = retry_transition(
+        s,
+        &rw16(WRITE_16, lba, blocks),
+        data,
+        50,
+        Duration::from_millis(100),
+    );
+    assert_eq!(r.status, GOOD, "{what}: {r}");
+}
+
+fn read(s: &mut Session, lba: u64, blocks: u32) -> Vec<u8> {
+    let len = blocks * BLOCK as u32;
+    let r = s.command(LUN, &rw16(READ_16, lba, blocks), &[], len);
+    assert_eq!(r.status, GOOD, "READ(16) at {lba}: {r}");
+    assert_eq!(r.data.len(), len as usize, "READ(16) at {lba}: short data");
+    r.data
+}
+
+/// `blocks` blocks of a pattern of `seed`, different in every byte
+/// position so a misplaced block shows.
+fn pattern(seed: u8, blocks: usize) -> Vec<u8> {
+    (0..blocks * BLOCK)
+        .map(|i| seed ^ (i as u8).wrapping_mul(31) ^ ((i / BLOCK) as u8))
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// One logical unit, two target port groups.
+
+/// INQUIRY with EVPD for `page` (or the standard data), GOOD asserted.
+fn inquiry(s: &mut Session, page: Option<u8>) -> Vec<u8> {
+    let alloc: u16 = 1024;
+    let mut cdb = [0x12, 0, 0, 0, 0, 0];
+    if let Some(p) = page {
+        cdb[1] = 1;
+        cdb[2] = p;
+    }
+    cdb[3..5].copy_from_slice(&alloc.to_be_bytes());
+    let r = s.command(LUN, &cdb, &[], u32::from(alloc));
+    assert_eq!(r.status, GOOD, "INQUIRY {page:?}: {r}");
+    r.data
+}
+
+/// The designation descriptors of VPD page 83h: (association and type
+/// byte masked to association << 4 | type, designator).
+fn designators(page: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    assert_eq!(page.get(1), Some(&0x83), "not VPD 83h: {page:02x?}");
+    let len = usize::from(u16::from_be_bytes([page[2], page[3]]));
+    let body = page
+        .get(4..4 + len)
+        .unwrap_or_else(|| panic!("VPD 83h shorter than its length: {page:02x?}"));
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 4 <= body.len() {
+        let kind = body[at + 1] & 0x3f;
+        let n = usize::from(body[at + 3]);
+        let d = body
+            .get(at + 4..at + 4 + n)
+            .unwrap_or_else(|| panic!("designator past the page: {page:02x?}"));
+        out.push((kind, d.to_vec()));
+        at += 4 + n;
+    }
+    assert_eq!(at, body.len(), "VPD 83h trailing bytes: {page:02x?}");
+    out
+}
+
+/// The one designator of association/type `kind` (see [`designators`]).
+fn designator(all: &[(u8, Vec<u8>)], kind: u8) -> Vec<u8> {
+    let found: Vec<&Vec<u8>> = all.iter().filter(|d| d.0 == kind).map(|d| &d.1).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "designators of kind {kind:#04x}: {all:02x?}"
+    );
+    found[0].clone()
+}
+
+/// Association LU (0), type NAA (3).
+const LU_NAA: u8 = 0x03;
+/// Association target port (1), type relative target port (4).
+const PORT_RELATIVE: u8 = 0x14;
+/// Association target port (1), type target port group (5).
+const PORT_GROUP: u8 = 0x15;
+
+/// One target port group descriptor of REPORT TARGET PORT GROUPS.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Group {
+    id: u16,
+    /// ASYMMETRIC ACCESS STATE: 0 active/optimized, 1 active/non-optimized.
+    state: u8,
+    /// Relative target port identifiers of its ports.
+    ports: Vec<u16>,
+}
+
+/// Active/optimized (SPC-4 table 279).
+const AO: u8 = 0;
+/// Active/non-optimized.
+const ANO: u8 = 1;
+
+/// REPORT TARGET PORT GROUPS (SPC-4 §6.36, length-only header), parsed
+/// strictly: the return data length covers the descriptors exactly, both
+/// AO_SUP and AN_SUP are set; sorted by group id.
+fn rtpg(s: &mut Session) -> Vec<Group> {
+    let cdb = [0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0];
+    let r = s.command(LUN, &cdb, &[], 1024);
+    assert_eq!(r.status, GOOD, "REPORT TARGET PORT GROUPS: {r}");
+    let d = &r.data;
+    assert!(d.len() >= 4, "RTPG data: {d:02x?}");
+    let len = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize;
+    assert_eq!(len + 4, d.len(), "RTPG RETURN DATA LENGTH: {d:02x?}");
+    let mut out = Vec::new();
+    let mut at = 4;
+    while at < d.len() {
+        let g = d
+            .get(at..at + 8)
+            .unwrap_or_else(|| panic!("RTPG descriptor cut short: {d:02x?}"));
+        assert_eq!(
+            g[1] & 0x03,
+            0x03,
+            "AO_SUP and AN_SUP in group descriptor {g:02x?}"
+        );
+        let count = usize::from(g[7]);
+        let ports = d
+            .get(at + 8..at + 8 + 4 * count)
+            .unwrap_or_else(|| panic!("RTPG port list cut short: {d:02x?}"))
+            .chunks_exact(4)
+            .map(|p| u16::from_be_bytes([p[2], p[3]]))
+            .collect();
+        out.push(Group {
+            id: u16::from_be_bytes([g[2], g[3]]),
+            state: g[0] & 0x0f,
+            ports,
+        });
+        at += 8 + 4 * count;
+    }
+    out.sort();
+    out
+}
+
+/// Groups 1 and 2, each with its one port (relative id = tpgt), in the
+/// given states.
+fn both_groups(state_1: u8, state_2: u8) -> Vec<Group> {
+    vec![
+        Group {
+            id: 1,
+            state: state_1,
+            ports: vec![1],
+        },
+        Group {
+            id: 2,
+            state: state_2,
+            ports: vec![2],
+        },
+    ]
+}
+
+#[test]
+fn on_ceph_both_gateways_report_one_logical_unit_with_their_own_port_groups() {
+    let image = Image::create("ident");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut sa = login(&a, "iqn.2026-12.test:gw-ident", 1);
+    let mut sb = login(&b, "iqn.2026-12.test:gw-ident", 2);
+
+    for (s, name) in [(&mut sa, "A"), (&mut sb, "B")] {
+        let std = inquiry(s, None);
+        assert_eq!(
+            std.get(5).map(|b| (b >> 4) & 0x3),
+            Some(0b01),
+            "gateway {name}: standard INQUIRY TPGS is not implicit ALUA: {std:02x?}"
+        );
+    }
+    assert_eq!(
+        inquiry(&mut sa, Some(0x80)),
+        inquiry(&mut sb, Some(0x80)),
+        "the gateways report different unit serial numbers"
+    );
+    let da = designators(&inquiry(&mut sa, Some(0x83)));
+    let db = designators(&inquiry(&mut sb, Some(0x83)));
+    assert_eq!(
+        designator(&da, LU_NAA),
+        designator(&db, LU_NAA),
+        "the gateways report different NAA designators"
+    );
+    for (d, tpgt, name) in [(&da, 1u16, "A"), (&db, 2, "B")] {
+        let want = [0, 0, (tpgt >> 8) as u8, tpgt as u8].to_vec();
+        assert_eq!(
+            designator(d, PORT_RELATIVE),
+            want,
+            "gateway {name}: relative target port identifier"
+        );
+        assert_eq!(
+            designator(d, PORT_GROUP),
+            want,
+            "gateway {name}: target port group"
+        );
+    }
+
+    // Nobody wrote yet: nobody holds the lock, no group is optimized.
+    assert_eq!(rtpg(&mut sa), both_groups(ANO, ANO), "A, before any write");
+    assert_eq!(rtpg(&mut sb), both_groups(ANO, ANO), "B, before any write");
+    write(&mut sb, 64, &pattern(0x42, 1), "WRITE through B");
+    assert_eq!(rtpg(&mut sa), both_groups(ANO, AO), "A, after B wrote");
+    assert_eq!(rtpg(&mut sb), both_groups(ANO, AO), "B, after B wrote");
+    write(&mut sa, 64, &pattern(0x43, 1), "WRITE through A");
+    assert_eq!(rtpg(&mut sa), both_groups(AO, ANO), "A, after A wrote");
+    assert_eq!(rtpg(&mut sb), both_groups(AO, ANO), "B, after A wrote");
+    sa.logout();
+    sb.logout();
+}
+
+// ---------------------------------------------------------------------
+// Persistent reservations.
+
+/// PERSISTENT RESERVE OUT service actions (SPC-4 §6.16.2).
+const REGISTER: u8 = 0x00;
+const RESERVE: u8 = 0x01;
+const PREEMPT: u8 = 0x04;
+/// PERSISTENT RESERVE IN service actions (SPC-4 §6.15.1).
+const READ_KEYS: u8 = 0x00;
+const READ_RESERVATION: u8 = 0x01;
+const REPORT_CAPABILITIES: u8 = 0x02;
+/// Reservation type Write Exclusive (SPC-4 table 212), LU scope.
+const WRITE_EXCLUSIVE: u8 = 0x1;
+
+const HOLDER: &str = "iqn.2026-12.test:gw-pr-holder";
+const OTHER: &str = "iqn.2026-12.test:gw-pr-other";
+const HOLDER_KEY: u64 = 0x4757_0000_0000_00a1;
+const OTHER_KEY: u64 = 0x4757_0000_0000_00b2;
+/// The block the reservation tests write.
+const PR_LBA: u64 = 128;
+
+/// PERSISTENT RESERVE OUT with the 24-byte basic parameter list (SPC-4
+/// §6.16.3: key, service action key, APTPL in byte 20 bit 0).
+fn pr_out(
+    s: &mut Session,
+    action: u8,
+    pr_type: u8,
+    key: u64,
+    sa_key: u64,
+    aptpl: bool,
+) -> CmdResult {
+    let mut params = [0u8; 24];
+    params[0..8].copy_from_slice(&key.to_be_bytes());
+    params[8..16].copy_from_slice(&sa_key.to_be_bytes());
+    params[20] = u8::from(aptpl);
+    let mut cdb = [0u8; 10];
+    cdb[0] = 0x5f;
+    cdb[1] = action;
+    cdb[2] = pr_type;
+    cdb[5..9].copy_from_slice(&24u32.to_be_bytes());
+    s.command(LUN, &cdb, &params, 0)
+}
+
+/// PERSISTENT RESERVE IN, GOOD asserted.
+fn pr_in(s: &mut Session, action: u8) -> Vec<u8> {
+    let alloc: u16 = 1024;
+    let mut cdb = [0u8; 10];
+    cdb[0] = 0x5e;
+    cdb[1] = action;
+    cdb[7..9].copy_from_slice(&alloc.to_be_bytes());
+    let r = s.command(LUN, &cdb, &[], u32::from(alloc));
+    assert_eq!(r.status, GOOD, "PR IN 0x{action:02x}: {r}");
+    r.data
+}
+
+fn be32(b: &[u8], at: usize) -> usize {
+    let bytes: [u8; 4] = b
+        .get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .unwrap_or_else(|| panic!("short PR IN data: {b:02x?}"));
+    u32::from_be_bytes(bytes) as usize
+}
+
+/// READ KEYS (§6.15.2): the registered keys, sorted.
+fn read_keys(s: &mut Session) -> Vec<u64> {
+    let d = pr_in(s, READ_KEYS);
+    let len = be32(&d, 4);
+    let list = d
+        .get(8..8 + len)
+        .unwrap_or_else(|| panic!("READ KEYS data shorter than its length: {d:02x?}"));
+    let mut keys: Vec<u64> = list
+        .chunks_exact(8)
+        .map(|k| u64::from_be_bytes(k.try_into().expect("8 bytes")))
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// READ RESERVATION (§6.15.3): (holder key, scope and type byte), if any.
+fn read_reservation(s: &mut Session) -> Option<(u64, u8)> {
+    let d = pr_in(s, READ_RESERVATION);
+    match be32(&d, 4) {
+        0 => None,
+        16 => {
+            let key = u64::from_be_bytes(d.get(8..16)?.try_into().ok()?);
+            Some((key, *d.get(21)?))
+        }
+        other => panic!("READ RESERVATION additional length {other}: {d:02x?}"),
+    }
+}
+
+/// PTPL_A (§6.15.4, byte 3 bit 0).
+fn ptpl_active(s: &mut Session) -> bool {
+    let d = pr_in(s, REPORT_CAPABILITIES);
+    d.get(3).is_some_and(|b| b & 1 != 0)
+}
+
+fn write_pr_block(s: &mut Session, fill: u8) -> CmdResult {
+    s.command(LUN, &rw16(WRITE_16, PR_LBA, 1), &[fill; BLOCK], 0)
+}
+
+/// The holder's Write Exclusive reservation, made through A, as every
+/// path sees it: `holder_a` (the holder's nexus through A) writes;
+/// `other_b` (another initiator through B) and `holder_b` (the holder's
+/// initiator port through B, a nexus it never registered) get
+/// RESERVATION CONFLICT on WRITE and read; every path reports the key and
+/// the reservation.
+fn assert_reserved_by_holder_through_a(
+    holder_a: &mut Session,
+    holder_b: &mut Session,
+    other_b: &mut Session,
+    aptpl: bool,
+    when: &str,
+) {
+    for (s, path) in [
+        (&mut *holder_a, "holder through A"),
+        (&mut *holder_b, "holder's initiator through B"),
+        (&mut *other_b, "other initiator through B"),
+    ] {
+        assert_eq!(read_keys(s), vec![HOLDER_KEY], "{when}: READ KEYS, {path}");
+        assert_eq!(
+            read_reservation(s),
+            Some((HOLDER_KEY, WRITE_EXCLUSIVE)),
+            "{when}: READ RESERVATION, {path}"
+        );
+        assert_eq!(ptpl_active(s), aptpl, "{when}: PTPL_A, {path}");
+    }
+    let w = write_pr_block(holder_a, 0xa1);
+    // The lock moves to A with this write: a hand-over, not a conflict.
+    let w = if in_transition(&w) {
+        retry_transition(
+            holder_a,
+            &rw16(WRITE_16, PR_LBA, 1),
+            &[0xa1; BLOCK],
+            50,
+            Duration::from_millis(100),
+        )
+        .0
+    } else {
+        w
+    };
+    assert_eq!(w.status, GOOD, "{when}: WRITE by the holder through A: {w}");
+    for (s, path) in [
+        (&mut *other_b, "another initiator through B"),
+        (
+            &mut *holder_b,
+            "the holder's initiator through B (unregistered nexus)",
+        ),
+    ] {
+        let w = write_pr_block(s, 0xb2);
+        assert_eq!(
+            w.status, RESERVATION_CONFLICT,
+            "{when}: WRITE by {path} under Write Exclusive held through A: {w}"
+        );
+        assert_eq!(
+            read(s, PR_LBA, 1),
+            vec![0xa1; BLOCK],
+            "{when}: READ by {path} (allowed under Write Exclusive)"
+        );
+    }
+}
+
+#[test]
+fn on_ceph_reservation_through_one_gateway_is_enforced_on_the_other() {
+    let image = Image::create("pr");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut holder_a = login(&a, HOLDER, 1);
+    let mut holder_b = login(&b, HOLDER, 1);
+    let mut other_b = login(&b, OTHER, 2);
+
+    let r = pr_out(&mut holder_a, REGISTER, 0, 0, HOLDER_KEY, true);
+    assert_eq!(r.status, GOOD, "REGISTER (APTPL) through A: {r}");
+    let r = pr_out(&mut holder_a, RESERVE, WRITE_EXCLUSIVE, HOLDER_KEY, 0, true);
+    assert_eq!(r.status, GOOD, "RESERVE Write Exclusive through A: {r}");
+    assert_reserved_by_holder_through_a(&mut holder_a, &mut holder_b, &mut other_b, true, "live");
+    holder_a.logout();
+    holder_b.logout();
+    other_b.logout();
+
+    // Both gateways stop; new ones start on fresh data directories: what
+    // they know of the reservation comes from the cluster alone.
+    assert!(a.stop().success(), "gateway A did not exit cleanly");
+    assert!(b.stop().success(), "gateway B did not exit cleanly");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut holder_a = login(&a, HOLDER, 1);
+    let mut holder_b = login(&b, HOLDER, 1);
+    let mut other_b = login(&b, OTHER, 2);
+    assert_reserved_by_holder_through_a(
+        &mut holder_a,
+        &mut holder_b,
+        &mut other_b,
+        true,
+        "after both gateways restarted",
+    );
+    holder_a.logout();
+    holder_b.logout();
+    other_b.logout();
+}
+
+#[test]
+fn on_ceph_preempt_through_one_gateway_reaches_the_registrant_on_the_other() {
+    let image = Image::create("preempt");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut holder_a = login(&a, HOLDER, 1);
+    let mut other_b = login(&b, OTHER, 2);
+
+    let r = pr_out(&mut holder_a, REGISTER, 0, 0, HOLDER_KEY, false);
+    assert_eq!(r.status, GOOD, "REGISTER through A: {r}");
+    let r = pr_out(
+        &mut holder_a,
+        RESERVE,
+        WRITE_EXCLUSIVE,
+        HOLDER_KEY,
+        0,
+        false,
+    );
+    assert_eq!(r.status, GOOD, "RESERVE through A: {r}");
+    let r = pr_out(&mut other_b, REGISTER, 0, 0, OTHER_KEY, false);
+    assert_eq!(r.status, GOOD, "REGISTER through B: {r}");
+    assert_eq!(
+        read_keys(&mut holder_a),
+        vec![HOLDER_KEY, OTHER_KEY],
+        "READ KEYS through A after a REGISTER through B"
+    );
+    // A registrant that does not hold Write Exclusive may not write.
+    let w = write_pr_block(&mut other_b, 0xb2);
+    assert_eq!(
+        w.status, RESERVATION_CONFLICT,
+        "WRITE by a mere registrant through B: {w}"
+    );
+
+    let r = pr_out(
+        &mut other_b,
+        PREEMPT,
+        WRITE_EXCLUSIVE,
+        OTHER_KEY,
+        HOLDER_KEY,
+        false,
+    );
+    assert_eq!(r.status, GOOD, "PREEMPT through B: {r}");
+
+    // A's registrant learns of it on its next command.
+    let tur = holder_a.command(LUN, &[0x00, 0, 0, 0, 0, 0], &[], 0);
+    assert_eq!(
+        tur.sense_code(),
+        Some((UNIT_ATTENTION, 0x2a, 0x05)),
+        "the preempted registrant through A: expected UNIT ATTENTION, \
+         REGISTRATIONS PREEMPTED: {tur}"
+    );
+    assert_eq!(
+        read_keys(&mut holder_a),
+        vec![OTHER_KEY],
+        "READ KEYS through A"
+    );
+    assert_eq!(
+        read_reservation(&mut holder_a),
+        Some((OTHER_KEY, WRITE_EXCLUSIVE)),
+        "READ RESERVATION through A after the PREEMPT through B"
+    );
+    let w = write_pr_block(&mut holder_a, 0xa1);
+    assert_eq!(
+        w.status, RESERVATION_CONFLICT,
+        "WRITE through A by the preempted initiator: {w}"
+    );
+    write(
+        &mut other_b,
+        PR_LBA,
+        &[0xb2; BLOCK],
+        "WRITE by the new holder through B",
+    );
+    assert_eq!(read(&mut holder_a, PR_LBA, 1), vec![0xb2; BLOCK]);
+    holder_a.logout();
+    other_b.logout();
+}
+
+// ---------------------------------------------------------------------
+// Resets.
+
+#[test]
+fn on_ceph_lun_reset_on_one_gateway_reaches_the_other() {
+    let image = Image::create("reset");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut on_a = vec![
+        login(&a, "iqn.2026-12.test:gw-reset-1", 1),
+        login(&a, "iqn.2026-12.test:gw-reset-2", 2),
+    ];
+    let mut on_b = vec![
+        login(&b, "iqn.2026-12.test:gw-reset-1", 1),
+        login(&b, "iqn.2026-12.test:gw-reset-3", 3),
+    ];
+    for from in ["A", "B"] {
+        let (issuers, others) = if from == "A" {
+            (&mut on_a, &mut on_b)
+        } else {
+            (&mut on_b, &mut on_a)
+        };
+        for s in issuers.iter_mut().chain(others.iter_mut()) {
+            s.clear_unit_attentions(LUN);
+        }
+        let (resp, replies) = issuers[0].task_mgmt(TmfCode::LOGICAL_UNIT_RESET, LUN, (0, 0));
+        assert_eq!(
+            resp,
+            TmfResult::COMPLETE,
+            "LOGICAL UNIT RESET through {from}: {replies:?}"
+        );
+        // Every nexus of the other gateway, and the other nexus of the
+        // issuing one, has the reset to learn, once.
+        let learners = others.iter_mut().map(|s| (s, "the other gateway")).chain(
+            issuers
+                .iter_mut()
+                .skip(1)
+                .map(|s| (s, "the issuing gateway")),
+        );
+        for (i, (s, where_)) in learners.enumerate() {
+            let tur = s.command(LUN, &[0x00, 0, 0, 0, 0, 0], &[], 0);
+            assert_eq!(tur.status, CHECK_CONDITION, "reset through {from}: {tur}");
+            let code = tur.sense_code();
+            assert!(
+                matches!(code, Some((UNIT_ATTENTION, 0x29, _))),
+                "reset through {from}: nexus {i} on {where_}: expected UNIT ATTENTION, \
+                 29h (reset occurred): {tur}"
+            );
+            let again = s.command(LUN, &[0x00, 0, 0, 0, 0, 0], &[], 0);
+            assert_eq!(
+                again.status, GOOD,
+                "reset through {from}: nexus {i} on {where_}: the unit attention came twice \
+                 or another one was queued: {again}"
+            );
+        }
+    }
+    for s in on_a.into_iter().chain(on_b) {
+        s.logout();
+    }
+}
+
+// ---------------------------------------------------------------------
+// COMPARE AND WRITE.
+
+/// COMPARE AND WRITE (SBC-3 §5.2) of `compare.len() / 512` blocks at
+/// `lba`: Data-Out is the verify data then the write data.
+fn compare_and_write(s: &mut Session, lba: u64, compare: &[u8], write: &[u8]) -> CmdResult {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x89;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[13] = u8::try_from(compare.len() / BLOCK).expect("blocks");
+    let mut data = compare.to_vec();
+    data.extend_from_slice(write);
+    let (r, _) = retry_transition(s, &cdb, &data, 50, Duration::from_millis(100));
+    r
+}
+
+/// `base` with every byte from `from` on changed: its first difference
+/// from `base` is at `from`.
+fn changed_from(base: &[u8], from: usize, salt: u8) -> Vec<u8> {
+    base.iter()
+        .enumerate()
+        .map(|(i, &b)| if i < from { b } else { b ^ (0x80 | salt) })
+        .collect()
+}
+
+/// The loser: CHECK CONDITION, MISCOMPARE / MISCOMPARE DURING VERIFY
+/// OPERATION (1Dh/00h), INFORMATION = offset of the first byte that did
+/// not compare.
+fn assert_miscompare(r: &CmdResult, offset: usize, what: &str) {
+    assert_eq!(r.status, CHECK_CONDITION, "{what}: loser got {r}");
+    assert_eq!(
+        r.sense_code(),
+        Some((MISCOMPARE, 0x1d, 0x00)),
+        "{what}: loser's sense {:02x?}",
+        r.sense
+    );
+    assert_eq!(
+        r.information(),
+        Some(offset as u64),
+        "{what}: miscompare offset in {:02x?}",
+        r.sense
+    );
+}
+
+/// Rounds of the race per length.
+const CAW_ROUNDS: usize = 40;
+
+#[test]
+fn on_ceph_caw_race_across_gateways_never_both_succeed() {
+    let image = Image::create("caw");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut sa = login(&a, "iqn.2026-12.test:gw-caw-a", 1);
+    let mut sb = login(&b, "iqn.2026-12.test:gw-caw-b", 2);
+
+    // One block: librbd's compare-and-write; eight: the gateways' lock.
+    for (blocks, lba) in [(1usize, 4096u64), (8, 8192)] {
+        let len = blocks * BLOCK;
+        let mut current = pattern(0x5c, blocks);
+        write(&mut sa, lba, &current, "the initial WRITE");
+        let (mut wins_a, mut wins_b) = (0usize, 0usize);
+        for round in 0..CAW_ROUNDS {
+            let what = format!("{blocks} block(s), round {round}");
+            // A's data differs from the current from an offset in the
+            // first half, B's from one in the second: the loser's
+            // INFORMATION tells whose data it met.
+            let from_a = 1 + (round * 37) % (len / 2 - 1);
+            let from_b = len / 2 + (round * 53) % (len / 2);
+            let new_a = changed_from(&current, from_a, 0x11);
+            let new_b = changed_from(&current, from_b, 0x22);
+            let start = Barrier::new(2);
+            let (ra, rb) = thread::scope(|scope| {
+                let ta = scope.spawn(|| {
+                    start.wait();
+                    compare_and_write(&mut sa, lba, &current, &new_a)
+                });
+                let tb = scope.spawn(|| {
+                    start.wait();
+                    compare_and_write(&mut sb, lba, &current, &new_b)
+                });
+                (
+                    ta.join().expect("session through A panicked"),
+                    tb.join().expect("session through B panicked"),
+                )
+            });
+            let winner = match (ra.status == GOOD, rb.status == GOOD) {
+                (true, true) => panic!("{what}: COMPARE AND WRITE succeeded through both"),
+                (false, false) => panic!("{what}: neither succeeded: A {ra}, B {rb}"),
+                (true, false) => {
+                    assert_miscompare(&rb, from_a, &what);
+                    wins_a += 1;
+                    new_a
+                }
+                (false, true) => {
+                    assert_miscompare(&ra, from_b, &what);
+                    wins_b += 1;
+                    new_b
+                }
+            };
+            let blocks_u32 = u32::try_from(blocks).expect("blocks");
+            assert!(
+                read(&mut sa, lba, blocks_u32) == winner,
+                "{what}: the blocks through A do not hold the winner's data"
+            );
+            assert!(
+                read(&mut sb, lba, blocks_u32) == winner,
+                "{what}: the blocks through B do not hold the winner's data"
+            );
+            current = winner;
+        }
+        println!("{blocks} block(s): {CAW_ROUNDS} rounds, A won {wins_a}, B won {wins_b}");
+    }
+    sa.logout();
+    sb.logout();
+}
+
+// ---------------------------------------------------------------------
+// Failover.
+
+/// SYNCHRONIZE CACHE (10) of the whole LUN (SBC-3 §5.22).
+const SYNCHRONIZE_CACHE_10: [u8; 10] = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+#[test]
+fn on_ceph_failover_after_sigkill_keeps_fua_and_flushed_writes() {
+    let image = Image::create("failover");
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let (fua_lba, flushed_lba, b_lba, a2_lba) = (1000u64, 30_000u64, 2000u64, 50_000u64);
+    let fua_data = pattern(0x11, 16);
+    let flushed_data = pattern(0x22, 64);
+    let b_data = pattern(0x33, 16);
+    let a2_data = pattern(0x44, 8);
+
+    let mut sa = login(&a, "iqn.2026-12.test:gw-failover", 1);
+    let mut cdb = rw16(WRITE_16, fua_lba, 16);
+    cdb[1] |= 0x08; // FUA
+    let r = sa.command(LUN, &cdb, &fua_data, 0);
+    assert_eq!(r.status, GOOD, "WRITE(16) FUA through A: {r}");
+    let r = sa.command(LUN, &rw16(WRITE_16, flushed_lba, 64), &flushed_data, 0);
+    assert_eq!(r.status, GOOD, "WRITE(16) through A: {r}");
+    let r = sa.command(LUN, &SYNCHRONIZE_CACHE_10, &[], 0);
+    assert_eq!(r.status, GOOD, "SYNCHRONIZE CACHE through A: {r}");
+
+    let pid = a.pid().expect("gateway A runs");
+    let pid = libc::pid_t::try_from(pid).expect("pid fits");
+    // SAFETY: kill(2) has no memory effects; the pid is gateway A, which
+    // this test started and which has not been reaped (pid() just polled).
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.pid().is_some() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(a.pid().is_none(), "gateway A still runs after SIGKILL");
+    drop(sa);
+    drop(a);
+
+    // Reads need no lock: what A acknowledged is there through B at once.
+    let mut sb = login(&b, "iqn.2026-12.test:gw-failover", 2);
+    assert!(
+        read(&mut sb, fua_lba, 16) == fua_data,
+        "the FUA write acknowledged by A is not there through B"
+    );
+    assert!(
+        read(&mut sb, flushed_lba, 64) == flushed_data,
+        "the flushed write acknowledged by A is not there through B"
+    );
+
+    // The dead A still holds the image's exclusive lock until its watch
+    // times out and librbd on B breaks the lock (blocklisting A), by
+    // default within about 30 s; meanwhile B's writes get the transition
+    // sense. Bounded: at most 180 tries half a second apart (90 s).
+    let (r, waited) = retry_transition(
+        &mut sb,
+        &rw16(WRITE_16, b_lba, 16),
+        &b_data,
+        180,
+        Duration::from_millis(500),
+    );
+    assert_eq!(
+        r.status,
+        GOOD,
+        "gateway B never took over the writes ({waited} transition answers): {r}\n{}",
+        b.stderr_tail(20)
+    );
+    println!("B took the lock over after {waited} transition answers");
+    assert!(read(&mut sb, b_lba, 16) == b_data, "B's write through B");
+
+    // A started again is a new client: it serves everything and writes.
+    let a = gateway(&image, 1);
+    let mut sa = login(&a, "iqn.2026-12.test:gw-failover", 1);
+    for (s, path) in [(&mut sa, "A restarted"), (&mut sb, "B")] {
+        assert!(read(s, fua_lba, 16) == fua_data, "{path}: A's FUA write");
+        assert!(
+            read(s, flushed_lba, 64) == flushed_data,
+            "{path}: A's flushed write"
+        );
+        assert!(read(s, b_lba, 16) == b_data, "{path}: B's write");
+    }
+    write(&mut sa, a2_lba, &a2_data, "WRITE through A restarted");
+    assert!(
+        read(&mut sb, a2_lba, 8) == a2_data,
+        "the restarted A's write through B"
+    );
+    assert!(
+        read(&mut sb, b_lba, 16) == b_data,
+        "B's write after the restarted A wrote"
+    );
+    sa.logout();
+    sb.logout();
+}
