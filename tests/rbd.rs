@@ -25,6 +25,8 @@
 #![cfg(feature = "rbd")]
 
 mod admin_common;
+#[path = "common/ceph.rs"]
+mod ceph;
 mod common;
 #[path = "common/initiator.rs"]
 mod initiator;
@@ -33,76 +35,13 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ceph::{ceph_conf, rbd, Image, TOOL};
 use common::{
     qemu_io, run_tool, verify, write_and_verify, Daemon, QemuTarget, Region, DEFAULT_IQN,
 };
 use initiator::{rw16, Session, CHECK_CONDITION, GOOD, READ_16, WRITE_16};
 
-const TOOL: Duration = Duration::from_secs(60);
 const MIB: u64 = 1 << 20;
-
-/// The cluster's ceph.conf, from `tests/ceph/with-cluster`.
-fn ceph_conf() -> String {
-    std::env::var("RUSTGT_CEPH_CONF").unwrap_or_else(|_| {
-        panic!(
-            "RUSTGT_CEPH_CONF is not set: these tests need a Ceph cluster; run them with \
-             `tests/ceph/with-cluster cargo test --features rustgt/rbd --test rbd` \
-             (tests/run does)"
-        )
-    })
-}
-
-/// Runs the `rbd` tool against the test cluster and asserts it succeeded.
-fn rbd(args: &[&str]) -> String {
-    let mut all = vec!["--conf".to_owned(), ceph_conf()];
-    all.extend(args.iter().map(|a| (*a).to_owned()));
-    let out = run_tool("rbd", &all, TOOL);
-    out.assert_success();
-    out.stdout
-}
-
-/// An image of the test's own, removed on drop.
-struct Image {
-    name: String,
-}
-
-impl Image {
-    fn create(test: &str, size_mib: u64) -> Image {
-        let name = format!("{test}-{}", std::process::id());
-        // A leftover of an earlier, killed run of the same pid.
-        let _ = run_tool(
-            "rbd",
-            &[
-                "--conf".into(),
-                ceph_conf(),
-                "rm".into(),
-                format!("rbd/{name}"),
-            ],
-            TOOL,
-        );
-        rbd(&[
-            "create",
-            "--size",
-            &format!("{size_mib}M"),
-            &format!("rbd/{name}"),
-        ]);
-        Image { name }
-    }
-
-    fn spec(&self) -> String {
-        format!("rbd/{}", self.name)
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = run_tool(
-            "rbd",
-            &["--conf".into(), ceph_conf(), "rm".into(), self.spec()],
-            TOOL,
-        );
-    }
-}
 
 fn config(image: &Image, extra: &str) -> String {
     format!(

@@ -19,6 +19,8 @@
 
 #![cfg(feature = "rbd")]
 
+#[path = "common/ceph.rs"]
+mod ceph;
 mod common;
 // Only the parser of the run is used here.
 #[allow(dead_code)]
@@ -29,75 +31,12 @@ mod initiator;
 
 use std::time::Duration;
 
+use ceph::{gateway, Image};
 use common::{run_tool, Daemon, DEFAULT_IQN};
 use cunit::{Outcome, TestResult};
 use initiator::{rw16, Session, GOOD, WRITE_16};
 
-const TOOL: Duration = Duration::from_secs(60);
 const SUITES: Duration = Duration::from_secs(900);
-
-fn ceph_conf() -> String {
-    std::env::var("RUSTGT_CEPH_CONF").unwrap_or_else(|_| {
-        panic!(
-            "RUSTGT_CEPH_CONF is not set: these tests need a Ceph cluster; run them with \
-             `tests/ceph/with-cluster cargo test --features rustgt/rbd --test rbd_gateways` \
-             (tests/run does)"
-        )
-    })
-}
-
-/// An image of the test's own, removed on drop.
-struct Image {
-    name: String,
-}
-
-impl Image {
-    fn create(test: &str) -> Image {
-        let name = format!("gw-{test}-{}", std::process::id());
-        let rbd = |args: &[&str]| {
-            let mut all = vec!["--conf".to_owned(), ceph_conf()];
-            all.extend(args.iter().map(|a| (*a).to_owned()));
-            run_tool("rbd", &all, TOOL)
-        };
-        let _ = rbd(&["rm", &format!("rbd/{name}")]);
-        rbd(&["create", "--size", "64M", &format!("rbd/{name}")]).assert_success();
-        Image { name }
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = run_tool(
-            "rbd",
-            &[
-                "--conf".into(),
-                ceph_conf(),
-                "rm".into(),
-                format!("rbd/{}", self.name),
-            ],
-            TOOL,
-        );
-    }
-}
-
-/// Gateway `tpgt` (1 or 2) of the pair on `image`.
-fn gateway(image: &Image, tpgt: u16) -> Daemon {
-    let toml = format!(
-        "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
-         port_groups = [1, 2]\n\n\
-         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
-         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n",
-        image.name,
-        ceph_conf()
-    );
-    let d = Daemon::start_with_config(&toml, 1);
-    assert!(
-        d.stderr().contains("rbd gateway mode"),
-        "gateway {tpgt} is not in gateway mode: {}",
-        d.stderr_tail(20)
-    );
-    d
-}
 
 /// Runs iscsi-test-cu on `tests` with one URL per gateway; asserts that
 /// every test it ran passed and that each of `must_run` ran.
@@ -135,7 +74,7 @@ fn suites_pass(a: &Daemon, b: &Daemon, tests: &str, must_run: &[&str]) {
 
 #[test]
 fn on_ceph_two_gateways_pass_libiscsi_multipath() {
-    let image = Image::create("mpio");
+    let image = Image::create("gw-mpio", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     suites_pass(
@@ -153,7 +92,7 @@ fn on_ceph_two_gateways_pass_libiscsi_multipath() {
 
 #[test]
 fn on_ceph_two_gateways_share_persistent_reservations() {
-    let image = Image::create("pr");
+    let image = Image::create("gw-pr", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     suites_pass(
@@ -192,7 +131,7 @@ fn rtpg(s: &mut Session) -> Vec<(u16, u8)> {
 
 #[test]
 fn on_ceph_report_target_port_groups_follows_the_writer() {
-    let image = Image::create("alua");
+    let image = Image::create("gw-alua", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let login = |d: &Daemon, tail: u8| {

@@ -41,6 +41,8 @@
 
 #![cfg(feature = "rbd")]
 
+#[path = "common/ceph.rs"]
+mod ceph;
 mod common;
 #[path = "common/initiator.rs"]
 mod initiator;
@@ -49,80 +51,16 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{run_tool, Daemon, DEFAULT_IQN};
+use ceph::{gateway, Image};
+use common::{Daemon, DEFAULT_IQN};
 use initiator::{
     rw16, CmdResult, Session, CHECK_CONDITION, GOOD, MISCOMPARE, READ_16, RESERVATION_CONFLICT,
     UNIT_ATTENTION, WRITE_16,
 };
 use rustgt_iscsi::pdu::{TmfCode, TmfResult};
 
-const TOOL: Duration = Duration::from_secs(60);
 const LUN: u64 = 0;
 const BLOCK: usize = 512;
-
-fn ceph_conf() -> String {
-    std::env::var("RUSTGT_CEPH_CONF").unwrap_or_else(|_| {
-        panic!(
-            "RUSTGT_CEPH_CONF is not set: these tests need a Ceph cluster; run them with \
-             `tests/ceph/with-cluster cargo test --features rustgt/rbd --test rbd_gateways_raw`"
-        )
-    })
-}
-
-/// An image of the test's own, removed on drop.
-struct Image {
-    name: String,
-}
-
-impl Image {
-    fn create(test: &str) -> Image {
-        let name = format!("gwraw-{test}-{}", std::process::id());
-        let rbd = |args: &[&str]| {
-            let mut all = vec!["--conf".to_owned(), ceph_conf()];
-            all.extend(args.iter().map(|a| (*a).to_owned()));
-            run_tool("rbd", &all, TOOL)
-        };
-        // A leftover of an earlier, killed run of the same pid.
-        let _ = rbd(&["rm", &format!("rbd/{name}")]);
-        rbd(&["create", "--size", "64M", &format!("rbd/{name}")]).assert_success();
-        Image { name }
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = run_tool(
-            "rbd",
-            &[
-                "--conf".into(),
-                ceph_conf(),
-                "rm".into(),
-                format!("rbd/{}", self.name),
-            ],
-            TOOL,
-        );
-    }
-}
-
-/// Gateway `tpgt` (1 = A, 2 = B) of the pair on `image`, on a fresh data
-/// directory.
-fn gateway(image: &Image, tpgt: u16) -> Daemon {
-    let toml = format!(
-        "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
-         port_groups = [1, 2]\n\n\
-         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
-         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n",
-        image.name,
-        ceph_conf()
-    );
-    let d = Daemon::start_with_config(&toml, 1);
-    assert!(
-        d.stderr().contains("rbd gateway mode"),
-        "gateway {tpgt} is not in gateway mode: {}",
-        d.stderr_tail(20)
-    );
-    d
-}
 
 /// A session on LUN 0 of `d` from initiator port (`initiator`, ISID
 /// ending in `isid_tail`), the unit attentions of the new nexus cleared.
@@ -326,7 +264,7 @@ fn both_groups(state_1: u8, state_2: u8) -> Vec<Group> {
 
 #[test]
 fn on_ceph_both_gateways_report_one_logical_unit_with_their_own_port_groups() {
-    let image = Image::create("ident");
+    let image = Image::create("gwraw-ident", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let mut sa = login(&a, "iqn.2026-12.test:gw-ident", 1);
@@ -543,7 +481,7 @@ fn assert_reserved_by_holder_through_a(
 
 #[test]
 fn on_ceph_reservation_through_one_gateway_is_enforced_on_the_other() {
-    let image = Image::create("pr");
+    let image = Image::create("gwraw-pr", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let mut holder_a = login(&a, HOLDER, 1);
@@ -582,7 +520,7 @@ fn on_ceph_reservation_through_one_gateway_is_enforced_on_the_other() {
 
 #[test]
 fn on_ceph_preempt_through_one_gateway_reaches_the_registrant_on_the_other() {
-    let image = Image::create("preempt");
+    let image = Image::create("gwraw-preempt", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let mut holder_a = login(&a, HOLDER, 1);
@@ -662,7 +600,7 @@ fn on_ceph_preempt_through_one_gateway_reaches_the_registrant_on_the_other() {
 
 #[test]
 fn on_ceph_lun_reset_on_one_gateway_reaches_the_other() {
-    let image = Image::create("reset");
+    let image = Image::create("gwraw-reset", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let mut on_a = vec![
@@ -767,7 +705,7 @@ const CAW_ROUNDS: usize = 40;
 
 #[test]
 fn on_ceph_caw_race_across_gateways_never_both_succeed() {
-    let image = Image::create("caw");
+    let image = Image::create("gwraw-caw", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let mut sa = login(&a, "iqn.2026-12.test:gw-caw-a", 1);
@@ -842,7 +780,7 @@ const SYNCHRONIZE_CACHE_10: [u8; 10] = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
 #[test]
 fn on_ceph_failover_after_sigkill_keeps_fua_and_flushed_writes() {
-    let image = Image::create("failover");
+    let image = Image::create("gwraw-failover", 64);
     let a = gateway(&image, 1);
     let b = gateway(&image, 2);
     let (fua_lba, flushed_lba, b_lba, a2_lba) = (1000u64, 30_000u64, 2000u64, 50_000u64);
