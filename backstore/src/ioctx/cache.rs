@@ -309,6 +309,37 @@ impl<D> PageCache<D> {
         }
     }
 
+    /// Drops the pages of `[start, end)` that readahead brought in and no
+    /// read has used: a strided reader has passed over them and will not
+    /// come back. Ready ones go now, in-flight ones when their read ends
+    /// (as if a write had overlapped them). They count as wasted. Returns
+    /// how many were dropped.
+    pub(crate) fn drop_unused(&mut self, start: u64, end: u64) -> u64 {
+        let mut ready = Vec::new();
+        let mut dropped = 0;
+        for (&page, p) in self.pages.range_mut(start..end) {
+            if !p.readahead || p.referenced {
+                continue;
+            }
+            match &mut p.slot {
+                Slot::Ready(_) => ready.push((p.tick, page)),
+                Slot::InFlight { stale, .. } => {
+                    if !*stale {
+                        *stale = true;
+                        dropped += 1;
+                    }
+                }
+            }
+        }
+        for &(tick, page) in &ready {
+            self.ahead.remove(&(tick, page));
+            self.remove(page);
+        }
+        dropped += ready.len() as u64;
+        self.wasted += dropped;
+        dropped
+    }
+
     /// Readahead pages evicted unused so far.
     pub(crate) fn wasted_pages(&self) -> u64 {
         self.wasted

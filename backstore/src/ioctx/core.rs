@@ -360,6 +360,10 @@ impl<D> RaView for View<'_, D> {
         self.cache.unused_pages()
     }
 
+    fn drop_unused(&mut self, start: u64, end: u64) {
+        self.cache.drop_unused(start, end);
+    }
+
     fn read(&mut self, start: u64, count: u64, marker: Option<u64>, sync: bool) {
         let end = start.saturating_add(count).min(self.num_pages);
         if start >= end {

@@ -29,6 +29,9 @@ pub trait RaView {
     fn history(&self, before: u64, max: u64) -> u64;
     /// Pages cached or being read that no read has used yet.
     fn unused_pages(&self) -> u64;
+    /// Drops the cached pages of `[start, end)` that readahead brought in
+    /// and no read used (a strided reader skipped them), freeing their room.
+    fn drop_unused(&mut self, start: u64, end: u64);
     /// Reads the absent pages of `[start, start + count)` (clipped to the
     /// LUN). `marker` is set on that page if this call reserved it; `sync`
     /// reads go before asynchronous ones.
@@ -239,6 +242,8 @@ pub(crate) mod testing {
         /// Every read asked for: (start, count, marker, sync).
         pub reads: Vec<(u64, u64, Option<u64>, bool)>,
         pub unused: u64,
+        /// Every range dropped as skipped.
+        pub dropped: Vec<(u64, u64)>,
     }
 
     impl FakeView {
@@ -280,6 +285,13 @@ pub(crate) mod testing {
         }
         fn unused_pages(&self) -> u64 {
             self.unused
+        }
+        fn drop_unused(&mut self, start: u64, end: u64) {
+            self.dropped.push((start, end));
+            let gone: Vec<u64> = self.pages.range(start..end).copied().collect();
+            for p in gone {
+                self.pages.remove(&p);
+            }
         }
         fn read(&mut self, start: u64, count: u64, marker: Option<u64>, sync: bool) {
             let end = (start + count).min(self.num_pages);

@@ -2,15 +2,29 @@
 //! context, in the manner of ZFS's zfetch, built to survive what breaks
 //! single-state readahead:
 //!
-//! - many streams at once: each has its own entry (front, prefetch end,
-//!   distance), so interleaving never resets another stream's window;
+//! - many streams at once: each has its own entry (its edges, prefetch
+//!   end, distance), so interleaving never resets another stream's window;
+//!   reads that start no known stream only make short-lived candidates in
+//!   a table of their own, so random readers never push confirmed streams
+//!   out, and the table of confirmed streams is large (256) and bounded by
+//!   expiry, so many streams degrade by the cache share, not by a cliff;
 //! - reordered and skipped requests: a read matches the stream whose front
 //!   is within the reorder tolerance, behind or ahead, and the front only
 //!   moves forward;
-//! - no prefetch on random reads: a new entry prefetches only once it is
-//!   confirmed — it starts the LUN, the pages just before it are cached
-//!   (context readahead's evidence, which also works across per-worker
-//!   states), or its own reads cover at least half of the span it moved over;
+//! - no prefetch on random reads: an entry prefetches only once it is
+//!   confirmed by what its reads show: forward, when the pages just before
+//!   a read that moves its front are cached (context readahead's evidence,
+//!   which also works across per-worker states) or its reads cover at least
+//!   half of the span they moved over; reverse, when three reads in a row
+//!   each moved its low edge down over a span they mostly cover; strided,
+//!   when four reads in a row started the same distance apart. Where a
+//!   stream starts proves nothing (offset 0 included);
+//! - strides: when a stride's gaps cost less to read than a seek over them
+//!   (the competitive rule, below), the stream is prefetched as one range
+//!   and the skipped pages are dropped from the cache as the reader passes
+//!   them (counted as wasted); wider gaps get only the pieces prefetched;
+//! - reverse streams are prefetched downward, in pieces that read forward
+//!   on the device;
 //! - the prefetch distance doubles on every hit, up to a maximum sized by
 //!   the competitive rule: at least one seek-plus-rotation worth of
 //!   transfer (never more time positioning than transferring), and up to
@@ -25,8 +39,8 @@
 //!   page ahead of the stream that is not cached or being read (so per-worker
 //!   tables cooperate through the shared cache instead of fragmenting),
 //!   only when less than a third of the distance remains ahead, and ending
-//!   on a multiple of the largest backing read, so that a top-up splits
-//!   into whole backing reads;
+//!   (starting, for reverse streams) on a multiple of the largest backing
+//!   read, so that a top-up splits into whole backing reads;
 //! - idle streams expire.
 
 use super::policy::{PolicyParams, RaView, Readahead};
@@ -37,6 +51,12 @@ const CONFIRM_PAGES: u64 = 8;
 const MIN_DISTANCE: u64 = 32;
 /// The smallest top-up worth a seek when the cache is tight (1 MiB).
 const MIN_TOPUP: u64 = 256;
+/// Reads in a row, each below the one before, that show a reverse stream.
+const REVERSE_READS: u32 = 3;
+/// Reads in a row, each the same distance after the one before, that show
+/// a strided stream (three equal steps: a random reader repeats a step by
+/// chance, three times in a row hardly ever).
+const STRIDE_READS: u32 = 4;
 
 /// Tunables of the stream table, in pages and ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,10 +70,15 @@ pub struct StreamParams {
     pub reorder_pages: u64,
     /// Streams idle this long are forgotten.
     pub expiry_ns: u64,
-    /// Table size; the least recently used entry is replaced.
+    /// Confirmed streams kept; past it the least recently used is replaced.
     pub slots: usize,
+    /// Unconfirmed candidates kept (the least recently used is replaced).
+    pub candidates: usize,
     /// The largest backing read; top-ups end on its multiples.
     pub io_pages: u64,
+    /// One positioning time of transfer: a stride's gap no larger than
+    /// this is cheaper to read through than to seek over.
+    pub gap_pages: u64,
 }
 
 impl StreamParams {
@@ -63,10 +88,24 @@ impl StreamParams {
             cache_pages: p.cache_pages,
             reorder_pages: 1024,
             expiry_ns: 2_000_000_000,
-            slots: 64,
+            slots: 256,
+            candidates: 64,
             io_pages: p.io_pages.max(1),
+            gap_pages: p.competitive_pages,
         }
     }
+}
+
+/// How a confirmed stream moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Upward; `strided` when its reads skip pages (cheap gaps, read through).
+    Forward { strided: bool },
+    /// Downward.
+    Reverse,
+    /// Upward, `count` pages every `stride`, gaps too wide to read through:
+    /// only the pieces are prefetched.
+    Pieces { stride: u64, count: u64 },
 }
 
 #[derive(Debug, Clone)]
@@ -74,22 +113,101 @@ struct Stream {
     /// Lowest page read.
     low: u64,
     /// The page after the highest page read.
-    front: u64,
+    high: u64,
+    /// First page of the latest read.
+    last: u64,
+    /// Start-to-start distance of the latest upward reads, and how many
+    /// reads in a row kept it.
+    stride: u64,
+    stride_run: u32,
+    /// Reads in a row that moved the low edge down.
+    down_run: u32,
     /// Pages read (re-reads included).
     demanded: u64,
-    /// Prefetch has been issued up to here.
-    pf_end: u64,
-    /// Current prefetch distance ahead of `front`; 0 until confirmed.
+    /// Prefetch has been issued up to here (reverse: down to here).
+    pf: u64,
+    /// Current prefetch distance ahead of the front; 0 until confirmed.
     distance: u64,
-    confirmed: bool,
+    shape: Option<Shape>,
     last_ns: u64,
+}
+
+impl Stream {
+    fn new(first: u64, end: u64, now: u64) -> Self {
+        Self {
+            low: first,
+            high: end,
+            last: first,
+            stride: 0,
+            stride_run: 0,
+            down_run: 0,
+            demanded: 0,
+            pf: end,
+            distance: 0,
+            shape: None,
+            last_ns: now,
+        }
+    }
+
+    /// How far a read of `[first, end)` lands from where this stream goes
+    /// next, when within `tol`.
+    fn gap_to(&self, first: u64, end: u64, tol: u64) -> Option<u64> {
+        let near = |a: u64, b: u64| (a.abs_diff(b) <= tol).then(|| a.abs_diff(b));
+        let up = || near(first, self.high);
+        let down = || near(end, self.low);
+        match self.shape {
+            Some(Shape::Forward { .. }) => up(),
+            Some(Shape::Pieces { stride, .. }) => {
+                up().or_else(|| near(first, self.last.saturating_add(stride)))
+            }
+            Some(Shape::Reverse) => down(),
+            None => match (up(), down()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// Whether the reads cover at least half of the span they moved over.
+    fn dense(&self, need: u64) -> bool {
+        let span = self.high - self.low;
+        span >= 2 * need && self.demanded * 2 >= span
+    }
 }
 
 /// The stream table of one context (or one worker).
 #[derive(Debug, Clone)]
 pub struct Streams {
     p: StreamParams,
+    /// Confirmed streams.
     table: Vec<Stream>,
+    /// Entries no read has confirmed yet.
+    candidates: Vec<Stream>,
+}
+
+/// Where a matched read's entry lives.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Table(usize),
+    Candidate(usize),
+}
+
+/// Puts `s` into `list` of at most `cap` entries, replacing the least
+/// recently used one when full; returns its index.
+fn insert_lru(list: &mut Vec<Stream>, cap: usize, s: Stream) -> usize {
+    if list.len() < cap.max(1) {
+        list.push(s);
+        return list.len() - 1;
+    }
+    let oldest = list
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, s)| s.last_ns)
+        .map_or(0, |(i, _)| i);
+    if let Some(slot) = list.get_mut(oldest) {
+        *slot = s;
+    }
+    oldest
 }
 
 impl Streams {
@@ -97,118 +215,188 @@ impl Streams {
         Self {
             p,
             table: Vec::new(),
+            candidates: Vec::new(),
         }
     }
 
-    /// The stream whose front is nearest to `first`, within tolerance.
-    fn find(&self, first: u64) -> Option<usize> {
+    /// The entry nearest to a read of `[first, end)`, within tolerance:
+    /// a confirmed stream before a candidate.
+    fn find(&self, first: u64, end: u64) -> Option<Slot> {
         let tol = self.p.reorder_pages;
-        self.table
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| first + tol >= s.front && first <= s.front + tol)
-            .min_by_key(|(_, s)| s.front.abs_diff(first))
-            .map(|(i, _)| i)
+        let nearest = |list: &[Stream]| {
+            list.iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.gap_to(first, end, tol).map(|d| (d, i)))
+                .min()
+                .map(|(_, i)| i)
+        };
+        nearest(&self.table)
+            .map(Slot::Table)
+            .or_else(|| nearest(&self.candidates).map(Slot::Candidate))
     }
 
-    fn insert(&mut self, s: Stream) -> usize {
-        if self.table.len() < self.p.slots.max(1) {
-            self.table.push(s);
-            return self.table.len() - 1;
+    /// Follows a read of `[first, end)` in `s` and says what it shows: the
+    /// stream's shape once the reads confirm one (a stream already
+    /// confirmed may turn from reverse to forward or back).
+    fn classify(&self, s: &mut Stream, first: u64, end: u64, view: &dyn RaView) -> Option<Shape> {
+        let count = end - first;
+        let need = (count + 1).max(CONFIRM_PAGES);
+        let moved_up = end > s.high;
+        let moved_down = first < s.low;
+        if first > s.last {
+            let step = first - s.last;
+            if step == s.stride {
+                s.stride_run += 1;
+            } else {
+                s.stride = step;
+                s.stride_run = 1;
+            }
+        } else {
+            s.stride_run = 0;
         }
-        let oldest = self
-            .table
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, s)| s.last_ns)
-            .map_or(0, |(i, _)| i);
-        if let Some(slot) = self.table.get_mut(oldest) {
-            *slot = s;
+        s.down_run = if moved_down && end <= s.last {
+            s.down_run + 1
+        } else {
+            0
+        };
+        s.last = first;
+        s.demanded += count;
+        s.low = s.low.min(first);
+        s.high = s.high.max(end);
+        let forward = moved_up && (view.history(first, need) >= need || s.dense(need));
+        // Runs count steps; a run of n steps spans n + 1 reads.
+        let strided = moved_up && s.stride_run + 1 >= STRIDE_READS && s.stride > count;
+        let reverse = s.down_run + 1 >= REVERSE_READS && s.dense(need);
+        match s.shape {
+            Some(Shape::Forward { strided: was }) if !reverse => Some(Shape::Forward {
+                strided: was && !s.dense(need),
+            }),
+            Some(Shape::Pieces { .. }) if !forward && !reverse => s.shape,
+            Some(Shape::Reverse) if !forward => s.shape,
+            _ if forward => Some(Shape::Forward { strided: false }),
+            _ if strided => Some(if s.stride - count <= self.p.gap_pages {
+                Shape::Forward { strided: true }
+            } else {
+                Shape::Pieces {
+                    stride: s.stride,
+                    count,
+                }
+            }),
+            _ if reverse => Some(Shape::Reverse),
+            _ => None,
         }
-        oldest
     }
-
-    /// The distance cap now: the competitive maximum, bounded by an equal
-    /// share of three quarters of the cache among the confirmed streams (the
-    /// rest holds pages being read and pages already read, which LRU evicts
-    /// first).
-    fn max_distance(&self) -> u64 {
-        let live = self.table.iter().filter(|s| s.confirmed).count().max(1) as u64;
-        let share = self.p.cache_pages * 3 / (4 * live);
-        self.p.max_pages.min(share).max(MIN_DISTANCE)
-    }
-}
-
-/// Whether a read of `count` pages at `first` shows a sequential stream.
-fn evidence(s: &Stream, first: u64, count: u64, view: &dyn RaView) -> bool {
-    if first == 0 {
-        return true;
-    }
-    let need = (count + 1).max(CONFIRM_PAGES);
-    if view.history(first, need) >= need {
-        return true;
-    }
-    let span = s.front - s.low;
-    span >= 2 * need && s.demanded * 2 >= span
 }
 
 impl Readahead for Streams {
     fn on_read(&mut self, first: u64, count: u64, view: &mut dyn RaView) {
         let now = view.now();
         let expiry = self.p.expiry_ns;
-        self.table
-            .retain(|s| now.saturating_sub(s.last_ns) <= expiry);
+        let live = |s: &Stream| now.saturating_sub(s.last_ns) <= expiry;
+        self.table.retain(live);
+        self.candidates.retain(live);
         let end = first + count;
-        let i = match self.find(first) {
-            Some(i) => i,
-            None => self.insert(Stream {
-                low: first,
-                front: end,
-                demanded: 0,
-                pf_end: end,
-                distance: 0,
-                confirmed: false,
-                last_ns: now,
-            }),
+        // The read's entry, taken out of its list while it is worked on.
+        let (mut s, confirmed_before) = match self.find(first, end) {
+            Some(Slot::Table(i)) => (self.table.swap_remove(i), true),
+            Some(Slot::Candidate(i)) => (self.candidates.swap_remove(i), false),
+            None => (Stream::new(first, first, now), false),
         };
-        let cap = self.max_distance();
-        let budget = self.p.cache_pages * 3 / 4;
-        let Some(s) = self.table.get_mut(i) else {
-            return;
-        };
+        let high_before = s.high;
+        let shape = self.classify(&mut s, first, end, view);
         s.last_ns = now;
-        s.demanded += count;
-        s.low = s.low.min(first);
-        s.front = s.front.max(end);
-        if s.confirmed {
-            s.distance = (s.distance * 2).min(cap);
-        } else if evidence(s, first, count, view) {
-            // Start from the stream's cached history (context readahead's
-            // sizing): a stream met again, by another worker's table or
-            // after expiry, resumes at full speed.
-            s.confirmed = true;
-            let history = view.history(first, cap);
-            s.distance = (2 * count).max(MIN_DISTANCE).max(history).min(cap);
-        } else {
-            return;
+        let live_streams = self.table.len() as u64 + u64::from(shape.is_some());
+        let cap = self.max_distance_for(live_streams);
+        match (s.shape, shape) {
+            (_, None) => s.distance = 0,
+            (Some(old), Some(new)) if same_direction(old, new) => {
+                s.distance = (s.distance * 2).min(cap);
+            }
+            (_, Some(new)) => {
+                // Start from the stream's cached history (context
+                // readahead's sizing): a stream met again, by another
+                // worker's table or after expiry, resumes at full speed.
+                let history = match new {
+                    Shape::Forward { .. } => view.history(first, cap),
+                    Shape::Reverse => view.next_miss(end, cap) - end,
+                    Shape::Pieces { .. } => 0,
+                };
+                s.distance = (2 * count).max(MIN_DISTANCE).max(history).min(cap);
+                s.pf = match new {
+                    Shape::Reverse => first,
+                    Shape::Forward { .. } | Shape::Pieces { .. } => end,
+                };
+            }
         }
-        // Top up at the real frontier, in large pieces: only when two thirds
-        // of the distance are used.
+        s.shape = shape;
+        match shape {
+            Some(Shape::Forward { strided }) => {
+                if strided && first > high_before {
+                    // The reader skipped these pages and will not be back:
+                    // their room goes to the pages it will read.
+                    view.drop_unused(high_before, first);
+                }
+                self.forward(&mut s, end, view);
+            }
+            Some(Shape::Reverse) => self.reverse(&mut s, first, view),
+            Some(Shape::Pieces { stride, count }) => {
+                self.pieces(&mut s, first, stride, count, view);
+            }
+            None => {}
+        }
+        match (shape.is_some(), confirmed_before) {
+            (true, true) => self.table.push(s),
+            (true, false) => {
+                insert_lru(&mut self.table, self.p.slots, s);
+            }
+            (false, _) => {
+                insert_lru(&mut self.candidates, self.p.candidates, s);
+            }
+        }
+    }
+}
+
+/// Whether a stream that was `old` and now is `new` keeps its distance.
+fn same_direction(old: Shape, new: Shape) -> bool {
+    matches!(
+        (old, new),
+        (Shape::Forward { .. }, Shape::Forward { .. })
+            | (Shape::Reverse, Shape::Reverse)
+            | (Shape::Pieces { .. }, Shape::Pieces { .. })
+    )
+}
+
+impl Streams {
+    /// The distance cap with `live` confirmed streams: the competitive
+    /// maximum, bounded by an equal share of three quarters of the cache
+    /// (the rest holds pages being read and pages already read, which LRU
+    /// evicts first).
+    fn max_distance_for(&self, live: u64) -> u64 {
+        let share = self.p.cache_pages * 3 / (4 * live.max(1));
+        self.p.max_pages.min(share).max(MIN_DISTANCE)
+    }
+
+    /// How many more prefetched-but-unread pages the cache admits: all
+    /// of them together stay within the streams' part of the cache, whoever
+    /// issued them (tables of other workers included).
+    fn room(&self, view: &dyn RaView) -> u64 {
+        (self.p.cache_pages * 3 / 4).saturating_sub(view.unused_pages())
+    }
+
+    /// Tops up a forward stream at its real frontier, in large pieces: only
+    /// when two thirds of the distance are used.
+    fn forward(&self, s: &mut Stream, end: u64, view: &mut dyn RaView) {
         // Measured from this read, not the table's front: in per-worker
         // mode a table's front lags the stream by what other workers read.
-        let from = s.pf_end.max(end);
+        let from = s.pf.max(end);
         let from = view.next_miss(from, s.distance);
-        s.pf_end = from;
+        s.pf = from;
         let target = (end + s.distance).min(view.num_pages());
         if (from - end) * 3 > s.distance || target <= from {
             return;
         }
-        // Admission: all prefetched-but-unread pages together stay within
-        // the streams' part of the cache, whoever issued them (tables of
-        // other workers included); a top-up too small to be worth a seek
-        // waits.
         let want = target - from;
-        let room = budget.saturating_sub(view.unused_pages());
+        let room = self.room(view);
         let mut n = want.min(room);
         // End on a backing-read boundary, so that the top-up splits into
         // whole backing reads: round up when the cache has room (and the
@@ -223,10 +411,74 @@ impl Readahead for Streams {
                 n = down - from;
             }
         }
+        // A top-up too small to be worth a seek waits.
         if n > 0 && n >= want.min(MIN_TOPUP) {
             view.read(from, n, None, false);
-            s.pf_end = from + n;
+            s.pf = from + n;
         }
+    }
+
+    /// Tops up a reverse stream below its read `first`, the mirror of
+    /// [`forward`](Self::forward): each top-up reads upward on the device
+    /// and starts on a backing-read boundary.
+    fn reverse(&self, s: &mut Stream, first: u64, view: &mut dyn RaView) {
+        let from = s.pf.min(first);
+        let from = from - view.history(from, s.distance);
+        s.pf = from;
+        let target = first.saturating_sub(s.distance);
+        if (first - from) * 3 > s.distance || target >= from {
+            return;
+        }
+        let want = from - target;
+        let room = self.room(view);
+        let mut n = want.min(room);
+        let io = self.p.io_pages;
+        let down = (from - n) / io * io;
+        let up = (from - n).div_ceil(io) * io;
+        if n >= io {
+            if from - down <= room {
+                n = from - down;
+            } else if up < from {
+                n = from - up;
+            }
+        }
+        if n > 0 && n >= want.min(MIN_TOPUP) {
+            view.read(from - n, n, None, false);
+            s.pf = from - n;
+        }
+    }
+
+    /// Prefetches the next pieces of a stream that reads `count` pages
+    /// every `stride`: its distance counts the pages of the pieces (what
+    /// they take of the cache), not the span they cover.
+    fn pieces(
+        &self,
+        s: &mut Stream,
+        first: u64,
+        stride: u64,
+        count: u64,
+        view: &mut dyn RaView,
+    ) {
+        let mut next = if s.pf > first && (s.pf - first) % stride == 0 {
+            s.pf
+        } else {
+            first + stride
+        };
+        let mut ahead = ((next - first) / stride - 1) * count;
+        if ahead * 3 > s.distance {
+            return;
+        }
+        let mut room = self.room(view);
+        while ahead + count <= s.distance.max(count)
+            && room >= count
+            && next + count <= view.num_pages()
+        {
+            view.read(next, count, None, false);
+            room -= count;
+            ahead += count;
+            next += stride;
+        }
+        s.pf = next;
     }
 }
 
@@ -267,7 +519,7 @@ mod tests {
         // Clustered: eight single pages scattered in each 1 MiB region.
         for c in 0..200u64 {
             for k in 0..8u64 {
-                let page = (1 << 20) + c * 256 + (k * 37 + c * 11) % 256;
+                let page = (1 << 20) + c * 256 + (k * k * 53 + k * 29 + c * 11) % 256;
                 assert_eq!(read(&mut s, &mut v, page, 1), 0, "cluster {c}");
             }
         }
@@ -304,10 +556,12 @@ mod tests {
                 read(&mut s, &mut v, 4096 + (batch * 8 + c) * 16, 16);
             }
         }
-        assert_eq!(s.table.len(), 1);
+        assert_eq!(s.table.len(), 1, "{:?} {:?}", s.table, s.candidates);
         let st = s.table.first().expect("one stream");
-        assert!(st.confirmed);
-        assert!(st.pf_end >= st.front + 512, "{st:?}");
+        assert_eq!(st.shape, Some(Shape::Forward { strided: false }));
+        // Full distance, and topped up whenever a third of it was left.
+        assert_eq!(st.distance, 1024);
+        assert!(st.pf >= st.high + st.distance / 3, "{st:?}");
     }
 
     #[test]
@@ -329,9 +583,134 @@ mod tests {
     fn idle_streams_expire() {
         let mut s = Streams::new(params());
         let mut v = FakeView::new(1 << 30);
-        read(&mut s, &mut v, 100, 16);
+        for i in 0..4 {
+            read(&mut s, &mut v, 100 + i * 16, 16);
+        }
+        assert_eq!(s.table.len(), 1);
         v.now = 3_000_000_000;
         read(&mut s, &mut v, 1 << 20, 16);
-        assert_eq!(s.table.len(), 1);
+        assert!(s.table.is_empty());
+        assert_eq!(s.candidates.len(), 1);
+    }
+
+    #[test]
+    fn offset_zero_is_no_proof_of_a_stream() {
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        assert_eq!(read(&mut s, &mut v, 0, 16), 0);
+        // A random reader whose first read happened to be at 0.
+        assert_eq!(read(&mut s, &mut v, 700, 16), 0);
+        assert!(s.table.is_empty());
+        // A real stream from 0 is confirmed by its third read.
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        assert_eq!(read(&mut s, &mut v, 0, 16), 0);
+        assert_eq!(read(&mut s, &mut v, 16, 16), 0);
+        assert!(read(&mut s, &mut v, 32, 16) > 0);
+    }
+
+    #[test]
+    fn a_reverse_reader_is_prefetched_downward_in_whole_backing_reads() {
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        let top = 1 << 20;
+        let mut fetched = 0;
+        for i in 1..=200u64 {
+            fetched += read(&mut s, &mut v, top - i * 16, 16);
+        }
+        let st = s.table.first().expect("one stream");
+        assert_eq!(st.shape, Some(Shape::Reverse));
+        assert!(st.pf + 512 <= st.low, "{st:?}");
+        assert!(fetched >= 200 * 16, "{fetched}");
+        // Every prefetch below the reader; the later ones start on a
+        // backing-read boundary.
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        let mut starts = Vec::new();
+        for i in 1..=200u64 {
+            let first = top - i * 16;
+            s.on_read(first, 16, &mut v);
+            for (start, count) in v.take_reads() {
+                assert!(start + count <= first, "{start}+{count} above {first}");
+                starts.push(start);
+            }
+            for p in first..first + 16 {
+                v.pages.insert(p);
+            }
+        }
+        assert!(starts.len() >= 3, "{starts:?}");
+        assert!(starts.iter().skip(2).all(|p| p % 64 == 0), "{starts:?}");
+    }
+
+    #[test]
+    fn a_stride_with_cheap_gaps_is_read_through_and_the_gaps_dropped() {
+        // 16 pages every 64: gaps of 48 pages, under one positioning (128).
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        let base = 1 << 22;
+        let mut fetched = 0;
+        for i in 0..100u64 {
+            fetched += read(&mut s, &mut v, base + i * 64, 16);
+        }
+        let st = s.table.first().expect("one stream");
+        assert_eq!(st.shape, Some(Shape::Forward { strided: true }));
+        // Prefetched as one range, well past what the reader used.
+        assert!(fetched >= 100 * 64, "{fetched}");
+        // The gaps the reader passed were given back.
+        assert!(v.dropped.contains(&(base + 99 * 64 - 48, base + 99 * 64)));
+    }
+
+    #[test]
+    fn a_wide_stride_gets_only_its_pieces_prefetched() {
+        // 16 pages every 512: gaps of 496 pages, over one positioning.
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        let base = 1 << 22;
+        let mut pieces = 0;
+        for i in 0..40u64 {
+            let first = base + i * 512;
+            s.on_read(first, 16, &mut v);
+            for (start, count) in v.take_reads() {
+                assert_eq!((start - base) % 512, 0, "piece at {start}");
+                assert_eq!(count, 16);
+                pieces += 1;
+            }
+            for p in first..first + 16 {
+                v.pages.insert(p);
+            }
+        }
+        let st = s.table.first().expect("one stream");
+        assert_eq!(
+            st.shape,
+            Some(Shape::Pieces {
+                stride: 512,
+                count: 16
+            })
+        );
+        assert!(pieces >= 30, "{pieces}");
+    }
+
+    #[test]
+    fn random_readers_never_push_confirmed_streams_out() {
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        let mut x: u64 = 99;
+        for i in 0..50u64 {
+            for k in 0..100u64 {
+                read(&mut s, &mut v, (k << 22) + i * 16, 16);
+            }
+            for _ in 0..200 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                read(&mut s, &mut v, (x >> 20) % (1 << 29), 1);
+            }
+        }
+        // All 100 streams kept their entries (more than the 64 candidates
+        // random reads churn through), each with an equal share.
+        assert_eq!(s.table.len(), 100);
+        assert!(s.candidates.len() <= 64);
+        let d = s.table.first().map(|st| st.distance).expect("a stream");
+        assert!(s.table.iter().all(|st| st.distance == d), "{d}");
     }
 }
