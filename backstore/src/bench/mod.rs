@@ -20,7 +20,7 @@ pub use sim::{Link, SimConfig, SimResult};
 pub use targets::{check_targets, TargetCheck};
 pub use workload::{
     parse_workloads, standard, Direction, Overrides, Pattern, Stream, Workload, WorkloadError,
-    BUILTIN_FILES, MIX_FILE,
+    BUILTIN_FILES, MIX_FILE, UNTUNED_FILES,
 };
 
 use crate::hddsim::ArrayParams;

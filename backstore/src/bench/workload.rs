@@ -218,6 +218,26 @@ pub const MIX_FILE: (&str, &str) = (
     include_str!("../../../docs/readahead/workloads/mix.toml"),
 );
 
+/// Workloads the policies were not tuned on (issue 13), shipped beside
+/// the standard set but not part of it: the mix of [`MIX_FILE`], strided
+/// and reverse readers, many streams, and caches smaller than streams x
+/// window.
+pub const UNTUNED_FILES: [(&str, &str); 4] = [
+    MIX_FILE,
+    (
+        "docs/readahead/workloads/stride.toml",
+        include_str!("../../../docs/readahead/workloads/stride.toml"),
+    ),
+    (
+        "docs/readahead/workloads/many.toml",
+        include_str!("../../../docs/readahead/workloads/many.toml"),
+    ),
+    (
+        "docs/readahead/workloads/small-cache.toml",
+        include_str!("../../../docs/readahead/workloads/small-cache.toml"),
+    ),
+];
+
 /// The standard set on the default md0 with `workers` workers per LUN.
 ///
 /// # Panics
@@ -809,6 +829,10 @@ mod tests {
         let (name, text) = MIX_FILE;
         let set = parse_workloads(text, name, &ArrayParams::default(), 8).expect("mix");
         assert!(set.len() >= 2);
+        for (name, text) in UNTUNED_FILES {
+            let set = parse_workloads(text, name, &ArrayParams::default(), 8).expect(name);
+            assert!(set.len() >= 2, "{name}");
+        }
     }
 
     const ONE: &str = r#"

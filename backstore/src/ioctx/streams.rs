@@ -451,14 +451,7 @@ impl Streams {
     /// Prefetches the next pieces of a stream that reads `count` pages
     /// every `stride`: its distance counts the pages of the pieces (what
     /// they take of the cache), not the span they cover.
-    fn pieces(
-        &self,
-        s: &mut Stream,
-        first: u64,
-        stride: u64,
-        count: u64,
-        view: &mut dyn RaView,
-    ) {
+    fn pieces(&self, s: &mut Stream, first: u64, stride: u64, count: u64, view: &mut dyn RaView) {
         let mut next = if s.pf > first && (s.pf - first) % stride == 0 {
             s.pf
         } else {
