@@ -1,5 +1,7 @@
 //! One SVG bar chart per workload: aggregate MB/s of every policy, shared
-//! and per-worker side by side.
+//! and per-worker side by side; on each bar a black tick at the slowest
+//! stream's MB/s (with more than one stream) and, above it, the readahead
+//! it wasted in MiB.
 
 use std::path::{Path, PathBuf};
 
@@ -64,7 +66,7 @@ fn draw(rep: &BenchReport, id: &str, path: &Path) -> Result<(), String> {
                 String::new()
             }
         })
-        .y_desc("aggregate MB/s")
+        .y_desc("aggregate MB/s (tick: slowest stream; figure: wasted MiB)")
         .draw()
         .map_err(|e| e.to_string())?;
     let width = 0.8 / modes.len().max(1) as f64;
@@ -87,6 +89,33 @@ fn draw(rep: &BenchReport, id: &str, path: &Path) -> Result<(), String> {
             .map_err(|e| e.to_string())?
             .label(mode.to_string())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        let bar = |pi: usize| pi as f64 + 0.1 + mi as f64 * width;
+        let found = |p: ReadaheadPolicy| rows.iter().find(|r| r.policy == p && r.mode == mode);
+        let slowest = policies.iter().enumerate().filter_map(|(pi, &p)| {
+            let r = &found(p)?.result;
+            if r.stream_bytes.len() < 2 {
+                return None;
+            }
+            let min = (0..r.stream_bytes.len())
+                .map(|i| r.stream_mb_s(i))
+                .fold(f64::INFINITY, f64::min);
+            let x0 = bar(pi);
+            Some(PathElement::new(
+                vec![(x0, min), (x0 + width * 0.95, min)],
+                BLACK.stroke_width(2),
+            ))
+        });
+        chart.draw_series(slowest).map_err(|e| e.to_string())?;
+        let wasted = policies.iter().enumerate().filter_map(|(pi, &p)| {
+            let r = &found(p)?.result;
+            let mib = r.wasted_bytes as f64 / f64::from(1u32 << 20);
+            Some(Text::new(
+                format!("{mib:.0}"),
+                (bar(pi) + width * 0.05, r.aggregate_mb_s() + top * 0.045),
+                ("sans-serif", 10),
+            ))
+        });
+        chart.draw_series(wasted).map_err(|e| e.to_string())?;
     }
     chart
         .configure_series_labels()
