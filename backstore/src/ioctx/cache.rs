@@ -392,6 +392,34 @@ mod tests {
     }
 
     #[test]
+    fn skipped_readahead_is_dropped_ready_now_and_in_flight_on_completion() {
+        let mut c: PageCache<()> = PageCache::new(100);
+        // A demand read of 0..4 with readahead to 16; 4..8 arrive, 8..16
+        // are still being read when the reader skips to 16.
+        assert_eq!(c.reserve(0, 16, 1, (0, 4)), vec![(0, 16)]);
+        for p in 0..8 {
+            assert!(c.fill(p, 1, ()));
+        }
+        for p in 0..4 {
+            c.reference(p);
+        }
+        assert_eq!(c.unused_pages(), 12);
+        assert_eq!(c.drop_unused(0, 16), 12);
+        // Used pages stay; unused ready ones are gone at once.
+        assert!((0..4).all(|p| c.ready(p).is_some()));
+        assert!((4..8).all(|p| !c.present(p)));
+        // In-flight ones are dropped when their read completes.
+        assert!((8..16).all(|p| c.present(p)));
+        for p in 8..16 {
+            assert!(!c.fill(p, 1, ()));
+        }
+        assert!((8..16).all(|p| !c.present(p)));
+        assert_eq!((c.unused_pages(), c.wasted_pages(), c.len()), (0, 12, 4));
+        // Dropping again counts nothing twice.
+        assert_eq!(c.drop_unused(0, 16), 0);
+    }
+
+    #[test]
     fn reserve_skips_present_pages_and_respects_the_budget() {
         let mut c: PageCache<()> = PageCache::new(8);
         filled(&mut c, 2, 4, 1);

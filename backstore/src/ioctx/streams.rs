@@ -133,16 +133,17 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(first: u64, end: u64, now: u64) -> Self {
+    /// A stream that has read nothing yet, about to read from `first`.
+    fn new(first: u64, now: u64) -> Self {
         Self {
             low: first,
-            high: end,
+            high: first,
             last: first,
             stride: 0,
             stride_run: 0,
             down_run: 0,
             demanded: 0,
-            pf: end,
+            pf: first,
             distance: 0,
             shape: None,
             last_ns: now,
@@ -193,11 +194,11 @@ enum Slot {
 }
 
 /// Puts `s` into `list` of at most `cap` entries, replacing the least
-/// recently used one when full; returns its index.
-fn insert_lru(list: &mut Vec<Stream>, cap: usize, s: Stream) -> usize {
+/// recently used one when full.
+fn insert_lru(list: &mut Vec<Stream>, cap: usize, s: Stream) {
     if list.len() < cap.max(1) {
         list.push(s);
-        return list.len() - 1;
+        return;
     }
     let oldest = list
         .iter()
@@ -207,7 +208,6 @@ fn insert_lru(list: &mut Vec<Stream>, cap: usize, s: Stream) -> usize {
     if let Some(slot) = list.get_mut(oldest) {
         *slot = s;
     }
-    oldest
 }
 
 impl Streams {
@@ -300,7 +300,7 @@ impl Readahead for Streams {
         let (mut s, confirmed_before) = match self.find(first, end) {
             Some(Slot::Table(i)) => (self.table.swap_remove(i), true),
             Some(Slot::Candidate(i)) => (self.candidates.swap_remove(i), false),
-            None => (Stream::new(first, first, now), false),
+            None => (Stream::new(first, now), false),
         };
         let high_before = s.high;
         let shape = self.classify(&mut s, first, end, view);
@@ -346,12 +346,8 @@ impl Readahead for Streams {
         }
         match (shape.is_some(), confirmed_before) {
             (true, true) => self.table.push(s),
-            (true, false) => {
-                insert_lru(&mut self.table, self.p.slots, s);
-            }
-            (false, _) => {
-                insert_lru(&mut self.candidates, self.p.candidates, s);
-            }
+            (true, false) => insert_lru(&mut self.table, self.p.slots, s),
+            (false, _) => insert_lru(&mut self.candidates, self.p.candidates, s),
         }
     }
 }
