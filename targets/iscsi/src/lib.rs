@@ -18,6 +18,9 @@
 //!   configured queue depth.
 
 #![forbid(unsafe_code)]
+// Peer bytes are read with `get` and checked conversions, never by
+// indexing that could panic; the lint keeps it so (tests may index).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod brake;
 pub mod chap;

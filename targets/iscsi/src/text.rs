@@ -248,12 +248,12 @@ fn decode_hex(digits: &[u8]) -> Result<Vec<u8>, TextError> {
 
 /// Encode bytes as a §6.1 hex constant: `0x` and lowercase digits.
 pub fn encode_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digit = |n: u8| char::from_digit(u32::from(n), 16).unwrap_or('0');
     let mut s = String::with_capacity(2 + bytes.len() * 2);
     s.push_str("0x");
     for &b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        s.push(digit(b >> 4));
+        s.push(digit(b & 0x0f));
     }
     s
 }

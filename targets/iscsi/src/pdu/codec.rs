@@ -998,8 +998,10 @@ impl DataIn {
             let pad = [0u8; 3];
             let pad = pad.get(..pad_len).unwrap_or_default();
             let crc = crc32c::crc32c_append(crc32c::crc32c(payload), pad);
-            f.tail[pad_len..pad_len + DIGEST_LEN].copy_from_slice(&crc.to_le_bytes());
-            f.tail_len += DIGEST_LEN;
+            if let Some(t) = f.tail.get_mut(pad_len..pad_len + DIGEST_LEN) {
+                t.copy_from_slice(&crc.to_le_bytes());
+                f.tail_len += DIGEST_LEN;
+            }
         }
         f
     }
