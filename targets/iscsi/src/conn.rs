@@ -785,7 +785,7 @@ impl Connection {
         if c.write && c.expected_data_len > 0 {
             if c.expected_data_len > self.cfg.max_write_len {
                 // Refuse without collecting data; unsolicited data is ignored.
-                let sense = fixed_sense(SenseKey::ILLEGAL_REQUEST, 0x24, 0x00);
+                let sense = fixed_sense(SenseKey::ILLEGAL_REQUEST, Asc::INVALID_FIELD_IN_CDB);
                 let end = Ending::of_command(&c, &remote);
                 self.send_status(end, Status::CHECK_CONDITION, sense);
                 return;
@@ -1417,13 +1417,13 @@ impl Connection {
 }
 
 /// Fixed-format sense data for the few errors the transport itself raises.
-fn fixed_sense(key: SenseKey, asc: u8, ascq: u8) -> Vec<u8> {
-    Sense::new(key, Asc::new(asc, ascq)).fixed()
+fn fixed_sense(key: SenseKey, asc: Asc) -> Vec<u8> {
+    Sense::new(key, asc).fixed()
 }
 
 /// HARDWARE ERROR / INTERNAL TARGET FAILURE, fixed format.
 fn internal_failure() -> Vec<u8> {
-    fixed_sense(SenseKey::HARDWARE_ERROR, 0x44, 0x00)
+    fixed_sense(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE)
 }
 
 /// How a write's Data-Out sequence went wrong. Each maps to one sense code
@@ -1443,16 +1443,15 @@ enum SeqError {
 
 impl SeqError {
     fn sense(self) -> Vec<u8> {
-        let (asc, ascq) = match self {
-            SeqError::UnexpectedUnsolicited => (0x0c, 0x0c),
-            SeqError::UnknownTtt => (0x4b, 0x01),
-            SeqError::DataSn => (0x4b, 0x00),
-            SeqError::Offset => (0x4b, 0x05),
-            SeqError::TooMuch => (0x0c, 0x0d),
-            // DATA PHASE ERROR.
-            SeqError::MissingBuffer => (0x4b, 0x00),
+        let asc = match self {
+            SeqError::UnexpectedUnsolicited => Asc::UNEXPECTED_UNSOLICITED_DATA,
+            SeqError::UnknownTtt => Asc::INVALID_TARGET_PORT_TRANSFER_TAG_RECEIVED,
+            SeqError::DataSn | SeqError::MissingBuffer => Asc::DATA_PHASE_ERROR,
+            SeqError::Offset => Asc::DATA_OFFSET_ERROR,
+            // RFC 7143 §11.4.7.2, "Incorrect amount of data".
+            SeqError::TooMuch => Asc::NOT_ENOUGH_UNSOLICITED_DATA,
         };
-        fixed_sense(SenseKey::ABORTED_COMMAND, asc, ascq)
+        fixed_sense(SenseKey::ABORTED_COMMAND, asc)
     }
 }
 

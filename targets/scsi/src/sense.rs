@@ -42,6 +42,11 @@ impl Asc {
     /// LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION.
     pub const ASYMMETRIC_ACCESS_STATE_TRANSITION: Asc = Asc::new(0x04, 0x0A);
     pub const WRITE_ERROR: Asc = Asc::new(0x0C, 0x00);
+    /// iSCSI: unsolicited data where none was allowed (RFC 7143 §11.4.7.2).
+    pub const UNEXPECTED_UNSOLICITED_DATA: Asc = Asc::new(0x0C, 0x0C);
+    /// iSCSI: an incorrect amount of (unsolicited) data (RFC 7143
+    /// §11.4.7.2; SPC-4's name for the code).
+    pub const NOT_ENOUGH_UNSOLICITED_DATA: Asc = Asc::new(0x0C, 0x0D);
     pub const UNRECOVERED_READ_ERROR: Asc = Asc::new(0x11, 0x00);
     pub const PARAMETER_LIST_LENGTH_ERROR: Asc = Asc::new(0x1A, 0x00);
     pub const MISCOMPARE_DURING_VERIFY: Asc = Asc::new(0x1D, 0x00);
@@ -70,6 +75,11 @@ impl Asc {
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: Asc = Asc::new(0x39, 0x00);
     pub const REPORTED_LUNS_DATA_HAS_CHANGED: Asc = Asc::new(0x3F, 0x0E);
     pub const INTERNAL_TARGET_FAILURE: Asc = Asc::new(0x44, 0x00);
+    /// iSCSI: a data digest failed (RFC 7143 §7.8).
+    pub const PROTOCOL_SERVICE_CRC_ERROR: Asc = Asc::new(0x47, 0x05);
+    pub const DATA_PHASE_ERROR: Asc = Asc::new(0x4B, 0x00);
+    pub const INVALID_TARGET_PORT_TRANSFER_TAG_RECEIVED: Asc = Asc::new(0x4B, 0x01);
+    pub const DATA_OFFSET_ERROR: Asc = Asc::new(0x4B, 0x05);
     pub const OVERLAPPED_COMMANDS_ATTEMPTED: Asc = Asc::new(0x4E, 0x00);
     pub const INSUFFICIENT_REGISTRATION_RESOURCES: Asc = Asc::new(0x55, 0x04);
 

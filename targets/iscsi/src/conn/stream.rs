@@ -14,7 +14,7 @@ use crate::pdu::{
     padded_len, verify_digest, R2t, RejectReason, Reply, RequestHeader, ScsiResponse, BHS_LEN,
 };
 use crate::task::{data_in_pdus, residual_bits, DataInSlice, InFlight, OpenR2t};
-use rustgt_scsi::sense::SenseKey;
+use rustgt_scsi::sense::{Asc, SenseKey};
 use rustgt_scsi::{IoBuf, Response, Status};
 
 /// Payloads up to this size are copied next to their header; larger ones
@@ -204,7 +204,8 @@ impl Connection {
     fn data_digest_failed(&mut self, hdr: &RequestHeader) {
         // RFC 7143 §7.8: terminate the task with CHECK CONDITION, ABORTED
         // COMMAND / PROTOCOL SERVICE CRC ERROR (47h/05h).
-        let sense = || super::fixed_sense(SenseKey::ABORTED_COMMAND, 0x47, 0x05);
+        let sense =
+            || super::fixed_sense(SenseKey::ABORTED_COMMAND, Asc::PROTOCOL_SERVICE_CRC_ERROR);
         match hdr {
             RequestHeader::ScsiCommand(c) => {
                 if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
