@@ -97,6 +97,10 @@ impl Geometry {
 }
 
 /// Errors of the backstore layer. The SCSI core maps each to sense data in one place.
+// Not `#[non_exhaustive]`, unlike the other public error enums: the SCSI
+// crate maps every variant to sense data in one exhaustive match
+// (`From<BackstoreError> for Sense`), and a new variant must fail to
+// compile there rather than fall into a wildcard.
 #[derive(Debug, thiserror::Error)]
 pub enum BackstoreError {
     #[error("operation not supported by this backstore")]

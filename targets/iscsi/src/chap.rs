@@ -122,6 +122,7 @@ impl ChapAlgorithm {
 
 /// Security-stage failures.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     #[error("security protocol error: {0}")]
     Protocol(String),

@@ -62,6 +62,7 @@ const REJECT_BIT: u8 = 0x01;
 
 /// Why an iSER message or private data could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IserError {
     #[error("iSER message truncated: {have} bytes, need {need}")]
     Truncated { need: usize, have: usize },

@@ -298,6 +298,7 @@ impl Default for SessionParams {
 
 /// Why a negotiation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NegotiationError {
     #[error("key {0} sent more than once")]
     DuplicateKey(String),

@@ -29,6 +29,7 @@ pub const MAX_VALUE_LEN: usize = 8192;
 
 /// Errors of the text layer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TextError {
     #[error("text data is not NUL-terminated")]
     Unterminated,

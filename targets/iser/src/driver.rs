@@ -46,6 +46,7 @@ const TURN_BUDGET: usize = 4096;
 
 /// Why a connection's data path stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DriverError {
     #[error(transparent)]
     Verbs(#[from] VerbsError),

@@ -38,6 +38,7 @@ use crate::sizing::DeviceLimits;
 
 /// A failed library call.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VerbsError {
     #[error("{op}: {source}")]
     Os {

@@ -28,6 +28,7 @@ const VERSION: u32 = 1;
 
 /// Errors reading or writing the APTPL file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PrStoreError {
     #[error("persistent reservation state {path}: {source}")]
     Io {

@@ -29,6 +29,7 @@ use crate::spc::MAX_LUN;
 
 /// Errors of the SCSI core's management interface.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScsiError {
     #[error("LUN {0} already exists")]
     LunExists(u64),

@@ -462,6 +462,7 @@ pub enum Reply {
 /// Errors decoding a PDU. The connection maps each to a Reject reason or a
 /// connection close in one place.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PduError {
     #[error("need {0} more bytes")]
     Incomplete(usize),
