@@ -1,7 +1,6 @@
 //! One connection's side of the port: [`PortConn`], owned by the driver's
 //! task for that connection.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -10,36 +9,12 @@ use rustgt_iscsi::{Event, PortalConfig, SessionTable};
 use rustgt_scsi::{Response, ScsiTarget, TmfResponse};
 use tokio::sync::mpsc;
 
-use crate::{Admitted, ConnStats, Port};
-
-/// What a driver tells the port about a new connection.
-#[derive(Debug)]
-pub struct ConnInfo {
-    pub transport: Transport,
-    pub peer: SocketAddr,
-    /// The portal address the initiator connected to.
-    pub local: SocketAddr,
-    /// A second descriptor of a TCP socket, so the port can see from
-    /// another thread that the initiator closed it (`None` for iSER).
-    pub probe: Option<std::net::TcpStream>,
-    /// Its place under the connection caps ([`Port::admit`]), held until
-    /// the connection is forgotten.
-    pub admitted: Admitted,
-}
-
-/// Messages from the rest of the process to one connection.
-#[derive(Debug)]
-pub enum PortMsg {
-    /// A command a LUN worker finished: [`rustgt_iscsi::Connection::complete`].
-    Done(Response),
-    /// A task-management result: [`rustgt_iscsi::Connection::tmf_done`].
-    Tmf(u32, TmfResponse),
-    /// Session reinstatement or admin kill: close now.
-    Kill,
-    /// Shutdown or admin logout: ask the initiator to log out (two
-    /// seconds, [`rustgt_iscsi::Connection::request_logout`]).
-    RequestLogout,
-}
+use crate::admission::Admitted;
+use crate::msg::{ConnInfo, PortMsg};
+use crate::poll::BusyPoll;
+use crate::registry::Port;
+use crate::stats::ConnStats;
+use crate::tmf;
 
 /// A connection registered with the [`Port`]: the driver feeds it the
 /// core's events and takes its messages; dropping it releases the
@@ -55,6 +30,23 @@ pub struct PortConn {
     target: Option<Arc<ScsiTarget>>,
     stats: Arc<ConnStats>,
     admitted: Admitted,
+}
+
+impl Port {
+    /// Registers a new connection of a driver; the returned handle is its
+    /// side of the port until it is dropped (which forgets the connection).
+    pub fn open(self: &Arc<Self>, mut info: ConnInfo) -> PortConn {
+        let r = self.register(&mut info);
+        PortConn::new(
+            Arc::clone(self),
+            r.conn_id,
+            info.transport,
+            r.tx,
+            r.rx,
+            r.stats,
+            info.admitted,
+        )
+    }
 }
 
 impl PortConn {
@@ -101,7 +93,7 @@ impl PortConn {
     }
 
     /// A busy-poller with the port's bound, for this connection's waits.
-    pub fn busy_poll(&self) -> crate::BusyPoll {
+    pub fn busy_poll(&self) -> BusyPoll {
         self.port.busy_poll()
     }
 
@@ -190,7 +182,7 @@ impl PortConn {
                 // The core hands over at most MAX_TMFS_RUNNING at once per
                 // connection; the pool's threads are fixed.
                 let reply = tx.clone();
-                let job: crate::tmf::Job = Box::new(move || {
+                let job: tmf::Job = Box::new(move || {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         t.task_management(&nexus, lun, function)
                     }))

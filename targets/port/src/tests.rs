@@ -3,6 +3,7 @@
 //! login code to a real SCSI target on a RAM LUN. No sockets, no verbs:
 //! the drivers' part is played by the test.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
