@@ -44,6 +44,8 @@
 //! | 0x80 | zero-based virtual addresses unsupported | zero-based virtual addresses unused |
 //! | 0x40 | Send with Invalidate unsupported         | Send with Invalidate unused         |
 
+use crate::pdu::open_enum::open_enum;
+
 /// Length of the iSER header of an iSCSI control-type PDU (RFC 7145 §9.2).
 pub const ISER_HEADER_LEN: usize = 28;
 /// Length of a Hello or HelloReply message (RFC 7145 §9.3, §9.4).
@@ -70,16 +72,17 @@ pub enum IserError {
     UnknownOpcode(u8),
 }
 
-/// iSER opcode, the high nibble of byte 0 (RFC 7145 §9.1). Open: unknown
-/// values are representable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IserOpcode(pub u8);
+open_enum! {
+    /// iSER opcode, the high nibble of byte 0 (RFC 7145 §9.1). Open: unknown
+    /// values are representable.
+    pub struct IserOpcode(u8) {
+        CONTROL = 0x1,
+        HELLO = 0x2,
+        HELLO_REPLY = 0x3,
+    }
+}
 
 impl IserOpcode {
-    pub const CONTROL: IserOpcode = IserOpcode(0x1);
-    pub const HELLO: IserOpcode = IserOpcode(0x2);
-    pub const HELLO_REPLY: IserOpcode = IserOpcode(0x3);
-
     fn of(first_byte: u8) -> IserOpcode {
         IserOpcode(first_byte >> 4)
     }

@@ -8,7 +8,11 @@
 
 use std::ops::Range;
 
-use super::{Opcode, PduError, BHS_LEN};
+use super::codes::Opcode;
+use super::error::PduError;
+
+/// Length of the Basic Header Segment.
+pub const BHS_LEN: usize = 48;
 
 // ---------------------------------------------------------------------------
 // Fields common to every PDU (RFC 7143 §11.2.1).
