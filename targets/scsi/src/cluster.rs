@@ -20,7 +20,7 @@ use std::sync::Weak;
 use crate::lun::LogicalUnit;
 use crate::pr::{Effects, ItNexus};
 use crate::sense::Asc;
-use crate::target::TargetShared;
+use crate::target_state::TargetShared;
 
 /// What one gateway tells the others.
 #[derive(Debug, Clone, PartialEq, Eq)]

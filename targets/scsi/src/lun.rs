@@ -33,14 +33,16 @@ use std::time::{Duration, Instant};
 use rustgt_backstore::{Backstore, Geometry};
 
 use crate::cmd::{Command, Completion, Response, Status, TaskAttr};
+use crate::error::ScsiError;
 use crate::exec;
 use crate::lba_lock::LbaLocks;
 use crate::medium::Medium;
 use crate::mode::ModeState;
+use crate::outcome;
 use crate::pr::Reservations;
 use crate::sanitize::Sanitizer;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
-use crate::target::{ScsiError, TargetShared};
+use crate::target_state::TargetShared;
 use crate::ua::UnitAttentions;
 use crate::xcopy::CopyResults;
 
@@ -541,16 +543,20 @@ impl LogicalUnit {
         };
         let mut set = lock(&self.tasks);
         let refuse = if set.stopping {
-            Some(exec::status_only(cmd.tag, Status::BUSY))
+            Some(outcome::status_only(cmd.tag, Status::BUSY))
         } else if set.position(key).is_some() {
             // SAM-5 §5.10: a tag already in use is an overlapped command.
             let sense = Sense::new(
                 SenseKey::ABORTED_COMMAND,
                 Asc::OVERLAPPED_COMMANDS_ATTEMPTED,
             );
-            Some(exec::check_condition(cmd.tag, &sense, self.sense_format()))
+            Some(outcome::check_condition(
+                cmd.tag,
+                &sense,
+                self.sense_format(),
+            ))
         } else if set.entries.len() >= MAX_TASKS_PER_LUN {
-            Some(exec::status_only(cmd.tag, Status::TASK_SET_FULL))
+            Some(outcome::status_only(cmd.tag, Status::TASK_SET_FULL))
         } else {
             None
         };
@@ -609,12 +615,12 @@ impl LogicalUnit {
                 .unwrap_or_else(|_| {
                     tracing::error!(lun = self.lun, tag = cmd.tag, "command handler panicked");
                     let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
-                    exec::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
+                    outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
                 })
         });
         let aborted = self.leave_running(key);
         if aborted {
-            Ok(exec::aborted(key.tag))
+            Ok(outcome::aborted(key.tag))
         } else if blocked {
             Err(cmd)
         } else {
@@ -682,7 +688,7 @@ impl LogicalUnit {
                         tracing::error!(lun = self.lun, tag = cmd.tag, "command handler panicked");
                         let sense =
                             Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
-                        exec::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
+                        outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
                     });
             drop(cmd);
             {
@@ -787,7 +793,7 @@ impl LogicalUnit {
             // management function sees the task gone (it is still in the
             // set until then, so it released nothing yet).
             drop(set);
-            call(done, exec::aborted(key.tag));
+            call(done, outcome::aborted(key.tag));
             let mut set = lock(&self.tasks);
             if let Some(i) = set.position(key) {
                 set.entries.remove(i);
@@ -836,7 +842,7 @@ impl LogicalUnit {
         set.entries = kept;
         drop(set);
         for (key, pending) in queued {
-            call(pending.done, exec::aborted(key.tag));
+            call(pending.done, outcome::aborted(key.tag));
         }
         self.idle.notify_all();
         self.work.notify_all();

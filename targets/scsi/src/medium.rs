@@ -20,7 +20,8 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense, SenseKey};
 
 /// MEDIUM NOT PRESENT - TRAY OPEN (SPC-4 table 28): an ejected medium.

@@ -7,8 +7,9 @@
 //! and return to their defaults on a logical unit reset.
 
 use crate::cdb::Cdb;
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense};
 
 /// The changeable mode parameters of one logical unit.

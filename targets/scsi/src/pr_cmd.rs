@@ -12,8 +12,9 @@
 //! only when the logical unit has a state file, all six types.
 
 use crate::cmd::{Nexus, Status};
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::Outcome;
 use crate::pr::{Access, Effects, ItNexus, PrState, PrType, Refusal, Registration};
 use crate::sense::{Asc, Sense};
 

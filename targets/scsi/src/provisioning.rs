@@ -15,9 +15,10 @@
 use rustgt_backstore::Extent;
 
 use crate::cdb::Cdb;
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::limits::{self, MAX_UNMAP_DESCRIPTORS, MAX_UNMAP_LBA_COUNT};
 use crate::lun::LogicalUnit;
+use crate::outcome::Outcome;
 use crate::sbc::{block_size, lba_out_of_range};
 use crate::sense::{Asc, Sense};
 use crate::vpd::MAX_TRANSFER_BYTES;

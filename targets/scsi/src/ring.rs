@@ -37,11 +37,11 @@ use rustgt_backstore::{BackstoreError, IoBuf};
 
 use crate::cdb::Cdb;
 use crate::cmd::{Command, Completion, Response, TaskAttr};
-use crate::exec::{self, Admit, Outcome};
+use crate::exec::{self, Admit};
 use crate::lun::{call, LogicalUnit, TaskKey};
+use crate::outcome::{self, DataDir, Outcome};
 use crate::sbc;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
-use crate::table::DataDir;
 
 /// The commands this path serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +170,7 @@ pub(crate) fn start(
     let decided =
         catch_unwind(AssertUnwindSafe(|| prepare(lu, cmd, class, &via))).unwrap_or_else(|_| {
             tracing::error!(lun = lu.lun, "start of a ring or store op panicked");
-            Start::Done(exec::check_condition(
+            Start::Done(outcome::check_condition(
                 key.tag,
                 &Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE),
                 format,
@@ -183,7 +183,7 @@ pub(crate) fn start(
         }
         Start::Workers(cmd) => {
             if lu.leave_running(key) {
-                call(done, exec::aborted(key.tag));
+                call(done, outcome::aborted(key.tag));
                 Ok(())
             } else {
                 Err((cmd, done))
@@ -248,11 +248,12 @@ fn ring_error(class: Class, e: io::Error) -> BackstoreError {
 /// Checks and locks; builds the op.
 fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> Start {
     let format = lu.sense_format();
-    let fail =
-        |cmd: &Command, sense: Sense| Start::Done(exec::check_condition(cmd.tag, &sense, format));
+    let fail = |cmd: &Command, sense: Sense| {
+        Start::Done(outcome::check_condition(cmd.tag, &sense, format))
+    };
     match exec::admit(&cmd, Some(lu)) {
         Ok(Admit::Run(_)) => {}
-        Ok(Admit::Done(dir, outcome)) => return Start::Done(exec::good(&cmd, dir, outcome)),
+        Ok(Admit::Done(dir, outcome)) => return Start::Done(outcome::good(&cmd, dir, outcome)),
         Err(sense) => return fail(&cmd, sense),
     }
     let ext = sbc::extent(Cdb::new(&cmd.cdb));
@@ -274,7 +275,7 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
             if len == 0 {
                 lu.stats.count_read(0);
                 let outcome = Outcome::read(Default::default(), bytes);
-                return Start::Done(exec::good(&cmd, DataDir::In, outcome));
+                return Start::Done(outcome::good(&cmd, DataDir::In, outcome));
             }
             let Ok(len) = usize::try_from(len) else {
                 return fail(&cmd, sbc::lba_out_of_range());
@@ -286,7 +287,7 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
             if len == 0 {
                 lu.stats.count_write(0);
                 let outcome = Outcome::data_out(bytes);
-                return Start::Done(exec::good(&cmd, DataDir::Out, outcome));
+                return Start::Done(outcome::good(&cmd, DataDir::Out, outcome));
             }
             let dsync = Cdb::new(&cmd.cdb).bit(1, 0x08) || !lu.mode().write_cache;
             (Op::Write { offset, len, dsync }, len, true)
@@ -379,7 +380,7 @@ fn finish(
         Err(BackstoreError::WouldBlock) => {
             // Not performed: the workers run it the usual way.
             if lu.leave_running(key) {
-                call(done, exec::aborted(key.tag));
+                call(done, outcome::aborted(key.tag));
             } else if let Err(refused) = lu.enqueue(cmd, done) {
                 call(refused.done, refused.response);
             }
@@ -397,7 +398,7 @@ fn finish(
     let response = catch_unwind(AssertUnwindSafe(|| match (class, result) {
         (Class::Read, Ok(_)) => {
             lu.stats.count_read(len);
-            exec::good(
+            outcome::good(
                 &cmd,
                 DataDir::In,
                 Outcome::read(buf.into_pooled(), xfer_len),
@@ -405,12 +406,12 @@ fn finish(
         }
         (Class::Write, Ok(_)) => {
             lu.stats.count_write(len);
-            exec::good(&cmd, DataDir::Out, Outcome::data_out(xfer_len))
+            outcome::good(&cmd, DataDir::Out, Outcome::data_out(xfer_len))
         }
-        (Class::Sync, Ok(_)) => exec::good(&cmd, DataDir::None, Outcome::none()),
+        (Class::Sync, Ok(_)) => outcome::good(&cmd, DataDir::None, Outcome::none()),
         (class, Err(e)) => {
             tracing::warn!(lun = lu.lun, tag = cmd.tag, error = %e, ?class, "I/O failed");
-            exec::check_condition(cmd.tag, &Sense::from(e), format)
+            outcome::check_condition(cmd.tag, &Sense::from(e), format)
         }
     }))
     .unwrap_or_else(|_| {
@@ -420,7 +421,7 @@ fn finish(
             "completion of a ring or store op panicked"
         );
         let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
-        exec::check_condition(key.tag, &sense, SenseFormat::Fixed)
+        outcome::check_condition(key.tag, &sense, SenseFormat::Fixed)
     });
     lu.complete(key, done, response, false);
 }

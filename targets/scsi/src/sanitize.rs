@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 
 use rustgt_backstore::{Backstore, BackstoreError};
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::{LogicalUnit, TaskKey};
 use crate::medium::works_without_medium;
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense, SenseKey};
 use crate::vpd::MAX_TRANSFER_BYTES;
 

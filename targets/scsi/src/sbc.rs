@@ -19,8 +19,9 @@
 use rustgt_backstore::IoBuf;
 
 use crate::cdb::Cdb;
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense, SenseKey};
 use crate::vpd::{max_transfer_blocks, MAX_TRANSFER_BYTES};
 

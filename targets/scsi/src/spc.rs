@@ -2,7 +2,8 @@
 //! REPORT LUNS and REPORT SUPPORTED OPERATION CODES, plus SAM-5 LUN
 //! addressing helpers.
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
 use crate::table::{self, CmdDesc, COMMANDS};
 use crate::vpd;

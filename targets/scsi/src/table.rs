@@ -8,18 +8,11 @@
 //! byte is the mask of bits the device server evaluates. A bit set in a CDB
 //! where the usage data has a zero is rejected with INVALID FIELD IN CDB.
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::{DataDir, Outcome};
 use crate::sense::Sense;
 use crate::{alua, medium, mode, pr_cmd, provisioning, sanitize, sbc, sbc_ext, spc, xcopy};
-
-/// Direction of the data phase, for residual accounting (SAM-5 §5.4.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DataDir {
-    None,
-    In,
-    Out,
-}
 
 /// Command handler: runs on a LUN worker (or the target's control thread
 /// for commands addressed to a missing LUN).

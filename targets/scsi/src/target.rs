@@ -21,33 +21,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use crate::cmd::{Command, Completion, Nexus, Response, TmfFunction, TmfResponse};
+use crate::error::ScsiError;
 use crate::exec;
 use crate::lun::{LogicalUnit, LunConfig, LunStats, TaskKey};
 use crate::registry::LunRegistry;
 use crate::sense::Asc;
 use crate::spc::MAX_LUN;
-
-/// Errors of the SCSI core's management interface.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScsiError {
-    #[error("LUN {0} already exists")]
-    LunExists(u64),
-    #[error("LUN {0} does not exist")]
-    NoSuchLun(u64),
-    #[error("LUN {0} is out of range (at most {MAX_LUN})")]
-    LunOutOfRange(u64),
-    #[error("LUN {lun}: {reason}")]
-    InvalidConfig { lun: u64, reason: String },
-    #[error("LUN {lun}: cannot start a worker thread: {source}")]
-    Spawn {
-        lun: u64,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the target has been shut down")]
-    ShutDown,
-}
+use crate::target_state::TargetShared;
 
 /// Says once per LUN where its commands that cannot complete at once run.
 fn log_blocking_path(target: &str, lu: &LogicalUnit) {
@@ -63,109 +43,6 @@ fn log_blocking_path(target: &str, lu: &LogicalUnit) {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// State shared by the target and its workers.
-#[derive(Debug)]
-pub(crate) struct TargetShared {
-    luns: RwLock<BTreeMap<u64, Arc<LogicalUnit>>>,
-    nexuses: Mutex<HashMap<u64, Arc<Nexus>>>,
-    /// Logical units the copy manager can reach (shared process-wide).
-    registry: Arc<LunRegistry>,
-    /// Target port groups of every gateway serving this target (its own
-    /// included), reported by REPORT TARGET PORT GROUPS even before a
-    /// nexus used them; empty: only the groups seen.
-    port_groups: RwLock<Vec<u16>>,
-}
-
-impl TargetShared {
-    pub(crate) fn registry(&self) -> &LunRegistry {
-        &self.registry
-    }
-
-    fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
-        self.luns
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&lun)
-            .cloned()
-    }
-
-    fn all_lus(&self) -> Vec<Arc<LogicalUnit>> {
-        self.luns
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    /// Exported LUNs, ascending.
-    pub(crate) fn lun_list(&self) -> Vec<u64> {
-        self.luns
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keys()
-            .copied()
-            .collect()
-    }
-
-    /// Ids of every nexus currently known.
-    pub(crate) fn known_nexuses(&self) -> Vec<u64> {
-        lock(&self.nexuses).keys().copied().collect()
-    }
-
-    /// The configured target port groups ([`ScsiTarget::set_port_groups`]).
-    pub(crate) fn port_groups(&self) -> Vec<u16> {
-        self.port_groups
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Logical unit reset (SAM-5 §6.3.3) on this gateway only: abort all
-    /// tasks, restore default mode parameters, and establish `asc` for
-    /// every known nexus, including the one that asked.
-    pub(crate) fn reset_lu_here(&self, lu: &LogicalUnit, asc: Asc) {
-        let aborted = lu.abort_matching(|_| true);
-        lu.wait_gone(&aborted);
-        let defaults = lu.mode_defaults();
-        let was = lu.mode();
-        if lu.set_mode(defaults) && was.write_cache && !defaults.write_cache {
-            if let Err(e) = lu.backstore.flush() {
-                tracing::warn!(lun = lu.lun, error = %e, "flush on reset failed");
-            }
-        }
-        // SPC-2 reservations end with a reset; persistent ones do not.
-        lu.pr.reset();
-        // Medium removal prevention ends too (SBC-3 §5.14).
-        lu.medium.reset();
-        lu.establish_ua(self.known_nexuses(), asc, None);
-    }
-
-    /// Every nexus currently known (reservations map I_T nexus names to
-    /// connections with it; ALUA learns target ports from it).
-    pub(crate) fn nexus_list(&self) -> Vec<Arc<Nexus>> {
-        lock(&self.nexuses).values().cloned().collect()
-    }
-
-    fn register(&self, nexus: &Nexus) {
-        lock(&self.nexuses)
-            .entry(nexus.id)
-            .or_insert_with(|| Arc::new(nexus.clone()));
-    }
-
-    /// REPORTED LUNS DATA HAS CHANGED for every known nexus on every LUN.
-    fn luns_changed(&self) {
-        let nexuses = self.known_nexuses();
-        for lu in self.all_lus() {
-            lu.establish_ua(
-                nexuses.iter().copied(),
-                Asc::REPORTED_LUNS_DATA_HAS_CHANGED,
-                None,
-            );
-        }
-    }
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;

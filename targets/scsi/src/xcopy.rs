@@ -26,8 +26,9 @@ use std::collections::VecDeque;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::Outcome;
 use crate::registry::{Resolved, NAA_LEN};
 use crate::sense::{Asc, Sense, SenseKey};
 use crate::vpd::MAX_TRANSFER_BYTES;
