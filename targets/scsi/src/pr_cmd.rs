@@ -451,8 +451,8 @@ fn apply_effects(ctx: &Ctx<'_>, lu: &LogicalUnit, effects: Effects, abort: bool)
         |it: &ItNexus| -> Vec<u64> { known.iter().filter(|n| it.is(n)).map(|n| n.id).collect() };
     if abort && !effects.preempted.is_empty() {
         let ids: Vec<u64> = effects.preempted.iter().flat_map(&ids_of).collect();
-        let aborted = lu.abort_matching(|k| ids.contains(&k.nexus));
-        lu.wait_gone(&aborted);
+        let aborted = lu.tasks.abort_matching(|k| ids.contains(&k.nexus));
+        lu.tasks.wait_gone(&aborted);
     }
     for (it, asc) in &effects.uas {
         lu.establish_ua(ids_of(it), *asc, None);

@@ -30,7 +30,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::lun::DataPathOp;
+use crate::workers::DataPathOp;
 use rustgt_backstore::aio::AsyncStore;
 use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
 use rustgt_backstore::{BackstoreError, IoBuf};
@@ -38,10 +38,11 @@ use rustgt_backstore::{BackstoreError, IoBuf};
 use crate::cdb::Cdb;
 use crate::cmd::{Command, Completion, Response, TaskAttr};
 use crate::exec::{self, Admit};
-use crate::lun::{call, LogicalUnit, TaskKey};
+use crate::lun::LogicalUnit;
 use crate::outcome::{self, DataDir, Outcome};
 use crate::sbc;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
+use crate::task_set::{call, TaskKey};
 
 /// The commands this path serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,7 @@ enum Class {
 }
 
 fn class(cdb: &[u8]) -> Option<Class> {
-    match crate::lun::data_path_op(cdb)? {
+    match crate::workers::data_path_op(cdb)? {
         DataPathOp::Read => Some(Class::Read),
         DataPathOp::Write => Some(Class::Write),
         DataPathOp::Sync => Some(Class::Sync),
@@ -162,7 +163,7 @@ pub(crate) fn start(
         nexus: cmd.nexus.id,
         tag: cmd.tag,
     };
-    if !lu.enter_running(key) {
+    if !lu.tasks.enter_running(key) {
         return Err((cmd, done));
     }
     let started = Instant::now();
@@ -178,11 +179,11 @@ pub(crate) fn start(
         });
     match decided {
         Start::Done(response) => {
-            lu.complete(key, done, response, false);
+            lu.tasks.complete(key, done, response, false);
             Ok(())
         }
         Start::Workers(cmd) => {
-            if lu.leave_running(key) {
+            if lu.tasks.leave_running(key) {
                 call(done, outcome::aborted(key.tag));
                 Ok(())
             } else {
@@ -379,7 +380,7 @@ fn finish(
     let result = match result {
         Err(BackstoreError::WouldBlock) => {
             // Not performed: the workers run it the usual way.
-            if lu.leave_running(key) {
+            if lu.tasks.leave_running(key) {
                 call(done, outcome::aborted(key.tag));
             } else if let Err(refused) = lu.enqueue(cmd, done) {
                 call(refused.done, refused.response);
@@ -423,5 +424,5 @@ fn finish(
         let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
         outcome::check_condition(key.tag, &sense, SenseFormat::Fixed)
     });
-    lu.complete(key, done, response, false);
+    lu.tasks.complete(key, done, response, false);
 }

@@ -23,11 +23,13 @@ use std::thread::JoinHandle;
 use crate::cmd::{Command, Completion, Nexus, Response, TmfFunction, TmfResponse};
 use crate::error::ScsiError;
 use crate::exec;
-use crate::lun::{LogicalUnit, LunConfig, LunStats, TaskKey};
+use crate::lun::{LogicalUnit, LunConfig, LunStats};
 use crate::registry::LunRegistry;
 use crate::sense::Asc;
 use crate::spc::MAX_LUN;
 use crate::target_state::TargetShared;
+use crate::task_set::TaskKey;
+use crate::workers;
 
 /// Says once per LUN where its commands that cannot complete at once run.
 fn log_blocking_path(target: &str, lu: &LogicalUnit) {
@@ -194,7 +196,7 @@ impl ScsiTarget {
             lun,
             reason: e.to_string(),
         })?;
-        lu.start(&self.shared, cfg.workers)?;
+        workers::start(&lu, &self.shared, cfg.workers)?;
         log_blocking_path(self.name.as_str(), &lu);
         {
             let mut luns = self
@@ -204,7 +206,7 @@ impl ScsiTarget {
                 .unwrap_or_else(PoisonError::into_inner);
             if luns.contains_key(&lun) {
                 drop(luns);
-                lu.stop_and_join();
+                workers::stop_and_join(&lu);
                 return Err(ScsiError::LunExists(lun));
             }
             self.shared.registry.register(&lu);
@@ -227,7 +229,7 @@ impl ScsiTarget {
             .remove(&lun)
             .ok_or(ScsiError::NoSuchLun(lun))?;
         self.shared.registry.unregister(&lu);
-        lu.stop_and_join();
+        workers::stop_and_join(&lu);
         if let Err(e) = lu.backstore.flush() {
             tracing::warn!(target = %self.name, lun, error = %e, "flush on LUN removal failed");
         }
@@ -293,7 +295,7 @@ impl ScsiTarget {
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 self.shared.register(&cmd.nexus);
-                lu.run_inline(cmd, &self.shared)
+                workers::run_inline(&lu, cmd, &self.shared)
             }
             None => Err(cmd),
         }
@@ -341,21 +343,21 @@ impl ScsiTarget {
         match f {
             TmfFunction::AbortTask { tag } => {
                 let key = TaskKey { nexus: me, tag };
-                let aborted = lu.abort_matching(|k| *k == key);
+                let aborted = lu.tasks.abort_matching(|k| *k == key);
                 if aborted.nexuses.is_empty() {
                     return TmfResponse::TaskNotFound;
                 }
-                lu.wait_gone(&aborted);
+                lu.tasks.wait_gone(&aborted);
                 TmfResponse::FunctionComplete
             }
             TmfFunction::AbortTaskSet => {
-                let aborted = lu.abort_matching(|k| k.nexus == me);
-                lu.wait_gone(&aborted);
+                let aborted = lu.tasks.abort_matching(|k| k.nexus == me);
+                lu.tasks.wait_gone(&aborted);
                 TmfResponse::FunctionComplete
             }
             TmfFunction::ClearTaskSet => {
-                let aborted = lu.abort_matching(|_| true);
-                lu.wait_gone(&aborted);
+                let aborted = lu.tasks.abort_matching(|_| true);
+                lu.tasks.wait_gone(&aborted);
                 // TAS=0: other nexuses learn of their lost tasks (SAM-5 §7.4).
                 lu.establish_ua(
                     aborted.nexuses.iter().copied(),
@@ -369,7 +371,7 @@ impl ScsiTarget {
                 TmfResponse::FunctionComplete
             }
             TmfFunction::QueryTask { tag } => {
-                if lu.has_task(TaskKey { nexus: me, tag }) {
+                if lu.tasks.has_task(TaskKey { nexus: me, tag }) {
                     TmfResponse::FunctionSucceeded
                 } else {
                     TmfResponse::FunctionComplete
@@ -401,7 +403,7 @@ impl ScsiTarget {
     pub fn nexus_lost(&self, nexus: &Nexus) {
         lock(&self.shared.nexuses).remove(&nexus.id);
         for lu in self.shared.all_lus() {
-            lu.abort_matching(|k| k.nexus == nexus.id);
+            lu.tasks.abort_matching(|k| k.nexus == nexus.id);
             lu.drop_nexus(nexus.id);
         }
     }
@@ -415,7 +417,7 @@ impl ScsiTarget {
         }
         for lu in self.shared.all_lus() {
             self.shared.registry.unregister(&lu);
-            lu.stop_and_join();
+            workers::stop_and_join(&lu);
             if let Err(e) = lu.backstore.flush() {
                 tracing::warn!(target = %self.name, lun = lu.lun, error = %e, "flush on shutdown failed");
             }

@@ -77,8 +77,8 @@ impl TargetShared {
     /// tasks, restore default mode parameters, and establish `asc` for
     /// every known nexus, including the one that asked.
     pub(crate) fn reset_lu_here(&self, lu: &LogicalUnit, asc: Asc) {
-        let aborted = lu.abort_matching(|_| true);
-        lu.wait_gone(&aborted);
+        let aborted = lu.tasks.abort_matching(|_| true);
+        lu.tasks.wait_gone(&aborted);
         let defaults = lu.mode_defaults();
         let was = lu.mode();
         if lu.set_mode(defaults) && was.write_cache && !defaults.write_cache {
