@@ -18,7 +18,7 @@
 use std::sync::Weak;
 
 use crate::lun::LogicalUnit;
-use crate::pr::{Effects, ItNexus};
+use crate::pr_state::{Effects, ItNexus};
 use crate::sense::Asc;
 use crate::target_state::TargetShared;
 

@@ -15,7 +15,8 @@ use crate::cmd::{Nexus, Status};
 use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
 use crate::outcome::Outcome;
-use crate::pr::{Access, Effects, ItNexus, PrState, PrType, Refusal, Registration};
+use crate::pr::Access;
+use crate::pr_state::{Effects, ItNexus, PrState, PrType, Refusal, Registration};
 use crate::sense::{Asc, Sense};
 
 /// PERSISTENT RESERVE IN service actions (SPC-4 table 202).
@@ -484,7 +485,7 @@ pub(crate) fn release(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pr::{Registration, Reservation};
+    use crate::pr_state::{Registration, Reservation};
 
     fn it(i: &str) -> ItNexus {
         ItNexus {

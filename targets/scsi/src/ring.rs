@@ -1,5 +1,5 @@
 //! Commands on a reactor's io_uring: READ, WRITE (6/10/12/16) and
-//! SYNCHRONIZE CACHE (10/16) that [`LogicalUnit::run_inline`] could not
+//! SYNCHRONIZE CACHE (10/16) that [`crate::workers::run_inline`] could not
 //! complete at once, on a LUN whose store hands out its file
 //! ([`Backstore::uring_file`](rustgt_backstore::Backstore::uring_file):
 //! file and block-device engines behind a passthrough I/O context), started

@@ -286,7 +286,7 @@ impl ScsiTarget {
     }
 
     /// Runs `cmd` to completion on the calling thread when its LUN can do
-    /// that without blocking (see `LogicalUnit::run_inline`: reads and
+    /// that without blocking (see `workers::run_inline`: reads and
     /// writes of memory-backed stores, page-cache hits of buffered files);
     /// a reactor calls this first and hands what comes back to
     /// [`Self::submit`]. Task management, unit attentions, reservations and

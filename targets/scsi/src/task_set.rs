@@ -488,7 +488,7 @@ impl Tasks {
     }
 
     /// Whether a running task should stop waiting: aborted, or the unit
-    /// is stopping (the store's cancellation probe, see `start`).
+    /// is stopping (the store's cancellation probe, see `workers::start`).
     pub(crate) fn task_cancelled(&self, key: TaskKey) -> bool {
         let set = lock(&self.set);
         set.stopping

@@ -72,7 +72,7 @@ pub(crate) fn start(
 
 /// Runs `cmd` to completion on this thread if that cannot block: the
 /// command is a READ or WRITE (or TEST UNIT READY) the store can serve
-/// without waiting ([`Backstore::nonblocking`]), a SIMPLE task with no
+/// without waiting ([`rustgt_backstore::Backstore::nonblocking`]), a SIMPLE task with no
 /// ORDERED task in the set, and nothing it needs is held by another
 /// command. Otherwise, or when the attempt found it would have to
 /// wait, the command comes back untouched for [`LogicalUnit::enqueue`].
