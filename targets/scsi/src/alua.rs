@@ -22,7 +22,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cmd::Nexus;
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
+use crate::outcome::Outcome;
 use crate::sense::Sense;
 
 /// ASYMMETRIC ACCESS STATE active/optimized (SPC-4 table 279).

@@ -18,9 +18,9 @@
 use std::sync::Weak;
 
 use crate::lun::LogicalUnit;
-use crate::pr::{Effects, ItNexus};
+use crate::pr_state::{Effects, ItNexus};
 use crate::sense::Asc;
-use crate::target::TargetShared;
+use crate::target_state::TargetShared;
 
 /// What one gateway tells the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,8 +155,8 @@ pub(crate) fn on_event(target: &Weak<TargetShared>, lu: &Weak<LogicalUnit>, data
             };
             if !abort.is_empty() {
                 let ids: Vec<u64> = abort.iter().flat_map(&ids_of).collect();
-                let aborted = lu.abort_matching(|k| ids.contains(&k.nexus));
-                lu.wait_gone(&aborted);
+                let aborted = lu.tasks.abort_matching(|k| ids.contains(&k.nexus));
+                lu.tasks.wait_gone(&aborted);
             }
             for (it, asc) in &uas {
                 lu.establish_ua(ids_of(it), *asc, None);

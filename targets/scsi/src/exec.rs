@@ -1,6 +1,7 @@
 //! Command execution: routing through the table, generic CDB checks, unit
-//! attention reporting, and turning a handler's outcome into a [`Response`]
-//! with SAM-5 residuals.
+//! attention reporting, then the handler; its outcome becomes a
+//! [`Response`] in [`crate::outcome`]. Above every handler: no handler
+//! imports this module.
 //!
 //! Order of checks for one command (SAM-5 §5.14, SPC-4 §5.14):
 //! 1. a missing LUN answers only INQUIRY, REQUEST SENSE and REPORT LUNS;
@@ -12,99 +13,16 @@
 //! 6. readiness: a sanitize in progress or failed, an ejected medium;
 //! 7. write protection for commands that modify the medium;
 //! 8. the handler.
-//!
-//! Residuals are reported for GOOD status only; a CHECK CONDITION carries
-//! no data and no residual.
 
 use crate::cdb::{check_usage, Cdb};
-use crate::cmd::{Command, IoBuf, Residual, Response, Status};
+use crate::cmd::{Command, Response, Status};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::{check_condition, good, DataDir, Outcome};
 use crate::pr_cmd;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
-use crate::table::{self, DataDir, Lookup};
-use crate::target::TargetShared;
-
-/// Everything a handler may look at.
-#[derive(Debug)]
-pub(crate) struct Ctx<'a> {
-    pub cmd: &'a Command,
-    pub cdb: Cdb<'a>,
-    /// The addressed logical unit; `None` only for [`table::NO_LU`] commands.
-    pub lu: Option<&'a LogicalUnit>,
-    pub target: &'a TargetShared,
-}
-
-impl<'a> Ctx<'a> {
-    /// The addressed logical unit, or LOGICAL UNIT NOT SUPPORTED.
-    pub(crate) fn lu(&self) -> Result<&'a LogicalUnit, Sense> {
-        self.lu
-            .ok_or(Sense::illegal(Asc::LOGICAL_UNIT_NOT_SUPPORTED))
-    }
-
-    pub(crate) fn nexus_id(&self) -> u64 {
-        self.cmd.nexus.id
-    }
-}
-
-/// What a successful handler produced.
-#[derive(Debug, Default)]
-pub(crate) struct Outcome {
-    /// Data-In (may be longer than the initiator's buffer; it is cut here).
-    pub data_in: IoBuf,
-    /// Bytes the command wanted to transfer in its data direction.
-    pub xfer_len: u64,
-    /// A status other than GOOD that carries no sense data (RESERVATION
-    /// CONFLICT); such a response transfers nothing.
-    pub status: Status,
-}
-
-impl Outcome {
-    /// No data phase.
-    pub(crate) fn none() -> Outcome {
-        Outcome::default()
-    }
-
-    /// Parameter data limited by an ALLOCATION LENGTH (SPC-4 §4.2.5.6): the
-    /// command transfers `min(alloc_len, data.len())` bytes.
-    pub(crate) fn alloc(mut data: Vec<u8>, alloc_len: u64) -> Outcome {
-        if let Ok(alloc) = usize::try_from(alloc_len) {
-            data.truncate(alloc);
-        }
-        let xfer_len = data.len() as u64;
-        Outcome {
-            data_in: data.into(),
-            xfer_len,
-            status: Status::GOOD,
-        }
-    }
-
-    /// Medium data: `xfer_len` is what the CDB asked for, `data` may hold
-    /// only the part that fits the initiator's buffer.
-    pub(crate) fn read(data: IoBuf, xfer_len: u64) -> Outcome {
-        Outcome {
-            data_in: data,
-            xfer_len,
-            status: Status::GOOD,
-        }
-    }
-
-    /// Data-Out of `xfer_len` bytes expected by the CDB.
-    pub(crate) fn data_out(xfer_len: u64) -> Outcome {
-        Outcome {
-            data_in: IoBuf::default(),
-            xfer_len,
-            status: Status::GOOD,
-        }
-    }
-
-    /// A status without sense data and without data (RESERVATION CONFLICT).
-    pub(crate) fn status(status: Status) -> Outcome {
-        Outcome {
-            status,
-            ..Outcome::default()
-        }
-    }
-}
+use crate::table::{self, Lookup};
+use crate::target_state::TargetShared;
 
 /// Executes one command and builds its response. `lu` is `None` when the
 /// addressed LUN does not exist.
@@ -203,101 +121,4 @@ pub(crate) fn admit(cmd: &Command, lu: Option<&LogicalUnit>) -> Result<Admit, Se
         }
     }
     Ok(Admit::Run(desc))
-}
-
-/// Residual of a buffer of `buffer` bytes for a command that wanted `wanted`.
-pub(crate) fn residual(buffer: u64, wanted: u64) -> Residual {
-    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
-    match wanted.cmp(&buffer) {
-        std::cmp::Ordering::Greater => Residual::Overflow(clamp(wanted - buffer)),
-        std::cmp::Ordering::Less => Residual::Underflow(clamp(buffer - wanted)),
-        std::cmp::Ordering::Equal => Residual::None,
-    }
-}
-
-/// GOOD status: cut Data-In to the initiator's buffer and account residuals
-/// in the command's data direction (SAM-5 §5.4.3).
-pub(crate) fn good(cmd: &Command, dir: DataDir, outcome: Outcome) -> Response {
-    if outcome.status != Status::GOOD {
-        return status_only(cmd.tag, outcome.status);
-    }
-    let mut data_in = outcome.data_in;
-    let residual = match dir {
-        DataDir::In => {
-            let buffer = u64::from(cmd.data_in_len);
-            if let Ok(limit) = usize::try_from(buffer) {
-                data_in.truncate(limit);
-            }
-            residual(buffer, outcome.xfer_len)
-        }
-        DataDir::Out => {
-            data_in.clear();
-            residual(cmd.data_out.len() as u64, outcome.xfer_len)
-        }
-        DataDir::None => {
-            data_in.clear();
-            let buffer = u64::from(cmd.data_in_len).max(cmd.data_out.len() as u64);
-            residual(buffer, 0)
-        }
-    };
-    Response {
-        tag: cmd.tag,
-        status: Status::GOOD,
-        sense: Vec::new(),
-        data_in,
-        residual,
-        aborted: false,
-    }
-}
-
-/// CHECK CONDITION with sense data; no data is transferred.
-pub(crate) fn check_condition(tag: u64, sense: &Sense, format: SenseFormat) -> Response {
-    Response {
-        tag,
-        status: Status::CHECK_CONDITION,
-        sense: sense.encode(format),
-        data_in: IoBuf::default(),
-        residual: Residual::None,
-        aborted: false,
-    }
-}
-
-/// A response carrying only a status (BUSY, TASK SET FULL, ...).
-pub(crate) fn status_only(tag: u64, status: Status) -> Response {
-    Response {
-        tag,
-        status,
-        ..Response::default()
-    }
-}
-
-/// The completion for a task aborted by task management (SAM-5 §7.2, TAS=0).
-pub(crate) fn aborted(tag: u64) -> Response {
-    Response {
-        tag,
-        status: Status::TASK_ABORTED,
-        aborted: true,
-        ..Response::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn residual_directions() {
-        assert_eq!(residual(512, 512), Residual::None);
-        assert_eq!(residual(10000, 512), Residual::Underflow(9488));
-        assert_eq!(residual(200, 512), Residual::Overflow(312));
-        assert_eq!(residual(0, 1 << 40), Residual::Overflow(u32::MAX));
-    }
-
-    #[test]
-    fn alloc_outcome_truncates() {
-        let o = Outcome::alloc(vec![1; 96], 36);
-        assert_eq!((o.data_in.len(), o.xfer_len), (36, 36));
-        let o = Outcome::alloc(vec![1; 96], 255);
-        assert_eq!((o.data_in.len(), o.xfer_len), (96, 96));
-    }
 }

@@ -11,13 +11,29 @@
 //! one completion; every error leaves as CHECK CONDITION with sense data
 //! built in one place ([`sense`], including `From<BackstoreError>`).
 //!
-//! Layout: [`cmd`] is the front-end interface; `table` is the single
-//! command table that both routes CDBs and feeds REPORT SUPPORTED
-//! OPERATION CODES; `spc`, `sbc`, `mode` and `vpd` execute commands; `lun`
-//! holds a logical unit's task set and workers; `ring` starts READ, WRITE
-//! and SYNCHRONIZE CACHE on the calling thread's io_uring ([`uring`]) and
-//! finishes them from its completions; [`ScsiTarget`] is the LUN table and
-//! task management.
+//! Layout, in layers (a module uses only modules of its own or lower
+//! layers; there are no import cycles):
+//! 1. leaves: [`cmd`] is the front-end interface, [`sense`] builds sense
+//!    data, `cdb` reads CDB fields; `ua`, `lba_lock`, `max_transfer`;
+//! 2. state a logical unit owns, with no knowledge of commands: `pr_state`
+//!    (the persistent reservation model), `pr_store` (its APTPL file),
+//!    `pr` (the live, locked reservations and conflict check), `medium`,
+//!    `sanitize` (state and the operation's thread), `xcopy_param` and
+//!    `copy_results`, and `task_set` (queueing, task attributes, aborts);
+//! 3. `lun`, a logical unit's state (the above plus backstore, identity,
+//!    mode parameters, unit attentions), and `target_state`, the target
+//!    state its commands see; `registry`, `limits`, `cluster`, `error`;
+//! 4. what handlers receive and return: `ctx` and `outcome`;
+//! 5. the handlers: `spc`, `sbc`, `sbc_ext`, `provisioning`, `mode`,
+//!    `vpd`, `alua`, `pr_cmd`, `medium_cmd`, `sanitize_cmd`, `xcopy`;
+//! 6. `table`, the single command table that both routes CDBs and feeds
+//!    REPORT SUPPORTED OPERATION CODES, and `exec`, the dispatcher with
+//!    the generic checks;
+//! 7. how commands run: `workers` (a LUN's worker threads and the inline
+//!    path) and `ring`, which starts READ, WRITE and SYNCHRONIZE CACHE on
+//!    the calling thread's io_uring ([`uring`]) and finishes them from its
+//!    completions;
+//! 8. [`ScsiTarget`] (`target`): the LUN table and task management.
 //!
 //! Threading contract for front ends:
 //! - [`ScsiTarget::submit`] only queues; the completion runs on a LUN worker
@@ -41,30 +57,43 @@ pub mod sense;
 mod alua;
 mod cdb;
 mod cluster;
+mod copy_results;
+mod ctx;
+mod error;
 mod exec;
 mod lba_lock;
 mod limits;
 mod lun;
+mod max_transfer;
 mod medium;
+mod medium_cmd;
 mod mode;
+mod outcome;
 mod pr;
 mod pr_cmd;
+mod pr_state;
 mod pr_store;
 mod provisioning;
 mod registry;
 mod ring;
 mod sanitize;
+mod sanitize_cmd;
 mod sbc;
 mod sbc_ext;
 mod spc;
 mod table;
 mod target;
+mod target_state;
+mod task_set;
 mod ua;
 mod vpd;
+mod workers;
 mod xcopy;
+mod xcopy_param;
 
 pub use cmd::*;
-pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS, MAX_TASKS_PER_LUN};
+pub use error::ScsiError;
+pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS};
 pub use registry::LunRegistry;
 /// The largest buffer the pool keeps ([`IoBuf::for_overwrite`] of more is a plain vector).
 pub use rustgt_backstore::buf::MAX_POOLED;
@@ -73,4 +102,5 @@ pub use rustgt_backstore::buf::MAX_POOLED;
 pub use rustgt_backstore::uring;
 pub use sense::{Asc, FieldPointer, Sense, SenseFormat, SenseKey};
 pub use spc::{lun_from_sam, lun_to_sam, MAX_LUN};
-pub use target::{ScsiError, ScsiTarget};
+pub use target::ScsiTarget;
+pub use task_set::MAX_TASKS_PER_LUN;

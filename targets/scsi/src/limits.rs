@@ -5,7 +5,7 @@
 //! it, so the two cannot disagree.
 
 use crate::lun::LogicalUnit;
-use crate::vpd::max_transfer_blocks;
+use crate::max_transfer::max_transfer_blocks;
 
 /// MAXIMUM COMPARE AND WRITE LENGTH, in logical blocks (a one-byte field).
 pub(crate) const MAX_COMPARE_AND_WRITE_BLOCKS: u8 = 255;

@@ -7,21 +7,10 @@
 //! and return to their defaults on a logical unit reset.
 
 use crate::cdb::Cdb;
-use crate::exec::{Ctx, Outcome};
-use crate::lun::LogicalUnit;
+use crate::ctx::Ctx;
+use crate::lun::{LogicalUnit, ModeState};
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense};
-
-/// The changeable mode parameters of one logical unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ModeState {
-    /// WCE: write-back caching; when clear every write is FUA.
-    pub write_cache: bool,
-    /// D_SENSE: descriptor-format sense data.
-    pub d_sense: bool,
-    /// SWP: software write protect (SPC-4 §7.5.8): the medium refuses
-    /// writes with DATA PROTECT until cleared.
-    pub swp: bool,
-}
 
 pub(crate) const PAGE_CACHING: u8 = 0x08;
 pub(crate) const PAGE_CONTROL: u8 = 0x0A;

@@ -12,9 +12,11 @@
 //! only when the logical unit has a state file, all six types.
 
 use crate::cmd::{Nexus, Status};
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
-use crate::pr::{Access, Effects, ItNexus, PrState, PrType, Refusal, Registration};
+use crate::outcome::Outcome;
+use crate::pr::Access;
+use crate::pr_state::{Effects, ItNexus, PrState, PrType, Refusal, Registration};
 use crate::sense::{Asc, Sense};
 
 /// PERSISTENT RESERVE IN service actions (SPC-4 table 202).
@@ -450,8 +452,8 @@ fn apply_effects(ctx: &Ctx<'_>, lu: &LogicalUnit, effects: Effects, abort: bool)
         |it: &ItNexus| -> Vec<u64> { known.iter().filter(|n| it.is(n)).map(|n| n.id).collect() };
     if abort && !effects.preempted.is_empty() {
         let ids: Vec<u64> = effects.preempted.iter().flat_map(&ids_of).collect();
-        let aborted = lu.abort_matching(|k| ids.contains(&k.nexus));
-        lu.wait_gone(&aborted);
+        let aborted = lu.tasks.abort_matching(|k| ids.contains(&k.nexus));
+        lu.tasks.wait_gone(&aborted);
     }
     for (it, asc) in &effects.uas {
         lu.establish_ua(ids_of(it), *asc, None);
@@ -483,7 +485,7 @@ pub(crate) fn release(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pr::{Registration, Reservation};
+    use crate::pr_state::{Registration, Reservation};
 
     fn it(i: &str) -> ItNexus {
         ItNexus {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pr::{ItNexus, PrState, PrType, Registration, Reservation, MAX_REGISTRATIONS};
+use crate::pr_state::{ItNexus, PrState, PrType, Registration, Reservation, MAX_REGISTRATIONS};
 
 /// File format version written by [`save`].
 const VERSION: u32 = 1;

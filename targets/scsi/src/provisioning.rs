@@ -15,12 +15,13 @@
 use rustgt_backstore::Extent;
 
 use crate::cdb::Cdb;
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::limits::{self, MAX_UNMAP_DESCRIPTORS, MAX_UNMAP_LBA_COUNT};
 use crate::lun::LogicalUnit;
+use crate::max_transfer::MAX_TRANSFER_BYTES;
+use crate::outcome::Outcome;
 use crate::sbc::{block_size, lba_out_of_range};
 use crate::sense::{Asc, Sense};
-use crate::vpd::MAX_TRANSFER_BYTES;
 
 /// UNMAP parameter list header length (SBC-3 table 97).
 const UNMAP_HEADER: usize = 8;

@@ -117,8 +117,26 @@ pub(crate) enum Resolved {
 impl LogicalUnit {
     /// The NAA designator value this unit reports in VPD page 83h.
     pub(crate) fn naa_designator(&self) -> [u8; NAA_LEN] {
-        crate::vpd::naa_registered_extended(self.ident.naa_id)
+        naa_registered_extended(self.ident.naa_id)
     }
+}
+
+/// IEEE company ID placed in the NAA IEEE Registered Extended designator.
+/// rustgt has no OUI of its own, so the field is zero and uniqueness comes
+/// entirely from the per-LUN `naa_id` the daemon assigns.
+pub(crate) const NAA_COMPANY_ID: u32 = 0x00_0000;
+
+/// NAA IEEE Registered Extended designator value (SPC-4 §7.8.6.6.5):
+/// NAA=6h, company ID, vendor specific identifier 0, extension `naa_id`.
+pub(crate) fn naa_registered_extended(naa_id: u64) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    let cid = NAA_COMPANY_ID & 0x00FF_FFFF;
+    v[0] = 0x60 | ((cid >> 20) & 0x0F) as u8;
+    v[1] = (cid >> 12) as u8;
+    v[2] = (cid >> 4) as u8;
+    v[3] = ((cid & 0x0F) as u8) << 4;
+    v[8..16].copy_from_slice(&naa_id.to_be_bytes());
+    v
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Commands on a reactor's io_uring: READ, WRITE (6/10/12/16) and
-//! SYNCHRONIZE CACHE (10/16) that [`LogicalUnit::run_inline`] could not
+//! SYNCHRONIZE CACHE (10/16) that [`crate::workers::run_inline`] could not
 //! complete at once, on a LUN whose store hands out its file
 //! ([`Backstore::uring_file`](rustgt_backstore::Backstore::uring_file):
 //! file and block-device engines behind a passthrough I/O context), started
@@ -30,18 +30,19 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::lun::DataPathOp;
+use crate::workers::DataPathOp;
 use rustgt_backstore::aio::AsyncStore;
 use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
 use rustgt_backstore::{BackstoreError, IoBuf};
 
 use crate::cdb::Cdb;
 use crate::cmd::{Command, Completion, Response, TaskAttr};
-use crate::exec::{self, Admit, Outcome};
-use crate::lun::{call, LogicalUnit, TaskKey};
+use crate::exec::{self, Admit};
+use crate::lun::LogicalUnit;
+use crate::outcome::{self, DataDir, Outcome};
 use crate::sbc;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
-use crate::table::DataDir;
+use crate::task_set::{call, TaskKey};
 
 /// The commands this path serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,7 @@ enum Class {
 }
 
 fn class(cdb: &[u8]) -> Option<Class> {
-    match crate::lun::data_path_op(cdb)? {
+    match crate::workers::data_path_op(cdb)? {
         DataPathOp::Read => Some(Class::Read),
         DataPathOp::Write => Some(Class::Write),
         DataPathOp::Sync => Some(Class::Sync),
@@ -162,7 +163,7 @@ pub(crate) fn start(
         nexus: cmd.nexus.id,
         tag: cmd.tag,
     };
-    if !lu.enter_running(key) {
+    if !lu.tasks.enter_running(key) {
         return Err((cmd, done));
     }
     let started = Instant::now();
@@ -170,7 +171,7 @@ pub(crate) fn start(
     let decided =
         catch_unwind(AssertUnwindSafe(|| prepare(lu, cmd, class, &via))).unwrap_or_else(|_| {
             tracing::error!(lun = lu.lun, "start of a ring or store op panicked");
-            Start::Done(exec::check_condition(
+            Start::Done(outcome::check_condition(
                 key.tag,
                 &Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE),
                 format,
@@ -178,12 +179,12 @@ pub(crate) fn start(
         });
     match decided {
         Start::Done(response) => {
-            lu.complete(key, done, response, false);
+            lu.tasks.complete(key, done, response, false);
             Ok(())
         }
         Start::Workers(cmd) => {
-            if lu.leave_running(key) {
-                call(done, exec::aborted(key.tag));
+            if lu.tasks.leave_running(key) {
+                call(done, outcome::aborted(key.tag));
                 Ok(())
             } else {
                 Err((cmd, done))
@@ -248,11 +249,12 @@ fn ring_error(class: Class, e: io::Error) -> BackstoreError {
 /// Checks and locks; builds the op.
 fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> Start {
     let format = lu.sense_format();
-    let fail =
-        |cmd: &Command, sense: Sense| Start::Done(exec::check_condition(cmd.tag, &sense, format));
+    let fail = |cmd: &Command, sense: Sense| {
+        Start::Done(outcome::check_condition(cmd.tag, &sense, format))
+    };
     match exec::admit(&cmd, Some(lu)) {
         Ok(Admit::Run(_)) => {}
-        Ok(Admit::Done(dir, outcome)) => return Start::Done(exec::good(&cmd, dir, outcome)),
+        Ok(Admit::Done(dir, outcome)) => return Start::Done(outcome::good(&cmd, dir, outcome)),
         Err(sense) => return fail(&cmd, sense),
     }
     let ext = sbc::extent(Cdb::new(&cmd.cdb));
@@ -274,7 +276,7 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
             if len == 0 {
                 lu.stats.count_read(0);
                 let outcome = Outcome::read(Default::default(), bytes);
-                return Start::Done(exec::good(&cmd, DataDir::In, outcome));
+                return Start::Done(outcome::good(&cmd, DataDir::In, outcome));
             }
             let Ok(len) = usize::try_from(len) else {
                 return fail(&cmd, sbc::lba_out_of_range());
@@ -286,7 +288,7 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
             if len == 0 {
                 lu.stats.count_write(0);
                 let outcome = Outcome::data_out(bytes);
-                return Start::Done(exec::good(&cmd, DataDir::Out, outcome));
+                return Start::Done(outcome::good(&cmd, DataDir::Out, outcome));
             }
             let dsync = Cdb::new(&cmd.cdb).bit(1, 0x08) || !lu.mode().write_cache;
             (Op::Write { offset, len, dsync }, len, true)
@@ -378,8 +380,8 @@ fn finish(
     let result = match result {
         Err(BackstoreError::WouldBlock) => {
             // Not performed: the workers run it the usual way.
-            if lu.leave_running(key) {
-                call(done, exec::aborted(key.tag));
+            if lu.tasks.leave_running(key) {
+                call(done, outcome::aborted(key.tag));
             } else if let Err(refused) = lu.enqueue(cmd, done) {
                 call(refused.done, refused.response);
             }
@@ -397,7 +399,7 @@ fn finish(
     let response = catch_unwind(AssertUnwindSafe(|| match (class, result) {
         (Class::Read, Ok(_)) => {
             lu.stats.count_read(len);
-            exec::good(
+            outcome::good(
                 &cmd,
                 DataDir::In,
                 Outcome::read(buf.into_pooled(), xfer_len),
@@ -405,12 +407,12 @@ fn finish(
         }
         (Class::Write, Ok(_)) => {
             lu.stats.count_write(len);
-            exec::good(&cmd, DataDir::Out, Outcome::data_out(xfer_len))
+            outcome::good(&cmd, DataDir::Out, Outcome::data_out(xfer_len))
         }
-        (Class::Sync, Ok(_)) => exec::good(&cmd, DataDir::None, Outcome::none()),
+        (Class::Sync, Ok(_)) => outcome::good(&cmd, DataDir::None, Outcome::none()),
         (class, Err(e)) => {
             tracing::warn!(lun = lu.lun, tag = cmd.tag, error = %e, ?class, "I/O failed");
-            exec::check_condition(cmd.tag, &Sense::from(e), format)
+            outcome::check_condition(cmd.tag, &Sense::from(e), format)
         }
     }))
     .unwrap_or_else(|_| {
@@ -420,7 +422,7 @@ fn finish(
             "completion of a ring or store op panicked"
         );
         let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
-        exec::check_condition(key.tag, &sense, SenseFormat::Fixed)
+        outcome::check_condition(key.tag, &sense, SenseFormat::Fixed)
     });
-    lu.complete(key, done, response, false);
+    lu.tasks.complete(key, done, response, false);
 }

@@ -1,5 +1,8 @@
 //! SANITIZE (SBC-3 §5.19, §4.11) with virtual-disk semantics.
 //!
+//! This module holds a logical unit's sanitize state and the thread that
+//! runs the operation; the SANITIZE command itself is in `sanitize_cmd`.
+//!
 //! - OVERWRITE writes the initialization pattern (repeated to fill each
 //!   logical block) over the whole medium. Only the last pass is visible on
 //!   a virtual disk, so one pass is written: the pattern, inverted when
@@ -34,11 +37,9 @@ use std::time::{Duration, Instant};
 
 use rustgt_backstore::{Backstore, BackstoreError};
 
-use crate::exec::{Ctx, Outcome};
-use crate::lun::{LogicalUnit, TaskKey};
+use crate::max_transfer::MAX_TRANSFER_BYTES;
 use crate::medium::works_without_medium;
 use crate::sense::{Asc, Sense, SenseKey};
-use crate::vpd::MAX_TRANSFER_BYTES;
 
 /// SANITIZE service actions (SBC-3 table 50).
 pub(crate) const SA_OVERWRITE: u8 = 0x01;
@@ -62,15 +63,9 @@ fn allowed_while_running(opcode: u8) -> bool {
     matches!(opcode, 0x03 | 0x12 | 0xA0)
 }
 
-/// Whether BLOCK ERASE and CRYPTOGRAPHIC ERASE are offered: the unit
-/// deallocates, i.e. it reports logical block provisioning (LBPME=1).
-pub(crate) fn erase_supported(lu: &LogicalUnit) -> bool {
-    crate::limits::lbp_enabled(lu)
-}
-
 /// What the sanitize thread writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Job {
+pub(crate) enum Job {
     /// One logical block of pattern, written over every block.
     Overwrite(Vec<u8>),
     /// Deallocate every block.
@@ -187,7 +182,7 @@ impl Sanitizer {
 
     /// EXIT FAILURE MODE: allowed after a failed sanitize with AUSE set; a
     /// no-op when not in failure mode.
-    fn exit_failure_mode(&self) -> Result<(), Sense> {
+    pub(crate) fn exit_failure_mode(&self) -> Result<(), Sense> {
         let mut st = self.shared.lock();
         match st.phase {
             Phase::Failed { ause: false } => Err(Sense::invalid_cdb_field(1, Some(5))),
@@ -200,7 +195,7 @@ impl Sanitizer {
     }
 
     /// Starts `job` over `total` bytes of `store`; returns its number.
-    fn start(
+    pub(crate) fn start(
         &self,
         job: Job,
         store: Arc<dyn Backstore>,
@@ -262,7 +257,7 @@ impl Sanitizer {
 
     /// Waits for operation `number` to end; stops waiting (without
     /// stopping the operation) once `aborted` says the command was aborted.
-    fn wait(&self, number: u64, aborted: impl Fn() -> bool) -> Result<(), Sense> {
+    pub(crate) fn wait(&self, number: u64, aborted: impl Fn() -> bool) -> Result<(), Sense> {
         let mut st = self.shared.lock();
         loop {
             match st.outcomes.iter().find(|(n, _)| *n == number) {
@@ -388,7 +383,7 @@ fn pace(shared: &Shared, began: Instant, done: u64, rate: Option<u64>) {
 /// Parses OVERWRITE parameter data (SBC-3 §5.19.3) into the logical block
 /// the last pass writes. `param_len` has already been checked to be within
 /// 5..=block_size+4.
-fn overwrite_block(data: &[u8], block_size: usize) -> Result<Vec<u8>, Sense> {
+pub(crate) fn overwrite_block(data: &[u8], block_size: usize) -> Result<Vec<u8>, Sense> {
     let param = |at: usize, bit: Option<u8>| Sense::invalid_param_field(at, bit);
     let [b0, b1, l0, l1] = match data.get(..4) {
         Some(&[a, b, c, d]) => [a, b, c, d],
@@ -419,52 +414,6 @@ fn overwrite_block(data: &[u8], block_size: usize) -> Result<Vec<u8>, Sense> {
         .take(block_size)
         .map(|b| b ^ flip)
         .collect())
-}
-
-/// SANITIZE (SBC-3 §5.19).
-pub(crate) fn sanitize(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
-    let lu = ctx.lu()?;
-    let cdb = ctx.cdb;
-    let immed = cdb.bit(1, 0x80);
-    let ause = cdb.bit(1, 0x20);
-    let sa = cdb.byte(1) & 0x1F;
-    let param_len = usize::from(cdb.be16(7));
-    let geometry = lu.geometry();
-    let block_size = usize::try_from(geometry.block_size).unwrap_or(usize::MAX);
-    let job = match sa {
-        SA_OVERWRITE => {
-            if param_len < 5 || param_len > block_size.saturating_add(4) {
-                return Err(Sense::invalid_cdb_field(7, None));
-            }
-            let data = ctx
-                .cmd
-                .data_out
-                .get(..param_len)
-                .ok_or(Sense::illegal(Asc::PARAMETER_LIST_LENGTH_ERROR))?;
-            Job::Overwrite(overwrite_block(data, block_size)?)
-        }
-        SA_BLOCK_ERASE | SA_CRYPTO_ERASE | SA_EXIT_FAILURE_MODE if param_len != 0 => {
-            return Err(Sense::invalid_cdb_field(7, None));
-        }
-        SA_BLOCK_ERASE | SA_CRYPTO_ERASE if erase_supported(lu) => Job::Deallocate,
-        SA_EXIT_FAILURE_MODE => {
-            lu.sanitizer.exit_failure_mode()?;
-            return Ok(Outcome::data_out(0));
-        }
-        _ => return Err(Sense::invalid_cdb_field(1, Some(4))),
-    };
-    let number = lu
-        .sanitizer
-        .start(job, Arc::clone(&lu.backstore), geometry.size_bytes(), ause)?;
-    tracing::info!(lun = lu.lun, service_action = sa, immed, "sanitize started");
-    if !immed {
-        let key = TaskKey {
-            nexus: ctx.nexus_id(),
-            tag: ctx.cmd.tag,
-        };
-        lu.sanitizer.wait(number, || lu.task_aborted(key))?;
-    }
-    Ok(Outcome::data_out(param_len as u64))
 }
 
 #[cfg(test)]

@@ -19,10 +19,11 @@
 use rustgt_backstore::IoBuf;
 
 use crate::cdb::Cdb;
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::max_transfer::{max_transfer_blocks, MAX_TRANSFER_BYTES};
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense, SenseKey};
-use crate::vpd::{max_transfer_blocks, MAX_TRANSFER_BYTES};
 
 /// LBA / transfer length fields of a medium-access CDB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

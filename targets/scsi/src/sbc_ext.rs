@@ -18,9 +18,10 @@
 //! two such commands on different gateways never interleave. A plain WRITE
 //! through another gateway is not excluded by that exclusion.
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::limits::{self, MAX_COMPARE_AND_WRITE_BLOCKS};
 use crate::lun::LogicalUnit;
+use crate::outcome::Outcome;
 use crate::sbc::{
     block_size, check_max_transfer, check_range, extent, miscompare, read_medium, whole_blocks,
     Extent,

@@ -1,10 +1,10 @@
-//! Primary commands (SPC-4 §6): TEST UNIT READY, INQUIRY, REQUEST SENSE,
-//! REPORT LUNS and REPORT SUPPORTED OPERATION CODES, plus SAM-5 LUN
-//! addressing helpers.
+//! Primary commands (SPC-4 §6): TEST UNIT READY, INQUIRY, REQUEST SENSE
+//! and REPORT LUNS, plus SAM-5 LUN addressing helpers. REPORT SUPPORTED
+//! OPERATION CODES is generated from the command table, in `table`.
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
+use crate::outcome::Outcome;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
-use crate::table::{self, CmdDesc, COMMANDS};
 use crate::vpd;
 
 /// Largest LUN this core exports: the flat space addressing method's
@@ -122,96 +122,6 @@ pub(crate) fn report_luns(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     Ok(Outcome::alloc(data, alloc_len))
 }
 
-/// SUPPORT field values (SPC-4 table 371).
-const SUPPORT_NOT_SUPPORTED: u8 = 0b001;
-const SUPPORT_STANDARD: u8 = 0b011;
-
-/// Command timeouts descriptor (SPC-4 §6.35.4): nominal time not given,
-/// recommended timeout from the table.
-fn timeouts_descriptor(desc: &CmdDesc) -> [u8; 12] {
-    let mut d = [0u8; 12];
-    d[1] = 0x0A;
-    d[8..12].copy_from_slice(&desc.timeout_secs.to_be_bytes());
-    d
-}
-
-/// All-commands command descriptor (SPC-4 table 369).
-fn command_descriptor(desc: &CmdDesc, rctd: bool) -> Vec<u8> {
-    let sa = u16::from(desc.service_action.unwrap_or(0)).to_be_bytes();
-    let flags = if rctd { 0x02 } else { 0 } | u8::from(desc.service_action.is_some());
-    let cdb_len = (desc.usage.len() as u16).to_be_bytes();
-    let mut d = vec![
-        desc.opcode,
-        0,
-        sa[0],
-        sa[1],
-        0,
-        flags,
-        cdb_len[0],
-        cdb_len[1],
-    ];
-    if rctd {
-        d.extend_from_slice(&timeouts_descriptor(desc));
-    }
-    d
-}
-
-/// One-command parameter data (SPC-4 table 370).
-fn one_command(desc: Option<&CmdDesc>, rctd: bool) -> Vec<u8> {
-    let Some(desc) = desc else {
-        return vec![0, SUPPORT_NOT_SUPPORTED, 0, 0];
-    };
-    let ctdp = if rctd { 0x80 } else { 0 };
-    let cdb_len = (desc.usage.len() as u16).to_be_bytes();
-    let mut d = vec![0, ctdp | SUPPORT_STANDARD, cdb_len[0], cdb_len[1]];
-    d.extend_from_slice(desc.usage);
-    if rctd {
-        d.extend_from_slice(&timeouts_descriptor(desc));
-    }
-    d
-}
-
-/// REPORT SUPPORTED OPERATION CODES (SPC-4 §6.35), from the command table.
-pub(crate) fn report_supported_opcodes(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
-    let lu = ctx.lu()?;
-    let cdb = ctx.cdb;
-    let rctd = cdb.bit(2, 0x80);
-    let options = cdb.byte(2) & 0x07;
-    let opcode = cdb.byte(3);
-    let sa = cdb.be16(4);
-    let alloc_len = u64::from(cdb.be32(6));
-    let has_sa = table::entries_for(opcode).any(|d| d.service_action.is_some());
-    let known = table::entries_for(opcode).next().is_some();
-    let data = match options {
-        0b000 => {
-            let mut list = Vec::new();
-            for desc in COMMANDS.iter().filter(|d| table::available(d, lu)) {
-                list.extend(command_descriptor(desc, rctd));
-            }
-            let mut data = u32::try_from(list.len())
-                .unwrap_or(u32::MAX)
-                .to_be_bytes()
-                .to_vec();
-            data.extend(list);
-            data
-        }
-        // 001b: by opcode, which must not have service actions.
-        0b001 if has_sa => return Err(Sense::invalid_cdb_field(2, Some(2))),
-        0b001 => one_command(table::entries_for(opcode).next(), rctd),
-        // 010b: by opcode and service action, which it must have.
-        0b010 if known && !has_sa => return Err(Sense::invalid_cdb_field(2, Some(2))),
-        // 011b: by opcode, and by service action if it has them.
-        0b010 | 0b011 => {
-            let desc = table::entries_for(opcode)
-                .filter(|d| table::available(d, lu))
-                .find(|d| d.service_action.is_none_or(|s| u16::from(s) == sa));
-            one_command(desc, rctd)
-        }
-        _ => return Err(Sense::invalid_cdb_field(2, Some(2))),
-    };
-    Ok(Outcome::alloc(data, alloc_len))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,23 +142,6 @@ mod tests {
         assert_eq!(lun_from_sam([0x01, 0x05, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(lun_from_sam([0x80, 0x05, 0, 0, 0, 0, 0, 0]), None);
         assert_eq!(lun_from_sam([0x00, 0x05, 0, 1, 0, 0, 0, 0]), None);
-    }
-
-    #[test]
-    fn rsoc_descriptors() {
-        let rc16 = COMMANDS
-            .iter()
-            .find(|d| d.opcode == 0x9E)
-            .map(|d| command_descriptor(d, true))
-            .unwrap_or_default();
-        assert_eq!(&rc16[..8], &[0x9E, 0, 0, 0x10, 0, 0x03, 0, 16]);
-        assert_eq!(&rc16[8..12], &[0, 0x0A, 0, 0]);
-        let tur = COMMANDS
-            .first()
-            .map(|d| one_command(Some(d), false))
-            .unwrap_or_default();
-        assert_eq!(tur, vec![0, 0x03, 0, 6, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(one_command(None, true), vec![0, 0x01, 0, 0]);
     }
 
     mod props {

@@ -2,24 +2,20 @@
 //! CDB usage data, data direction and dispatch flags.
 //!
 //! The dispatcher routes and validates CDBs from this table, and REPORT
-//! SUPPORTED OPERATION CODES (SPC-4 §6.35) is generated from it, so the two
-//! cannot drift apart. Usage data follows SPC-4 §6.35.3: byte 0 is the
+//! SUPPORTED OPERATION CODES (SPC-4 §6.35, handled here) is generated from
+//! it, so the two cannot drift apart. The table sits above every handler
+//! it names and below the dispatcher (`exec`). Usage data follows SPC-4 §6.35.3: byte 0 is the
 //! operation code, the service action sits in its CDB position, every other
 //! byte is the mask of bits the device server evaluates. A bit set in a CDB
 //! where the usage data has a zero is rejected with INVALID FIELD IN CDB.
 
-use crate::exec::{Ctx, Outcome};
+use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;
+use crate::outcome::{DataDir, Outcome};
 use crate::sense::Sense;
-use crate::{alua, medium, mode, pr_cmd, provisioning, sanitize, sbc, sbc_ext, spc, xcopy};
-
-/// Direction of the data phase, for residual accounting (SAM-5 §5.4.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DataDir {
-    None,
-    In,
-    Out,
-}
+use crate::{
+    alua, medium_cmd, mode, pr_cmd, provisioning, sanitize, sanitize_cmd, sbc, sbc_ext, spc, xcopy,
+};
 
 /// Command handler: runs on a LUN worker (or the target's control thread
 /// for commands addressed to a missing LUN).
@@ -120,11 +116,11 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
     cmd!(0x1A, None, "MODE SENSE(6)", In, 0, CTL_TIMEOUT, mode::mode_sense,
          [0x1A, 0x08, 0xFF, 0xFF, 0xFF, 0]),
     // SBC-3 §5.25
-    cmd!(0x1B, None, "START STOP UNIT", None, 0, FLUSH_TIMEOUT, medium::start_stop_unit,
+    cmd!(0x1B, None, "START STOP UNIT", None, 0, FLUSH_TIMEOUT, medium_cmd::start_stop_unit,
          [0x1B, 0x01, 0, 0x0F, 0xF7, 0]),
     // SBC-3 §5.14
     cmd!(0x1E, None, "PREVENT ALLOW MEDIUM REMOVAL", None, 0, CTL_TIMEOUT,
-         medium::prevent_allow_medium_removal,
+         medium_cmd::prevent_allow_medium_removal,
          [0x1E, 0, 0, 0, 0x03, 0]),
     // SBC-3 §5.15
     cmd!(0x25, None, "READ CAPACITY(10)", In, 0, CTL_TIMEOUT, sbc::read_capacity10,
@@ -158,13 +154,13 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
          [0x42, 0, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, 0]),
     // SBC-3 §5.19: SANITIZE (IMMED, AUSE and the service action in byte 1)
     cmd!(0x48, Some(0x01), "SANITIZE OVERWRITE", Out, MEDIUM_WRITE, SANITIZE_TIMEOUT,
-         sanitize::sanitize, [0x48, 0xA1, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+         sanitize_cmd::sanitize, [0x48, 0xA1, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
     cmd!(0x48, Some(0x02), "SANITIZE BLOCK ERASE", None, MEDIUM_WRITE, SANITIZE_TIMEOUT,
-         sanitize::sanitize, [0x48, 0xA2, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+         sanitize_cmd::sanitize, [0x48, 0xA2, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
     cmd!(0x48, Some(0x03), "SANITIZE CRYPTOGRAPHIC ERASE", None, MEDIUM_WRITE, SANITIZE_TIMEOUT,
-         sanitize::sanitize, [0x48, 0xA3, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+         sanitize_cmd::sanitize, [0x48, 0xA3, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
     cmd!(0x48, Some(0x1F), "SANITIZE EXIT FAILURE MODE", None, MEDIUM_WRITE, CTL_TIMEOUT,
-         sanitize::sanitize, [0x48, 0xBF, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
+         sanitize_cmd::sanitize, [0x48, 0xBF, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
     // SPC-4 §6.10
     cmd!(0x55, None, "MODE SELECT(10)", Out, 0, CTL_TIMEOUT, mode::mode_select,
          [0x55, 0x11, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0]),
@@ -272,7 +268,7 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
          [0xA3, 0xEA, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
     // SPC-4 §6.35: MAINTENANCE IN / REPORT SUPPORTED OPERATION CODES
     cmd!(0xA3, Some(0x0C), "REPORT SUPPORTED OPERATION CODES", In, 0, CTL_TIMEOUT,
-         spc::report_supported_opcodes,
+         report_supported_opcodes,
          [0xA3, 0x0C, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
     // SBC-3 §5.12
     cmd!(0xA8, None, "READ(12)", In, 0, IO_TIMEOUT, sbc::read,
@@ -329,7 +325,7 @@ pub(crate) fn lookup(cdb: &[u8]) -> Lookup {
 pub(crate) fn available(desc: &CmdDesc, lu: &LogicalUnit) -> bool {
     match (desc.opcode, desc.service_action) {
         (0x48, Some(sanitize::SA_BLOCK_ERASE | sanitize::SA_CRYPTO_ERASE)) => {
-            sanitize::erase_supported(lu)
+            sanitize_cmd::erase_supported(lu)
         }
         _ => true,
     }
@@ -338,6 +334,96 @@ pub(crate) fn available(desc: &CmdDesc, lu: &LogicalUnit) -> bool {
 /// Entries for `opcode` (several when it has service actions).
 pub(crate) fn entries_for(opcode: u8) -> impl Iterator<Item = &'static CmdDesc> {
     COMMANDS.iter().filter(move |d| d.opcode == opcode)
+}
+
+/// SUPPORT field values (SPC-4 table 371).
+const SUPPORT_NOT_SUPPORTED: u8 = 0b001;
+const SUPPORT_STANDARD: u8 = 0b011;
+
+/// Command timeouts descriptor (SPC-4 §6.35.4): nominal time not given,
+/// recommended timeout from the table.
+fn timeouts_descriptor(desc: &CmdDesc) -> [u8; 12] {
+    let mut d = [0u8; 12];
+    d[1] = 0x0A;
+    d[8..12].copy_from_slice(&desc.timeout_secs.to_be_bytes());
+    d
+}
+
+/// All-commands command descriptor (SPC-4 table 369).
+fn command_descriptor(desc: &CmdDesc, rctd: bool) -> Vec<u8> {
+    let sa = u16::from(desc.service_action.unwrap_or(0)).to_be_bytes();
+    let flags = if rctd { 0x02 } else { 0 } | u8::from(desc.service_action.is_some());
+    let cdb_len = (desc.usage.len() as u16).to_be_bytes();
+    let mut d = vec![
+        desc.opcode,
+        0,
+        sa[0],
+        sa[1],
+        0,
+        flags,
+        cdb_len[0],
+        cdb_len[1],
+    ];
+    if rctd {
+        d.extend_from_slice(&timeouts_descriptor(desc));
+    }
+    d
+}
+
+/// One-command parameter data (SPC-4 table 370).
+fn one_command(desc: Option<&CmdDesc>, rctd: bool) -> Vec<u8> {
+    let Some(desc) = desc else {
+        return vec![0, SUPPORT_NOT_SUPPORTED, 0, 0];
+    };
+    let ctdp = if rctd { 0x80 } else { 0 };
+    let cdb_len = (desc.usage.len() as u16).to_be_bytes();
+    let mut d = vec![0, ctdp | SUPPORT_STANDARD, cdb_len[0], cdb_len[1]];
+    d.extend_from_slice(desc.usage);
+    if rctd {
+        d.extend_from_slice(&timeouts_descriptor(desc));
+    }
+    d
+}
+
+/// REPORT SUPPORTED OPERATION CODES (SPC-4 §6.35), from the command table.
+pub(crate) fn report_supported_opcodes(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
+    let lu = ctx.lu()?;
+    let cdb = ctx.cdb;
+    let rctd = cdb.bit(2, 0x80);
+    let options = cdb.byte(2) & 0x07;
+    let opcode = cdb.byte(3);
+    let sa = cdb.be16(4);
+    let alloc_len = u64::from(cdb.be32(6));
+    let has_sa = entries_for(opcode).any(|d| d.service_action.is_some());
+    let known = entries_for(opcode).next().is_some();
+    let data = match options {
+        0b000 => {
+            let mut list = Vec::new();
+            for desc in COMMANDS.iter().filter(|d| available(d, lu)) {
+                list.extend(command_descriptor(desc, rctd));
+            }
+            let mut data = u32::try_from(list.len())
+                .unwrap_or(u32::MAX)
+                .to_be_bytes()
+                .to_vec();
+            data.extend(list);
+            data
+        }
+        // 001b: by opcode, which must not have service actions.
+        0b001 if has_sa => return Err(Sense::invalid_cdb_field(2, Some(2))),
+        0b001 => one_command(entries_for(opcode).next(), rctd),
+        // 010b: by opcode and service action, which it must have.
+        0b010 if known && !has_sa => return Err(Sense::invalid_cdb_field(2, Some(2))),
+        // 011b: by opcode, and by service action if it has them.
+        0b010 | 0b011 => {
+            let desc = entries_for(opcode)
+                .filter(|d| available(d, lu))
+                .find(|d| d.service_action.is_none_or(|s| u16::from(s) == sa));
+            one_command(desc, rctd)
+        }
+        _ => return Err(Sense::invalid_cdb_field(2, Some(2))),
+    };
+    Ok(Outcome::alloc(data, alloc_len))
 }
 
 #[cfg(test)]
@@ -377,5 +463,22 @@ mod tests {
         assert!(matches!(lookup(&[0x9E]), Lookup::UnknownServiceAction));
         assert!(matches!(lookup(&[0xFF]), Lookup::UnknownOpcode));
         assert!(matches!(lookup(&[]), Lookup::UnknownOpcode));
+    }
+
+    #[test]
+    fn rsoc_descriptors() {
+        let rc16 = COMMANDS
+            .iter()
+            .find(|d| d.opcode == 0x9E)
+            .map(|d| command_descriptor(d, true))
+            .unwrap_or_default();
+        assert_eq!(&rc16[..8], &[0x9E, 0, 0, 0x10, 0, 0x03, 0, 16]);
+        assert_eq!(&rc16[8..12], &[0, 0x0A, 0, 0]);
+        let tur = COMMANDS
+            .first()
+            .map(|d| one_command(Some(d), false))
+            .unwrap_or_default();
+        assert_eq!(tur, vec![0, 0x03, 0, 6, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(one_command(None, true), vec![0, 0x01, 0, 0]);
     }
 }

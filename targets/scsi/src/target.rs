@@ -21,33 +21,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use crate::cmd::{Command, Completion, Nexus, Response, TmfFunction, TmfResponse};
+use crate::error::ScsiError;
 use crate::exec;
-use crate::lun::{LogicalUnit, LunConfig, LunStats, TaskKey};
+use crate::lun::{LogicalUnit, LunConfig, LunStats};
 use crate::registry::LunRegistry;
 use crate::sense::Asc;
 use crate::spc::MAX_LUN;
-
-/// Errors of the SCSI core's management interface.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScsiError {
-    #[error("LUN {0} already exists")]
-    LunExists(u64),
-    #[error("LUN {0} does not exist")]
-    NoSuchLun(u64),
-    #[error("LUN {0} is out of range (at most {MAX_LUN})")]
-    LunOutOfRange(u64),
-    #[error("LUN {lun}: {reason}")]
-    InvalidConfig { lun: u64, reason: String },
-    #[error("LUN {lun}: cannot start a worker thread: {source}")]
-    Spawn {
-        lun: u64,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the target has been shut down")]
-    ShutDown,
-}
+use crate::target_state::TargetShared;
+use crate::task_set::TaskKey;
+use crate::workers;
 
 /// Says once per LUN where its commands that cannot complete at once run.
 fn log_blocking_path(target: &str, lu: &LogicalUnit) {
@@ -63,109 +45,6 @@ fn log_blocking_path(target: &str, lu: &LogicalUnit) {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// State shared by the target and its workers.
-#[derive(Debug)]
-pub(crate) struct TargetShared {
-    luns: RwLock<BTreeMap<u64, Arc<LogicalUnit>>>,
-    nexuses: Mutex<HashMap<u64, Arc<Nexus>>>,
-    /// Logical units the copy manager can reach (shared process-wide).
-    registry: Arc<LunRegistry>,
-    /// Target port groups of every gateway serving this target (its own
-    /// included), reported by REPORT TARGET PORT GROUPS even before a
-    /// nexus used them; empty: only the groups seen.
-    port_groups: RwLock<Vec<u16>>,
-}
-
-impl TargetShared {
-    pub(crate) fn registry(&self) -> &LunRegistry {
-        &self.registry
-    }
-
-    fn lu(&self, lun: u64) -> Option<Arc<LogicalUnit>> {
-        self.luns
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&lun)
-            .cloned()
-    }
-
-    fn all_lus(&self) -> Vec<Arc<LogicalUnit>> {
-        self.luns
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    /// Exported LUNs, ascending.
-    pub(crate) fn lun_list(&self) -> Vec<u64> {
-        self.luns
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keys()
-            .copied()
-            .collect()
-    }
-
-    /// Ids of every nexus currently known.
-    pub(crate) fn known_nexuses(&self) -> Vec<u64> {
-        lock(&self.nexuses).keys().copied().collect()
-    }
-
-    /// The configured target port groups ([`ScsiTarget::set_port_groups`]).
-    pub(crate) fn port_groups(&self) -> Vec<u16> {
-        self.port_groups
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Logical unit reset (SAM-5 §6.3.3) on this gateway only: abort all
-    /// tasks, restore default mode parameters, and establish `asc` for
-    /// every known nexus, including the one that asked.
-    pub(crate) fn reset_lu_here(&self, lu: &LogicalUnit, asc: Asc) {
-        let aborted = lu.abort_matching(|_| true);
-        lu.wait_gone(&aborted);
-        let defaults = lu.mode_defaults();
-        let was = lu.mode();
-        if lu.set_mode(defaults) && was.write_cache && !defaults.write_cache {
-            if let Err(e) = lu.backstore.flush() {
-                tracing::warn!(lun = lu.lun, error = %e, "flush on reset failed");
-            }
-        }
-        // SPC-2 reservations end with a reset; persistent ones do not.
-        lu.pr.reset();
-        // Medium removal prevention ends too (SBC-3 §5.14).
-        lu.medium.reset();
-        lu.establish_ua(self.known_nexuses(), asc, None);
-    }
-
-    /// Every nexus currently known (reservations map I_T nexus names to
-    /// connections with it; ALUA learns target ports from it).
-    pub(crate) fn nexus_list(&self) -> Vec<Arc<Nexus>> {
-        lock(&self.nexuses).values().cloned().collect()
-    }
-
-    fn register(&self, nexus: &Nexus) {
-        lock(&self.nexuses)
-            .entry(nexus.id)
-            .or_insert_with(|| Arc::new(nexus.clone()));
-    }
-
-    /// REPORTED LUNS DATA HAS CHANGED for every known nexus on every LUN.
-    fn luns_changed(&self) {
-        let nexuses = self.known_nexuses();
-        for lu in self.all_lus() {
-            lu.establish_ua(
-                nexuses.iter().copied(),
-                Asc::REPORTED_LUNS_DATA_HAS_CHANGED,
-                None,
-            );
-        }
-    }
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -317,7 +196,7 @@ impl ScsiTarget {
             lun,
             reason: e.to_string(),
         })?;
-        lu.start(&self.shared, cfg.workers)?;
+        workers::start(&lu, &self.shared, cfg.workers)?;
         log_blocking_path(self.name.as_str(), &lu);
         {
             let mut luns = self
@@ -327,7 +206,7 @@ impl ScsiTarget {
                 .unwrap_or_else(PoisonError::into_inner);
             if luns.contains_key(&lun) {
                 drop(luns);
-                lu.stop_and_join();
+                workers::stop_and_join(&lu);
                 return Err(ScsiError::LunExists(lun));
             }
             self.shared.registry.register(&lu);
@@ -350,7 +229,7 @@ impl ScsiTarget {
             .remove(&lun)
             .ok_or(ScsiError::NoSuchLun(lun))?;
         self.shared.registry.unregister(&lu);
-        lu.stop_and_join();
+        workers::stop_and_join(&lu);
         if let Err(e) = lu.backstore.flush() {
             tracing::warn!(target = %self.name, lun, error = %e, "flush on LUN removal failed");
         }
@@ -407,7 +286,7 @@ impl ScsiTarget {
     }
 
     /// Runs `cmd` to completion on the calling thread when its LUN can do
-    /// that without blocking (see `LogicalUnit::run_inline`: reads and
+    /// that without blocking (see `workers::run_inline`: reads and
     /// writes of memory-backed stores, page-cache hits of buffered files);
     /// a reactor calls this first and hands what comes back to
     /// [`Self::submit`]. Task management, unit attentions, reservations and
@@ -416,7 +295,7 @@ impl ScsiTarget {
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 self.shared.register(&cmd.nexus);
-                lu.run_inline(cmd, &self.shared)
+                workers::run_inline(&lu, cmd, &self.shared)
             }
             None => Err(cmd),
         }
@@ -464,21 +343,21 @@ impl ScsiTarget {
         match f {
             TmfFunction::AbortTask { tag } => {
                 let key = TaskKey { nexus: me, tag };
-                let aborted = lu.abort_matching(|k| *k == key);
+                let aborted = lu.tasks.abort_matching(|k| *k == key);
                 if aborted.nexuses.is_empty() {
                     return TmfResponse::TaskNotFound;
                 }
-                lu.wait_gone(&aborted);
+                lu.tasks.wait_gone(&aborted);
                 TmfResponse::FunctionComplete
             }
             TmfFunction::AbortTaskSet => {
-                let aborted = lu.abort_matching(|k| k.nexus == me);
-                lu.wait_gone(&aborted);
+                let aborted = lu.tasks.abort_matching(|k| k.nexus == me);
+                lu.tasks.wait_gone(&aborted);
                 TmfResponse::FunctionComplete
             }
             TmfFunction::ClearTaskSet => {
-                let aborted = lu.abort_matching(|_| true);
-                lu.wait_gone(&aborted);
+                let aborted = lu.tasks.abort_matching(|_| true);
+                lu.tasks.wait_gone(&aborted);
                 // TAS=0: other nexuses learn of their lost tasks (SAM-5 §7.4).
                 lu.establish_ua(
                     aborted.nexuses.iter().copied(),
@@ -492,7 +371,7 @@ impl ScsiTarget {
                 TmfResponse::FunctionComplete
             }
             TmfFunction::QueryTask { tag } => {
-                if lu.has_task(TaskKey { nexus: me, tag }) {
+                if lu.tasks.has_task(TaskKey { nexus: me, tag }) {
                     TmfResponse::FunctionSucceeded
                 } else {
                     TmfResponse::FunctionComplete
@@ -524,7 +403,7 @@ impl ScsiTarget {
     pub fn nexus_lost(&self, nexus: &Nexus) {
         lock(&self.shared.nexuses).remove(&nexus.id);
         for lu in self.shared.all_lus() {
-            lu.abort_matching(|k| k.nexus == nexus.id);
+            lu.tasks.abort_matching(|k| k.nexus == nexus.id);
             lu.drop_nexus(nexus.id);
         }
     }
@@ -538,7 +417,7 @@ impl ScsiTarget {
         }
         for lu in self.shared.all_lus() {
             self.shared.registry.unregister(&lu);
-            lu.stop_and_join();
+            workers::stop_and_join(&lu);
             if let Err(e) = lu.backstore.flush() {
                 tracing::warn!(target = %self.name, lun = lu.lun, error = %e, "flush on shutdown failed");
             }

@@ -8,18 +8,9 @@
 
 use crate::cmd::Nexus;
 use crate::limits;
-use crate::lun::{Identity, LogicalUnit};
-
-pub(crate) const DEFAULT_VENDOR: &str = "RUSTGT";
-pub(crate) const DEFAULT_PRODUCT: &str = "VIRTUAL-DISK";
-
-/// IEEE company ID placed in the NAA IEEE Registered Extended designator.
-/// rustgt has no OUI of its own, so the field is zero and uniqueness comes
-/// entirely from the per-LUN `naa_id` the daemon assigns.
-pub(crate) const NAA_COMPANY_ID: u32 = 0x00_0000;
-
-/// Largest single transfer this core accepts (block limits VPD).
-pub(crate) const MAX_TRANSFER_BYTES: u32 = 8 << 20;
+use crate::lun::{Identity, LogicalUnit, DEFAULT_PRODUCT, DEFAULT_VENDOR};
+use crate::max_transfer::max_transfer_blocks;
+use crate::registry::naa_registered_extended;
 
 /// Peripheral device type: direct-access block device (SPC-4 table 137).
 const TYPE_DISK: u8 = 0x00;
@@ -41,11 +32,6 @@ pub(crate) const STANDARD_LEN: usize = 96;
 
 /// Supported VPD page codes, ascending.
 pub(crate) const VPD_PAGES: [u8; 7] = [0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2];
-
-/// Largest transfer in logical blocks for this block size.
-pub(crate) fn max_transfer_blocks(block_size: u32) -> u32 {
-    MAX_TRANSFER_BYTES / block_size.max(1)
-}
 
 /// An ASCII field of `len` bytes, left-aligned and space-padded (SPC-4
 /// §4.4.1): characters outside 20h..7Eh become '_', extra ones are cut.
@@ -132,19 +118,6 @@ fn designator(protocol: u8, code_set: u8, piv_assoc_type: u8, data: &[u8]) -> Ve
     ];
     d.extend_from_slice(data);
     d
-}
-
-/// NAA IEEE Registered Extended designator value (SPC-4 §7.8.6.6.5):
-/// NAA=6h, company ID, vendor specific identifier 0, extension `naa_id`.
-pub(crate) fn naa_registered_extended(naa_id: u64) -> [u8; 16] {
-    let mut v = [0u8; 16];
-    let cid = NAA_COMPANY_ID & 0x00FF_FFFF;
-    v[0] = 0x60 | ((cid >> 20) & 0x0F) as u8;
-    v[1] = (cid >> 12) as u8;
-    v[2] = (cid >> 4) as u8;
-    v[3] = ((cid & 0x0F) as u8) << 4;
-    v[8..16].copy_from_slice(&naa_id.to_be_bytes());
-    v
 }
 
 /// SCSI name string: UTF-8, null-terminated, padded to a multiple of four
@@ -237,7 +210,9 @@ pub(crate) fn page(code: u8, lu: &LogicalUnit, nexus: &Nexus) -> Option<Vec<u8>>
         0x83 => Some(device_identification(&lu.ident, nexus)),
         0xB0 => Some(block_limits(lu)),
         0x8F => Some(vpd(0x8F, &crate::xcopy::third_party_copy_page())),
-        0xB1 => Some(block_characteristics(crate::sanitize::erase_supported(lu))),
+        0xB1 => Some(block_characteristics(crate::sanitize_cmd::erase_supported(
+            lu,
+        ))),
         0xB2 => Some(logical_block_provisioning(lu)),
         _ => None,
     }
@@ -324,6 +299,7 @@ mod tests {
 
     #[test]
     fn fixed_pages() {
+        use crate::max_transfer::MAX_TRANSFER_BYTES;
         let b1 = block_characteristics(false);
         assert_eq!(b1.len(), 64);
         assert_eq!(&b1[..8], &[0, 0xB1, 0, 0x3C, 0, 1, 0, 0]);
