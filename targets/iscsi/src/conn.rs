@@ -17,6 +17,7 @@
 //! one internal enum. Nothing here blocks, allocates beyond the negotiated
 //! limits, or panics on what a peer sends.
 
+mod login_phase;
 mod rdma;
 mod stream;
 
@@ -30,18 +31,20 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use rustgt_scsi::sense::{Asc, Sense, SenseKey};
-use rustgt_scsi::{Command, IoBuf, Nexus, Response, Status, TaskAttr, TmfFunction, TmfResponse};
+use rustgt_scsi::{Command, IoBuf, Response, Status, TaskAttr, TmfFunction, TmfResponse};
 
 use crate::config::PortalConfig;
 use crate::iser::ControlHeader;
 use crate::login::LoginState;
-use crate::negotiate::{SessionParams, SessionType, Transport};
+use crate::negotiate::{SessionType, Transport};
 use crate::pdu::{
     decode_lun, encode_lun, AsyncMessage, DataOut, LogoutRequest, LogoutResponse, NopIn, NopOut,
-    Opcode, Reject, RejectReason, Reply, RequestHeader, ScsiCommand, ScsiResponse, TaskAttribute,
+    Opcode, Reject, Reply, RequestHeader, ScsiCommand, ScsiResponse, TaskAttribute,
     TaskMgmtRequest, TaskMgmtResponse, TextRequest, TextResponse, TmfCode, TmfResult, BHS_LEN,
     RESERVED_TAG,
 };
+use crate::refusal::PduRefusal;
+pub use crate::session::SessionInfo;
 use crate::session::SessionTable;
 use crate::task::{InFlight, WriteBuf, WriteTask};
 use crate::text::{encode_text, parse_text, TextAssembler, TextSplitter};
@@ -62,19 +65,6 @@ pub enum Event {
         lun: u64,
         function: TmfFunction,
     },
-}
-
-/// Who is on the other end, once logged in.
-#[derive(Debug, Clone)]
-pub struct SessionInfo {
-    pub target: String,
-    pub initiator: String,
-    pub isid: [u8; 6],
-    pub tsih: u16,
-    pub cid: u16,
-    pub session_type: SessionType,
-    pub nexus: Arc<Nexus>,
-    pub params: SessionParams,
 }
 
 /// Fixed per-connection facts the driver supplies.
@@ -243,7 +233,7 @@ impl Connection {
         setup: ConnectionSetup,
         now: Instant,
     ) -> Self {
-        let login = LoginState::new(&cfg, &setup);
+        let login = LoginState::new(&cfg, setup.transport, setup.random);
         let cfg_login_timeout = cfg.login_timeout;
         let text_in = TextAssembler::new(cfg.max_text_len);
         let wire = match setup.transport {
@@ -452,7 +442,7 @@ impl Connection {
                 self.fail();
                 return Err(Refused::Close);
             }
-            self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+            self.reject(PduRefusal::DataSegmentTooLong, bhs);
             return Err(Refused::Rejected);
         }
         Ok(())
@@ -474,18 +464,13 @@ impl Connection {
                     self.fail();
                     return Err(Refused::Close);
                 }
-                let reason = match e {
-                    crate::pdu::PduError::UnknownOpcode(_) => RejectReason::COMMAND_NOT_SUPPORTED,
-                    crate::pdu::PduError::Incomplete(_) => RejectReason::PROTOCOL_ERROR,
-                    _ => RejectReason::INVALID_PDU_FIELD,
-                };
-                self.reject(reason, bhs);
+                self.reject(PduRefusal::of_pdu_error(&e), bhs);
                 return Err(Refused::Rejected);
             }
         };
         if !in_login {
-            if let Some(reason) = self.precheck(&hdr, dsl) {
-                self.reject(reason, bhs);
+            if let Some(refusal) = self.precheck(&hdr, dsl) {
+                self.reject(refusal, bhs);
                 self.after_precheck_reject(&hdr);
                 return Err(Refused::Rejected);
             }
@@ -530,13 +515,13 @@ impl Connection {
     }
 
     /// Opcode- and state-specific checks that need only the header.
-    fn precheck(&self, hdr: &RequestHeader, dsl: u32) -> Option<RejectReason> {
+    fn precheck(&self, hdr: &RequestHeader, dsl: u32) -> Option<PduRefusal> {
         let params = self.session.as_ref().map(|s| &s.params)?;
         let discovery = params.session_type == SessionType::Discovery;
         match hdr {
-            RequestHeader::Login(_) => Some(RejectReason::PROTOCOL_ERROR),
+            RequestHeader::Login(_) => Some(PduRefusal::LoginInFullFeature),
             RequestHeader::ScsiCommand(_) | RequestHeader::TaskMgmt(_) if discovery => {
-                Some(RejectReason::PROTOCOL_ERROR)
+                Some(PduRefusal::NotInDiscovery)
             }
             RequestHeader::ScsiCommand(c) => {
                 if dsl > 0
@@ -545,14 +530,14 @@ impl Connection {
                         || dsl > params.first_burst_length
                         || dsl > c.expected_data_len)
                 {
-                    Some(RejectReason::PROTOCOL_ERROR)
+                    Some(PduRefusal::ImmediateDataRefused)
                 } else {
                     None
                 }
             }
-            RequestHeader::Snack(_) => Some(RejectReason::COMMAND_NOT_SUPPORTED),
+            RequestHeader::Snack(_) => Some(PduRefusal::SnackNotSupported),
             RequestHeader::NopOut(n) if n.itt == RESERVED_TAG && dsl > 0 => {
-                Some(RejectReason::PROTOCOL_ERROR)
+                Some(PduRefusal::NopWithData)
             }
             _ => None,
         }
@@ -586,7 +571,7 @@ impl Connection {
         if self.logout.is_some() {
             // After a Logout request nothing new is accepted (RFC 7143 §11.14).
             if !matches!(hdr, RequestHeader::DataOut(_)) {
-                self.reject(RejectReason::WAITING_FOR_LOGOUT, bhs);
+                self.reject(PduRefusal::WaitingForLogout, bhs);
                 return;
             }
         }
@@ -598,7 +583,7 @@ impl Connection {
             RequestHeader::Text(t) => self.handle_text(t, data, bhs),
             RequestHeader::Logout(l) => self.handle_logout(l),
             RequestHeader::Login(_) | RequestHeader::Snack(_) => {
-                self.reject(RejectReason::PROTOCOL_ERROR, bhs)
+                self.reject(PduRefusal::Unhandled, bhs)
             }
         }
     }
@@ -666,11 +651,15 @@ impl Connection {
         }
     }
 
-    pub(crate) fn reject(&mut self, reason: RejectReason, bhs: &[u8; BHS_LEN]) {
+    /// Refuse a PDU with a Reject carrying its header (RFC 7143 §11.17);
+    /// the reason code comes from the one mapping, [`PduRefusal::reason`].
+    /// Only in full feature phase: before it, a bad PDU closes instead.
+    pub(crate) fn reject(&mut self, refusal: PduRefusal, bhs: &[u8; BHS_LEN]) {
         if !matches!(self.phase, Phase::FullFeature) {
             return;
         }
-        tracing::debug!(reason = reason.0, "sending Reject");
+        let reason = refusal.reason();
+        tracing::debug!(reason = reason.0, ?refusal, "sending Reject");
         let r = Reject {
             reason,
             stat_sn: self.next_stat_sn(),
@@ -701,20 +690,6 @@ impl Connection {
 
     pub(crate) fn set_closing(&mut self) {
         self.phase = Phase::Closing;
-    }
-
-    pub(crate) fn login_state(&mut self) -> Option<&mut LoginState> {
-        match &mut self.phase {
-            Phase::Login(l) => Some(l),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn login_state_ref(&self) -> Option<&LoginState> {
-        match &self.phase {
-            Phase::Login(l) => Some(l),
-            _ => None,
-        }
     }
 
     // ----------------------------------------------------------------------
@@ -1254,7 +1229,7 @@ impl Connection {
                 self.send_text_chunk();
             } else {
                 self.text_out = None;
-                self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+                self.reject(PduRefusal::TextContinuation, bhs);
             }
             return;
         }
@@ -1286,7 +1261,7 @@ impl Connection {
             Err(e) => {
                 tracing::warn!(error = %e, "text request too long or malformed");
                 self.text_in.reset();
-                self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+                self.reject(PduRefusal::TextMalformed, bhs);
                 return;
             }
         };
@@ -1294,7 +1269,7 @@ impl Connection {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "bad text request");
-                self.reject(RejectReason::PROTOCOL_ERROR, bhs);
+                self.reject(PduRefusal::TextMalformed, bhs);
                 return;
             }
         };

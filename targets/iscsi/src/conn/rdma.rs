@@ -28,7 +28,8 @@ use rustgt_scsi::{Response, Status};
 use super::{Connection, Ending, SeqError, Wire};
 use crate::iser::{ControlHeader, IserMessage, ISER_HEADER_LEN};
 use crate::pdu::bhs::Bhs;
-use crate::pdu::{padded_len, RejectReason, Reply, ScsiCommand, ScsiResponse, TmfResult, BHS_LEN};
+use crate::pdu::{padded_len, Reply, ScsiCommand, ScsiResponse, TmfResult, BHS_LEN};
+use crate::refusal::PduRefusal;
 use crate::task::{residual_bits, InFlight, OpenR2t, ReadDest};
 
 /// What the RDMA connection manager agreed, as the core needs it.
@@ -438,7 +439,7 @@ impl Connection {
             if self.in_login() {
                 self.fail();
             } else {
-                self.reject(RejectReason::PROTOCOL_ERROR, &bhs_arr);
+                self.reject(PduRefusal::IserLength, &bhs_arr);
                 self.after_precheck_reject(&hdr);
             }
             return;

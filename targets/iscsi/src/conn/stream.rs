@@ -10,9 +10,8 @@ use bytes::{Bytes, BytesMut};
 use super::{Connection, Refused, Wire};
 use crate::iser::ControlHeader;
 use crate::pdu::bhs::Bhs;
-use crate::pdu::{
-    padded_len, verify_digest, R2t, RejectReason, Reply, RequestHeader, ScsiResponse, BHS_LEN,
-};
+use crate::pdu::{padded_len, verify_digest, R2t, Reply, RequestHeader, ScsiResponse, BHS_LEN};
+use crate::refusal::PduRefusal;
 use crate::task::{data_in_pdus, residual_bits, DataInSlice, InFlight, OpenR2t};
 use rustgt_scsi::sense::{Asc, SenseKey};
 use rustgt_scsi::{IoBuf, Response, Status};
@@ -192,7 +191,7 @@ impl Connection {
             let dig = data_area.get(padded.len()..).unwrap_or_default();
             if !digest_ok(padded, dig) {
                 tracing::warn!("data digest error");
-                self.reject(RejectReason::DATA_DIGEST_ERROR, &bhs_arr);
+                self.reject(PduRefusal::DataDigest, &bhs_arr);
                 self.data_digest_failed(&hdr);
                 return Step::Consumed(total);
             }
