@@ -25,7 +25,8 @@ use bytes::Bytes;
 use rustgt_scsi::BufStorage;
 use rustgt_scsi::{Response, Status};
 
-use super::{Connection, Ending, SeqError, Wire};
+use super::ending::{Ending, SeqError};
+use super::{Connection, Wire};
 use crate::iser::{ControlHeader, IserMessage, ISER_HEADER_LEN};
 use crate::pdu::bhs::Bhs;
 use crate::pdu::{padded_len, Reply, ScsiCommand, ScsiResponse, TmfResult, BHS_LEN};

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Connection, Refused, Wire};
+use super::ending::{fixed_sense, Ending};
+use super::vet::Refused;
+use super::{Connection, Wire};
 use crate::iser::ControlHeader;
 use crate::pdu::bhs::Bhs;
 use crate::pdu::{padded_len, verify_digest, R2t, Reply, RequestHeader, ScsiResponse, BHS_LEN};
@@ -203,19 +205,18 @@ impl Connection {
     fn data_digest_failed(&mut self, hdr: &RequestHeader) {
         // RFC 7143 §7.8: terminate the task with CHECK CONDITION, ABORTED
         // COMMAND / PROTOCOL SERVICE CRC ERROR (47h/05h).
-        let sense =
-            || super::fixed_sense(SenseKey::ABORTED_COMMAND, Asc::PROTOCOL_SERVICE_CRC_ERROR);
+        let sense = || fixed_sense(SenseKey::ABORTED_COMMAND, Asc::PROTOCOL_SERVICE_CRC_ERROR);
         match hdr {
             RequestHeader::ScsiCommand(c) => {
                 if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
                     return;
                 }
-                let end = super::Ending::of_command(c, &ControlHeader::default());
+                let end = Ending::of_command(c, &ControlHeader::default());
                 self.send_status(end, Status::CHECK_CONDITION, sense());
             }
             RequestHeader::DataOut(d) => {
                 if let Some(task) = self.writes.remove(&d.itt) {
-                    let end = super::Ending::of_write(&task);
+                    let end = Ending::of_write(&task);
                     self.send_status(end, Status::CHECK_CONDITION, sense());
                 }
             }
