@@ -18,6 +18,7 @@
 //! limits, or panics on what a peer sends.
 
 mod ending;
+mod iser_ops;
 mod login_phase;
 mod logout;
 mod nop;
