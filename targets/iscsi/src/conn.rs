@@ -26,6 +26,7 @@ mod rdma;
 mod scsi;
 mod serial;
 mod stream;
+mod tcp_ops;
 mod text;
 mod tmf;
 mod vet;
