@@ -13,9 +13,14 @@
 //!
 //! Login, negotiation, sequence numbers, task and Data-Out sequencing are
 //! written once here; the transports differ only in framing and in how
-//! data moves, which the [`stream`] and [`rdma`] submodules hold behind
-//! one internal enum. Nothing here blocks, allocates beyond the negotiated
-//! limits, or panics on what a peer sends.
+//! data moves, which the [`stream`] and [`rdma`] submodules hold (wire
+//! state only, behind one internal enum) and `tcp_ops` and `iser_ops`
+//! drive. This file holds the connection's state, the driver-facing API,
+//! the dispatcher and output; each job has its own submodule: `vet`
+//! (header checks), `window` (CmdSN window, StatSN, TTTs), `nop`, `scsi`
+//! (commands and Data-Out), `tmf`, `text`, `logout` and `login_phase`
+//! (the connection's side of [`crate::login`]). Nothing here blocks,
+//! allocates beyond the negotiated limits, or panics on what a peer sends.
 
 mod ending;
 mod iser_ops;
@@ -137,19 +142,19 @@ struct QueuedTmf {
 /// One connection's protocol state.
 #[derive(Debug)]
 pub struct Connection {
-    pub(crate) cfg: Arc<PortalConfig>,
-    pub(crate) setup: ConnectionSetup,
-    pub(crate) sessions: Arc<Mutex<SessionTable>>,
+    cfg: Arc<PortalConfig>,
+    setup: ConnectionSetup,
+    sessions: Arc<Mutex<SessionTable>>,
     phase: Phase,
     /// Framing and data movement of the transport.
     wire: Wire,
     events: VecDeque<Event>,
-    pub(crate) hd: bool,
-    pub(crate) dd: bool,
-    pub(crate) stat_sn: u32,
-    pub(crate) exp_cmd_sn: u32,
-    pub(crate) max_cmd_sn: u32,
-    pub(crate) session: Option<SessionInfo>,
+    hd: bool,
+    dd: bool,
+    stat_sn: u32,
+    exp_cmd_sn: u32,
+    max_cmd_sn: u32,
+    session: Option<SessionInfo>,
     writes: HashMap<u32, WriteTask>,
     inflight: HashMap<u32, InFlight>,
     /// Task-management requests handed to the driver, by ITT, with
@@ -367,7 +372,7 @@ impl Connection {
     // Output.
     // ----------------------------------------------------------------------
 
-    pub(crate) fn send(&mut self, reply: Reply) {
+    fn send(&mut self, reply: Reply) {
         self.send_reply(reply, None);
     }
 
@@ -382,7 +387,7 @@ impl Connection {
     /// Refuse a PDU with a Reject carrying its header (RFC 7143 §11.17);
     /// the reason code comes from the one mapping, [`PduRefusal::reason`].
     /// Only in full feature phase: before it, a bad PDU closes instead.
-    pub(crate) fn reject(&mut self, refusal: PduRefusal, bhs: &[u8; BHS_LEN]) {
+    fn reject(&mut self, refusal: PduRefusal, bhs: &[u8; BHS_LEN]) {
         if !matches!(self.phase, Phase::FullFeature) {
             return;
         }
@@ -400,7 +405,7 @@ impl Connection {
     }
 
     /// Called by the login code when the final Login Response went out.
-    pub(crate) fn enter_full_feature(&mut self, info: SessionInfo, exp_cmd_sn: u32) {
+    fn enter_full_feature(&mut self, info: SessionInfo, exp_cmd_sn: u32) {
         self.hd = info.params.header_digest;
         self.dd = info.params.data_digest;
         self.exp_cmd_sn = exp_cmd_sn;
@@ -412,11 +417,11 @@ impl Connection {
         self.phase = Phase::FullFeature;
     }
 
-    pub(crate) fn push_event(&mut self, e: Event) {
+    fn push_event(&mut self, e: Event) {
         self.events.push_back(e);
     }
 
-    pub(crate) fn set_closing(&mut self) {
+    fn set_closing(&mut self) {
         self.phase = Phase::Closing;
     }
 }

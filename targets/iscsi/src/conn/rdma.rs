@@ -17,6 +17,11 @@
 //! RDMA Reads have finished: the initiator may invalidate or reuse the
 //! buffer as soon as it sees the response, and a Read that then hits it
 //! would fail the whole connection.
+//!
+//! This module holds the types an iSER driver sees and the RDMA wire state
+//! ([`RdmaWire`]: output queue, Read slots, waiting writes, fences), and
+//! knows nothing of the connection; the connection's iSER operations are
+//! in `conn/iser_ops.rs`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 

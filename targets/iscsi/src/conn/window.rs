@@ -6,7 +6,7 @@ use super::Connection;
 use crate::pdu::RESERVED_TAG;
 
 impl Connection {
-    pub(crate) fn next_stat_sn(&mut self) -> u32 {
+    pub(super) fn next_stat_sn(&mut self) -> u32 {
         let s = self.stat_sn;
         self.stat_sn = self.stat_sn.wrapping_add(1);
         s
@@ -40,7 +40,7 @@ impl Connection {
         }
     }
 
-    pub(crate) fn alloc_ttt(&mut self) -> u32 {
+    pub(super) fn alloc_ttt(&mut self) -> u32 {
         let t = self.next_ttt;
         self.next_ttt = self.next_ttt.wrapping_add(1);
         if self.next_ttt == RESERVED_TAG {
