@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use rustgt_scsi::ScsiTarget;
 
-use crate::PortalConfig;
+use crate::config::PortalConfig;
 
 #[derive(Debug)]
 pub struct Directory {

@@ -1,19 +1,56 @@
-//! The login phase (RFC 7143 §6.3, §11.12, §11.13): stage transitions,
-//! security negotiation (CHAP), operational negotiation, target lookup, ACL
-//! and TSIH assignment.
+//! The login phase (RFC 7143 §6.3, §11.12, §11.13) as a state machine
+//! with no connection in it: stage transitions, security negotiation
+//! (CHAP), operational negotiation, target lookup, ACL and TSIH
+//! assignment. The connection hands each Login request in with a
+//! [`LoginCtx`] (the few facts and shared tables a login needs) and gets
+//! back a [`LoginStep`] to answer with, or a [`LoginFailure`]; it keeps
+//! the Login Response framing, StatSN and the brake's hold
+//! (`conn/login_phase.rs`).
 
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustgt_scsi::Nexus;
 
 use crate::chap::{is_security_key, ChapPolicy, SecurityNegotiator};
 use crate::config::{PortalConfig, TargetInfo};
-use crate::conn::{Connection, ConnectionSetup, Event, SessionInfo};
-use crate::negotiate::{Negotiator, SessionType};
-use crate::pdu::{LoginRequest, LoginResponse, LoginStatus, Reply, Stage};
-use crate::session::SessionKey;
+use crate::login_failure::LoginFailure;
+use crate::negotiate::{Negotiator, SessionType, Transport};
+use crate::pdu::{LoginRequest, Stage};
+use crate::session::{SessionInfo, SessionKey, SessionTable};
 use crate::text::{encode_text, parse_text, KeyValues, TextAssembler};
+
+/// What a login step needs from its connection.
+pub(crate) struct LoginCtx<'a> {
+    pub(crate) cfg: &'a PortalConfig,
+    /// `host:port` the initiator connected to: the portal.
+    pub(crate) local_addr: &'a str,
+    /// The initiator's address, the key of the brake.
+    pub(crate) peer_ip: Option<IpAddr>,
+    pub(crate) conn_id: u64,
+    pub(crate) sessions: &'a Mutex<SessionTable>,
+}
+
+/// The Login Response (status Success) one request gets.
+#[derive(Debug)]
+pub(crate) struct LoginStep {
+    pub(crate) transit: bool,
+    pub(crate) csg: Stage,
+    pub(crate) nsg: Stage,
+    /// Encoded text (key=value pairs).
+    pub(crate) data: Vec<u8>,
+    /// The login is over: enter full feature phase.
+    pub(crate) done: Option<Finished>,
+}
+
+/// A login that reached full feature phase.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) info: SessionInfo,
+    /// The connection of the session this login reinstated, to close.
+    pub(crate) reinstated: Option<u64>,
+}
 
 /// Login progress of one connection.
 #[derive(Debug)]
@@ -46,14 +83,14 @@ struct Held {
 }
 
 impl LoginState {
-    pub(crate) fn new(cfg: &PortalConfig, setup: &ConnectionSetup) -> Self {
+    pub(crate) fn new(cfg: &PortalConfig, transport: Transport, random: [u8; 32]) -> Self {
         LoginState {
             first: None,
             stage: Stage::SECURITY,
             text: TextAssembler::new(cfg.max_text_len),
-            negotiator: Negotiator::new(cfg.limits.clone(), setup.transport),
+            negotiator: Negotiator::new(cfg.limits.clone(), transport),
             security: None,
-            random: setup.random,
+            random,
             initiator: None,
             session_type: SessionType::Normal,
             target: None,
@@ -63,149 +100,77 @@ impl LoginState {
             held: None,
         }
     }
-}
 
-/// Why a login failed: the status to send.
-struct LoginFail(LoginStatus, &'static str);
+    /// True the first time only: the brake is consulted once per login.
+    pub(crate) fn first_brake_check(&mut self) -> bool {
+        !std::mem::replace(&mut self.brake_checked, true)
+    }
 
-impl Connection {
-    pub(crate) fn handle_login(&mut self, req: LoginRequest, data: &[u8], now: Instant) {
-        let peer = self.peer_ip();
-        let settings = self.cfg.brake.clone();
-        let sessions = self.sessions.clone();
-        let Some(st) = self.login_state() else {
-            return;
-        };
-        if st.held.is_some() {
-            // A request before the answer to the one held: an initiator
-            // waits for each Login Response before its next request.
-            tracing::warn!("login request while the previous one awaits its answer");
-            self.set_closing();
-            return;
+    /// A request is held back by the brake.
+    pub(crate) fn is_holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Holds `req` back until `until`.
+    pub(crate) fn hold(&mut self, req: LoginRequest, data: &[u8], until: Instant) {
+        self.held = Some(Held {
+            req,
+            data: data.to_vec(),
+            until,
+        });
+    }
+
+    /// When the held request is due.
+    pub(crate) fn hold_until(&self) -> Option<Instant> {
+        self.held.as_ref().map(|h| h.until)
+    }
+
+    /// The held request, once its time has come.
+    pub(crate) fn take_due(&mut self, now: Instant) -> Option<(LoginRequest, Vec<u8>)> {
+        if self.held.as_ref().is_none_or(|h| now < h.until) {
+            return None;
         }
-        if !std::mem::replace(&mut st.brake_checked, true) {
-            let until = peer.and_then(|ip| {
-                sessions
-                    .lock()
-                    .ok()
-                    .and_then(|mut t| t.brake_mut().hold(&settings, ip, now))
-            });
-            if let Some(until) = until {
-                tracing::info!(
-                    delay_ms = until.saturating_duration_since(now).as_millis() as u64,
-                    "login held back: earlier failed authentications from this address"
-                );
-                st.held = Some(Held {
-                    req,
-                    data: data.to_vec(),
-                    until,
-                });
-                return;
-            }
-        }
-        self.run_login(&req, data, now);
+        self.held.take().map(|h| (h.req, h.data))
     }
 
-    /// When a held login request is due (for `poll_timeout`).
-    pub(crate) fn login_hold_until(&self) -> Option<Instant> {
-        self.login_state_ref()?.held.as_ref().map(|h| h.until)
+    /// Who is logging in, for the log: initiator name and CHAP user.
+    pub(crate) fn who(&self) -> (Option<String>, Option<String>) {
+        (
+            self.initiator.clone(),
+            self.security
+                .as_ref()
+                .and_then(|s| s.user())
+                .map(str::to_owned),
+        )
     }
 
-    /// Runs a held login request once its time has come (from
-    /// `handle_timeout`); whether it did.
-    pub(crate) fn release_held_login(&mut self, now: Instant) -> bool {
-        let Some(st) = self.login_state() else {
-            return false;
-        };
-        if st.held.as_ref().is_none_or(|h| now < h.until) {
-            return false;
-        }
-        let Some(h) = st.held.take() else {
-            return false;
-        };
-        self.run_login(&h.req, &h.data, now);
-        true
+    /// True for the first Login Response PDU of the connection (it starts
+    /// StatSN, §11.13.4); later calls return false.
+    pub(crate) fn take_first_response(&mut self) -> bool {
+        !std::mem::replace(&mut self.first_pdu_sent, true)
     }
 
-    fn run_login(&mut self, req: &LoginRequest, data: &[u8], now: Instant) {
-        match self.login_step(req, data) {
-            Ok(()) => {}
-            Err(LoginFail(status, why)) => {
-                let (initiator, chap_user) = match self.login_state() {
-                    Some(st) => (
-                        st.initiator.clone(),
-                        st.security
-                            .as_ref()
-                            .and_then(|s| s.user())
-                            .map(str::to_owned),
-                    ),
-                    None => (None, None),
-                };
-                tracing::warn!(
-                    status = format_args!("{:#06x}", status.0),
-                    why,
-                    initiator = ?initiator,
-                    chap_user = ?chap_user,
-                    portal = %self.setup.local_addr,
-                    "login rejected"
-                );
-                if status == LoginStatus::AUTHENTICATION_FAILURE {
-                    self.brake_failed(now);
-                }
-                self.send_login_response(req, status, false, Stage(0), Stage(0), 0, Vec::new());
-                self.set_closing();
-            }
-        }
-    }
-
-    /// The initiator's IP address (IPv4-mapped ones as IPv4), the key of
-    /// the brake.
-    fn peer_ip(&self) -> Option<std::net::IpAddr> {
-        let ip = self
-            .setup
-            .peer_addr
-            .parse::<std::net::SocketAddr>()
-            .ok()?
-            .ip();
-        Some(match ip {
-            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
-            v4 => v4,
-        })
-    }
-
-    fn brake_failed(&mut self, now: Instant) {
-        let Some(ip) = self.peer_ip() else {
-            return;
-        };
-        if let Ok(mut t) = self.sessions.lock() {
-            t.brake_mut().failed(&self.cfg.brake, ip, now);
-        }
-    }
-
-    fn login_step(&mut self, req: &LoginRequest, data: &[u8]) -> Result<(), LoginFail> {
-        let cfg = self.cfg.clone();
-        let local = self.setup.local_addr.clone();
-        let peer = self.peer_ip();
-        let sessions = self.sessions.clone();
-        let Some(st) = self.login_state() else {
-            return Ok(());
-        };
+    /// Runs one Login request: what to answer, or why the login fails.
+    pub(crate) fn step(
+        &mut self,
+        ctx: &LoginCtx<'_>,
+        req: &LoginRequest,
+        data: &[u8],
+    ) -> Result<LoginStep, LoginFailure> {
+        let st = self;
 
         // Fields that must stay the same across the login (§11.12).
         match &st.first {
             None => {
                 if req.version_min > 0 {
-                    return Err(LoginFail(LoginStatus::UNSUPPORTED_VERSION, "version"));
+                    return Err(LoginFailure::UnsupportedVersion);
                 }
                 st.stage = req.csg;
                 st.first = Some(req.clone());
             }
             Some(f) => {
                 if f.isid != req.isid || f.tsih != req.tsih || f.cid != req.cid {
-                    return Err(LoginFail(
-                        LoginStatus::INITIATOR_ERROR,
-                        "ISID/TSIH/CID changed during login",
-                    ));
+                    return Err(LoginFailure::IdentityChanged);
                 }
             }
         }
@@ -214,32 +179,27 @@ impl Connection {
             || req.csg == Stage::FULL_FEATURE
             || (req.transit && (req.nsg <= req.csg || req.nsg == Stage(2)))
         {
-            return Err(LoginFail(
-                LoginStatus::INITIATOR_ERROR,
-                "bad stage transition",
-            ));
+            return Err(LoginFailure::BadStageTransition);
         }
 
         // Text may span several PDUs (C bit, §6.1): acknowledge and wait.
         let full = match st.text.push(data, req.cont) {
             Ok(Some(full)) => full,
             Ok(None) => {
-                let csg = req.csg;
-                self.send_login_response(req, LoginStatus::SUCCESS, false, csg, csg, 0, Vec::new());
-                return Ok(());
+                return Ok(LoginStep {
+                    transit: false,
+                    csg: req.csg,
+                    nsg: req.csg,
+                    data: Vec::new(),
+                    done: None,
+                })
             }
-            Err(_) => {
-                return Err(LoginFail(
-                    LoginStatus::INITIATOR_ERROR,
-                    "login text too long",
-                ))
-            }
+            Err(_) => return Err(LoginFailure::TextTooLong),
         };
-        let pairs = parse_text(&full)
-            .map_err(|_| LoginFail(LoginStatus::INITIATOR_ERROR, "malformed login text"))?;
+        let pairs = parse_text(&full).map_err(|_| LoginFailure::MalformedText)?;
 
         if st.initiator.is_none() {
-            Self::identify(st, &cfg, &local, &pairs)?;
+            st.identify(ctx.cfg, ctx.local_addr, &pairs)?;
         }
         let (sec_keys, op_keys): (KeyValues, KeyValues) =
             pairs.into_iter().partition(|(k, _)| is_security_key(k));
@@ -247,52 +207,41 @@ impl Connection {
         let mut answer = KeyValues::new();
         let mut may_transit = true;
         if req.csg == Stage::SECURITY {
-            let policy = Self::chap_policy(st, &cfg);
+            let policy = st.chap_policy(ctx.cfg);
             let random = st.random;
             let sec = st.security.get_or_insert_with(|| {
                 let challenge = random.get(..16).unwrap_or_default().to_vec();
                 SecurityNegotiator::new(policy, challenge, random[16])
             });
-            let sec_answer = sec
-                .process(&sec_keys)
-                .map_err(|e| LoginFail(e.login_status(), "authentication"))?;
+            let sec_answer = sec.process(&sec_keys).map_err(LoginFailure::Auth)?;
             let complete = sec.is_complete();
             if sec.authenticated() {
                 // Proven with CHAP: the address's failures are forgotten.
-                if let (Some(ip), Ok(mut t)) = (peer, sessions.lock()) {
+                if let (Some(ip), Ok(mut t)) = (ctx.peer_ip, ctx.sessions.lock()) {
                     t.brake_mut().succeeded(ip);
                 }
             }
             if req.transit && !complete && sec_answer.is_empty() {
-                return Err(LoginFail(
-                    LoginStatus::AUTHENTICATION_FAILURE,
-                    "authentication not completed",
-                ));
+                return Err(LoginFailure::AuthNotCompleted);
             }
             may_transit = complete;
             answer.extend(sec_answer);
         } else {
             if !sec_keys.is_empty() {
-                return Err(LoginFail(
-                    LoginStatus::INITIATOR_ERROR,
-                    "security keys in operational stage",
-                ));
+                return Err(LoginFailure::SecurityKeysInOperational);
             }
             // Skipping the security stage is only allowed when no
             // authentication is required.
-            let policy = Self::chap_policy(st, &cfg);
+            let policy = st.chap_policy(ctx.cfg);
             let passed = st.security.as_ref().is_some_and(|s| s.is_complete());
             if policy.initiator.is_some() && !passed {
-                return Err(LoginFail(
-                    LoginStatus::AUTHENTICATION_FAILURE,
-                    "authentication required",
-                ));
+                return Err(LoginFailure::AuthRequired);
             }
         }
         let op_answer = st
             .negotiator
             .process(req.csg, &op_keys)
-            .map_err(|e| LoginFail(e.login_status(), "negotiation"))?;
+            .map_err(LoginFailure::Negotiation)?;
         answer.extend(op_answer);
 
         // First response of a Normal session names the portal group (§13.9).
@@ -319,70 +268,38 @@ impl Connection {
         if transit {
             st.stage = req.nsg;
         }
-        if transit && req.nsg == Stage::FULL_FEATURE {
-            let info = self.finish_login(req)?;
-            let tsih = info.tsih;
-            self.send_login_response(
-                req,
-                LoginStatus::SUCCESS,
-                true,
-                req.csg,
-                nsg,
-                tsih,
-                encode_text(&answer),
-            );
-            tracing::info!(
-                initiator = %info.initiator,
-                target = %info.target,
-                tsih,
-                "login complete"
-            );
-            self.enter_full_feature(info, req.cmd_sn);
+        let done = if transit && req.nsg == Stage::FULL_FEATURE {
+            Some(st.finish(ctx, req)?)
         } else {
-            self.send_login_response(
-                req,
-                LoginStatus::SUCCESS,
-                transit,
-                req.csg,
-                nsg,
-                0,
-                encode_text(&answer),
-            );
-        }
-        Ok(())
+            None
+        };
+        Ok(LoginStep {
+            transit,
+            csg: req.csg,
+            nsg,
+            data: encode_text(&answer),
+            done,
+        })
     }
 
     /// Leading-login keys: who is logging in, to what, for which session
     /// type; `local` is the portal the connection arrived at.
     fn identify(
-        st: &mut LoginState,
+        &mut self,
         cfg: &PortalConfig,
         local: &str,
         pairs: &KeyValues,
-    ) -> Result<(), LoginFail> {
+    ) -> Result<(), LoginFailure> {
         let get = |k: &str| pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
-        let initiator = get("InitiatorName").ok_or(LoginFail(
-            LoginStatus::MISSING_PARAMETER,
-            "InitiatorName missing",
-        ))?;
-        st.session_type = match get("SessionType").as_deref() {
+        let initiator = get("InitiatorName").ok_or(LoginFailure::MissingInitiatorName)?;
+        self.session_type = match get("SessionType").as_deref() {
             None | Some("Normal") => SessionType::Normal,
             Some("Discovery") => SessionType::Discovery,
-            Some(_) => {
-                return Err(LoginFail(
-                    LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
-                    "unknown SessionType",
-                ))
-            }
+            Some(_) => return Err(LoginFailure::UnknownSessionType),
         };
-        if st.session_type == SessionType::Normal {
-            let name = get("TargetName").ok_or(LoginFail(
-                LoginStatus::MISSING_PARAMETER,
-                "TargetName missing",
-            ))?;
-            let t = cfg
-                .target(&name)
-                .ok_or(LoginFail(LoginStatus::NOT_FOUND, "no such target"))?;
+        if self.session_type == SessionType::Normal {
+            let name = get("TargetName").ok_or(LoginFailure::MissingTargetName)?;
+            let t = cfg.target(&name).ok_or(LoginFailure::NoSuchTarget)?;
             // A target is served only on its own portals. Through another
             // one it is "Not found" (0x0203, RFC 7143 §11.13.5: the
             // requested target name does not exist at this address), as
@@ -392,37 +309,29 @@ impl Connection {
             // network the address of the target's portal on another, which
             // is what putting a target behind a portal keeps from it.
             if !t.served_at(local) {
-                return Err(LoginFail(
-                    LoginStatus::NOT_FOUND,
-                    "target not served on this portal",
-                ));
+                return Err(LoginFailure::NotServedOnPortal);
             }
             if !t.allows(&initiator) {
-                return Err(LoginFail(
-                    LoginStatus::AUTHORIZATION_FAILURE,
-                    "initiator not in the target's ACL",
-                ));
+                return Err(LoginFailure::NotInAcl);
             }
-            st.target = Some(t.clone());
+            self.target = Some(t.clone());
         }
-        st.initiator = Some(initiator);
+        self.initiator = Some(initiator);
         Ok(())
     }
 
-    fn chap_policy(st: &LoginState, cfg: &PortalConfig) -> ChapPolicy {
-        match (&st.session_type, &st.target) {
+    fn chap_policy(&self, cfg: &PortalConfig) -> ChapPolicy {
+        match (&self.session_type, &self.target) {
             (SessionType::Normal, Some(t)) => t.chap.clone(),
             _ => cfg.discovery_chap.clone(),
         }
     }
 
     /// Register the session (TSIH, reinstatement) and build its identity.
-    fn finish_login(&mut self, req: &LoginRequest) -> Result<SessionInfo, LoginFail> {
-        let conn_id = self.setup.conn_id;
-        let sessions = self.sessions.clone();
-        let Some(st) = self.login_state() else {
-            return Err(LoginFail(LoginStatus::TARGET_ERROR, "not in login"));
-        };
+    fn finish(&mut self, ctx: &LoginCtx<'_>, req: &LoginRequest) -> Result<Finished, LoginFailure> {
+        let conn_id = ctx.conn_id;
+        let sessions = ctx.sessions;
+        let st = self;
         let initiator = st.initiator.clone().unwrap_or_default();
         let params = st.negotiator.params().clone();
         let session_type = st.session_type;
@@ -435,19 +344,16 @@ impl Connection {
             // which this target never agrees to.
             let table = sessions
                 .lock()
-                .map_err(|_| LoginFail(LoginStatus::TARGET_ERROR, "lock"))?;
+                .map_err(|_| LoginFailure::SessionTableLock)?;
             return Err(match table.find_tsih(req.tsih) {
-                Some(_) => LoginFail(
-                    LoginStatus::TOO_MANY_CONNECTIONS,
-                    "session has its connection",
-                ),
-                None => LoginFail(LoginStatus::SESSION_DOES_NOT_EXIST, "unknown TSIH"),
+                Some(_) => LoginFailure::SessionHasConnection,
+                None => LoginFailure::UnknownTsih,
             });
         }
-        let tsih = if session_type == SessionType::Normal {
+        let (tsih, reinstated) = if session_type == SessionType::Normal {
             let mut table = sessions
                 .lock()
-                .map_err(|_| LoginFail(LoginStatus::TARGET_ERROR, "lock"))?;
+                .map_err(|_| LoginFailure::SessionTableLock)?;
             let reg = table
                 .register(
                     SessionKey {
@@ -456,18 +362,17 @@ impl Connection {
                         target: target.clone(),
                     },
                     conn_id,
-                    self.cfg.max_sessions_per_initiator,
+                    ctx.cfg.max_sessions_per_initiator,
                 )
-                .map_err(|e| LoginFail(LoginStatus::OUT_OF_RESOURCES, e.reason()))?;
+                .map_err(LoginFailure::Register)?;
             drop(table);
             if let Some(old) = reg.reinstated {
                 tracing::info!(old_conn = old, "session reinstatement");
-                self.push_event(Event::Reinstate { conn_id: old });
             }
-            reg.tsih
+            (reg.tsih, reg.reinstated)
         } else {
             // Discovery sessions are not registered; any non-zero TSIH will do.
-            u16::try_from(conn_id % 0xfffe + 1).unwrap_or(1)
+            (u16::try_from(conn_id % 0xfffe + 1).unwrap_or(1), None)
         };
         let isid_hex: String = req.isid.iter().map(|b| format!("{b:02x}")).collect();
         let nexus = Arc::new(Nexus {
@@ -477,64 +382,18 @@ impl Connection {
             relative_port_id: tpgt,
             port_group: tpgt,
         });
-        Ok(SessionInfo {
-            target,
-            initiator,
-            isid: req.isid,
-            tsih,
-            cid: req.cid,
-            session_type,
-            nexus,
-            params,
+        Ok(Finished {
+            info: SessionInfo {
+                target,
+                initiator,
+                isid: req.isid,
+                tsih,
+                cid: req.cid,
+                session_type,
+                nexus,
+                params,
+            },
+            reinstated,
         })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn send_login_response(
-        &mut self,
-        req: &LoginRequest,
-        status: LoginStatus,
-        transit: bool,
-        csg: Stage,
-        nsg: Stage,
-        tsih: u16,
-        data: Vec<u8>,
-    ) {
-        // The first response starts StatSN at the initiator's ExpStatSN (§11.13.4).
-        let first = self
-            .login_state()
-            .is_some_and(|s| !s.sent_first_response_pdu());
-        if first {
-            self.stat_sn = req.exp_stat_sn;
-            if let Some(s) = self.login_state() {
-                s.mark_response_pdu();
-            }
-        }
-        let r = LoginResponse {
-            transit,
-            cont: false,
-            csg,
-            nsg,
-            version_max: 0,
-            version_active: 0,
-            isid: req.isid,
-            tsih,
-            itt: req.itt,
-            stat_sn: self.next_stat_sn(),
-            exp_cmd_sn: req.cmd_sn,
-            max_cmd_sn: req.cmd_sn.wrapping_add(self.cfg.queue_depth.max(1) - 1),
-            status,
-            data,
-        };
-        self.send(Reply::LoginResponse(r));
-    }
-}
-
-impl LoginState {
-    fn sent_first_response_pdu(&self) -> bool {
-        self.first_pdu_sent
-    }
-    fn mark_response_pdu(&mut self) {
-        self.first_pdu_sent = true;
     }
 }

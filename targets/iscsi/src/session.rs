@@ -5,8 +5,25 @@
 //! connections.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustgt_scsi::Nexus;
 
 use crate::brake::LoginBrake;
+use crate::negotiate::{SessionParams, SessionType};
+
+/// Who is on the other end, once logged in.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub target: String,
+    pub initiator: String,
+    pub isid: [u8; 6],
+    pub tsih: u16,
+    pub cid: u16,
+    pub session_type: SessionType,
+    pub nexus: Arc<Nexus>,
+    pub params: SessionParams,
+}
 
 /// Identity of a session: initiator name plus ISID (RFC 7143 §4.4.1 "SSID").
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
