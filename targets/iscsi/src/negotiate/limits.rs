@@ -73,7 +73,7 @@ impl Default for Limits {
 
 impl Limits {
     /// Check the configuration against the RFC ranges (for the config
-    /// loader; [`Negotiator::new`] clamps silently).
+    /// loader; [`Negotiator::new`](super::Negotiator::new) clamps silently).
     pub fn validate(&self) -> Result<(), NegotiationError> {
         let bad = |what: &str| Err(NegotiationError::InvalidLimits(what.to_owned()));
         let dsl = DSL_MIN..=DSL_MAX;

@@ -9,7 +9,7 @@ use crate::pdu::error::PduError;
 
 use super::frame::padded_len;
 
-/// Longest CDB [`Request::encode`] carries (16 in the BHS, the rest in an
+/// Longest CDB [`Request::encode`](crate::pdu::Request::encode) carries (16 in the BHS, the rest in an
 /// extended CDB AHS that still fits next to a bidirectional-read AHS).
 pub const MAX_CDB_LEN: usize = 1024;
 /// AHSType of the Extended CDB AHS (§11.2.2.3).
