@@ -44,8 +44,7 @@
 #[path = "common/ceph.rs"]
 mod ceph;
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 #[path = "common/pr.rs"]
 mod pr;
 
