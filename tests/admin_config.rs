@@ -5,8 +5,7 @@
 
 mod admin_common;
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::os::unix::fs::PermissionsExt;
 

@@ -8,8 +8,7 @@
 
 mod admin_common;
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

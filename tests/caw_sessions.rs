@@ -9,8 +9,7 @@
 //! the write are not one atomic step.
 
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::sync::Barrier;
 use std::thread;

@@ -14,8 +14,7 @@
 //! old socket.
 
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use common::{Daemon, DEFAULT_IQN};
 use initiator::{rw16, Session, GOOD, WRITE_16};

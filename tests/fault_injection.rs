@@ -17,8 +17,7 @@
 #[path = "admin_common/mod.rs"]
 mod admin_common;
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::time::{Duration, Instant};
 

@@ -19,8 +19,7 @@
 //! generous ones ("closed within login timeout + 5 s").
 
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};

@@ -9,8 +9,7 @@
 //! RESERVATION CONFLICT.
 
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 #[path = "common/pr.rs"]
 mod pr;
 

@@ -2,8 +2,7 @@
 //! or a clean close, and another session keeps working meanwhile.
 
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::time::Duration;
 

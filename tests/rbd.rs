@@ -28,8 +28,7 @@ mod admin_common;
 #[path = "common/ceph.rs"]
 mod ceph;
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};

@@ -26,8 +26,7 @@ mod common;
 #[allow(dead_code)]
 #[path = "common/cunit.rs"]
 mod cunit;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 
 use std::time::Duration;
 

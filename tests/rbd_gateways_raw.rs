@@ -1,6 +1,6 @@
 //! Black-box: two rustgt gateways on one Ceph RBD image (target
 //! `port_groups`, cargo feature `rbd`), driven with exact CDBs from the
-//! raw initiator of tests/common/initiator.rs, one I_T nexus of its own
+//! raw initiator of tests/initiator (module tcp), one I_T nexus of its own
 //! per initiator and gateway; against a real Ceph cluster from
 //! `tests/ceph/with-cluster` (without `RUSTGT_CEPH_CONF` every test fails
 //! and says how to run it). tests/rbd_gateways.rs runs libiscsi's
@@ -44,8 +44,7 @@
 #[path = "common/ceph.rs"]
 mod ceph;
 mod common;
-#[path = "common/initiator.rs"]
-mod initiator;
+use rustgt_test_initiator as initiator;
 #[path = "common/pr.rs"]
 mod pr;
 

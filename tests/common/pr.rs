@@ -1,8 +1,9 @@
 //! Persistent reservation commands for the raw-initiator tests (SPC-4
-//! §6.15, §6.16), on LUN 0. A test file includes it beside
-//! `common/initiator.rs` (as `mod initiator`):
+//! §6.15, §6.16), on LUN 0. A test file includes it beside the raw
+//! initiator crate (imported as `initiator`):
 //!
 //! ```ignore
+//! use rustgt_test_initiator as initiator;
 //! #[path = "common/pr.rs"]
 //! mod pr;
 //! ```

@@ -211,189 +211,255 @@ fn good_md5() -> String {
     encode_hex(&md5(&[&[ID], b"initiator-secret", &CHALLENGE]))
 }
 
-#[test]
-fn wrong_secret_fails_authentication() {
-    let bad = encode_hex(&md5(&[&[ID], b"wrong-secret!!!!", &CHALLENGE]));
-    let e = fail_with(
-        one_way(),
-        &[("CHAP_N", "iqn.2024-01.test:host1"), ("CHAP_R", &bad)],
-    );
-    assert_eq!(e, AuthError::BadResponse);
-    assert_eq!(e.login_status(), LoginStatus::AUTHENTICATION_FAILURE);
+/// One CHAP response the target must refuse, for good (see [`fail_with`]).
+struct FailCase {
+    name: &'static str,
+    policy: fn() -> ChapPolicy,
+    /// The initiator's answer to the challenge.
+    reply: Vec<(&'static str, String)>,
+    /// The error it must fail with, when the case names one.
+    error: Option<AuthError>,
+    /// The login status that error maps to, when the case names one.
+    status: Option<LoginStatus>,
 }
 
-#[test]
-fn truncated_response_fails_authentication() {
+fn fail_cases() -> Vec<FailCase> {
     let good = good_md5();
-    let short = good.get(..good.len() - 2).expect("hex");
-    let e = fail_with(
-        one_way(),
-        &[("CHAP_N", "iqn.2024-01.test:host1"), ("CHAP_R", short)],
-    );
-    assert_eq!(e, AuthError::BadResponse);
-}
-
-#[test]
-fn wrong_user_fails_authentication() {
-    let e = fail_with(
-        one_way(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:other"),
-            ("CHAP_R", &good_md5()),
-        ],
-    );
-    assert_eq!(e, AuthError::UnknownUser);
-    assert_eq!(e.login_status(), LoginStatus::AUTHENTICATION_FAILURE);
-}
-
-#[test]
-fn reflected_challenge_fails() {
-    let e = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-            ("CHAP_I", "42"),
-            ("CHAP_C", &encode_hex(&CHALLENGE)),
-        ],
-    );
-    assert_eq!(e, AuthError::Reflection);
-    assert_eq!(e.login_status(), LoginStatus::AUTHENTICATION_FAILURE);
-}
-
-#[test]
-fn mutual_challenge_without_target_credentials_fails() {
-    let e = fail_with(
-        one_way(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-            ("CHAP_I", "1"),
-            ("CHAP_C", "0x0102030405060708"),
-        ],
-    );
-    assert_eq!(e, AuthError::MutualNotConfigured);
-    assert_eq!(e.login_status(), LoginStatus::AUTHENTICATION_FAILURE);
-}
-
-#[test]
-fn mutual_required_but_not_requested_fails() {
-    let e = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-        ],
-    );
-    assert_eq!(e, AuthError::MutualRequired);
-}
-
-#[test]
-fn wrong_response_is_not_answered_even_for_mutual() {
-    // The target must not answer the initiator's challenge before it has
-    // verified the initiator.
-    let e = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", "0x00000000000000000000000000000000"),
-            ("CHAP_I", "1"),
-            ("CHAP_C", "0x0102030405060708"),
-        ],
-    );
-    assert_eq!(e, AuthError::BadResponse);
-}
-
-#[test]
-fn challenge_length_bounds() {
-    let empty = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-            ("CHAP_I", "1"),
-            ("CHAP_C", "0x"),
-        ],
-    );
-    assert_eq!(empty.login_status(), LoginStatus::INITIATOR_ERROR);
+    let bad = encode_hex(&md5(&[&[ID], b"wrong-secret!!!!", &CHALLENGE]));
+    let short = good.get(..good.len() - 2).expect("hex").to_owned();
     let huge = encode_hex(&vec![0x5a; 1025]);
-    let e = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-            ("CHAP_I", "1"),
-            ("CHAP_C", &huge),
-        ],
-    );
-    assert_eq!(e, AuthError::BadChallengeLength(1025));
+    let host1 = || ("CHAP_N", "iqn.2024-01.test:host1".to_owned());
+    let response = |r: &str| ("CHAP_R", r.to_owned());
+    let chap_i = |i: &str| ("CHAP_I", i.to_owned());
+    let chap_c = |c: &str| ("CHAP_C", c.to_owned());
+    vec![
+        FailCase {
+            name: "wrong secret",
+            policy: one_way,
+            reply: vec![host1(), response(&bad)],
+            error: Some(AuthError::BadResponse),
+            status: Some(LoginStatus::AUTHENTICATION_FAILURE),
+        },
+        FailCase {
+            name: "truncated response",
+            policy: one_way,
+            reply: vec![host1(), response(&short)],
+            error: Some(AuthError::BadResponse),
+            status: None,
+        },
+        FailCase {
+            name: "wrong user",
+            policy: one_way,
+            reply: vec![
+                ("CHAP_N", "iqn.2024-01.test:other".to_owned()),
+                response(&good),
+            ],
+            error: Some(AuthError::UnknownUser),
+            status: Some(LoginStatus::AUTHENTICATION_FAILURE),
+        },
+        FailCase {
+            name: "reflected challenge",
+            policy: mutual,
+            reply: vec![
+                host1(),
+                response(&good),
+                chap_i("42"),
+                chap_c(&encode_hex(&CHALLENGE)),
+            ],
+            error: Some(AuthError::Reflection),
+            status: Some(LoginStatus::AUTHENTICATION_FAILURE),
+        },
+        FailCase {
+            name: "mutual challenge without target credentials",
+            policy: one_way,
+            reply: vec![
+                host1(),
+                response(&good),
+                chap_i("1"),
+                chap_c("0x0102030405060708"),
+            ],
+            error: Some(AuthError::MutualNotConfigured),
+            status: Some(LoginStatus::AUTHENTICATION_FAILURE),
+        },
+        FailCase {
+            name: "mutual required but not requested",
+            policy: mutual,
+            reply: vec![host1(), response(&good)],
+            error: Some(AuthError::MutualRequired),
+            status: None,
+        },
+        // The target must not answer the initiator's challenge before it
+        // has verified the initiator.
+        FailCase {
+            name: "wrong response is not answered even for mutual",
+            policy: mutual,
+            reply: vec![
+                host1(),
+                response("0x00000000000000000000000000000000"),
+                chap_i("1"),
+                chap_c("0x0102030405060708"),
+            ],
+            error: Some(AuthError::BadResponse),
+            status: None,
+        },
+        FailCase {
+            name: "empty challenge",
+            policy: mutual,
+            reply: vec![host1(), response(&good), chap_i("1"), chap_c("0x")],
+            error: None,
+            status: Some(LoginStatus::INITIATOR_ERROR),
+        },
+        FailCase {
+            name: "challenge over 1024 bytes",
+            policy: mutual,
+            reply: vec![host1(), response(&good), chap_i("1"), chap_c(&huge)],
+            error: Some(AuthError::BadChallengeLength(1025)),
+            status: None,
+        },
+        FailCase {
+            name: "CHAP_I without CHAP_C",
+            policy: mutual,
+            reply: vec![host1(), response(&good), chap_i("1")],
+            error: None,
+            status: Some(LoginStatus::INITIATOR_ERROR),
+        },
+        FailCase {
+            name: "CHAP_I out of range",
+            policy: mutual,
+            reply: vec![host1(), response(&good), chap_i("256"), chap_c("0x0102")],
+            error: Some(AuthError::InvalidValue {
+                key: "CHAP_I".into(),
+            }),
+            status: None,
+        },
+    ]
+}
+
+/// Runs `check` on every case, then fails naming each case that failed
+/// (each failure's own message is printed as it happens).
+fn for_each_case<C>(cases: &[C], name: fn(&C) -> &'static str, check: impl Fn(&C)) {
+    let failed: Vec<&str> = cases
+        .iter()
+        .filter(|c| {
+            let run = std::panic::AssertUnwindSafe(|| check(c));
+            std::panic::catch_unwind(run).is_err()
+        })
+        .map(name)
+        .collect();
+    assert!(failed.is_empty(), "failed cases: {failed:?}");
 }
 
 #[test]
-fn chap_i_and_chap_c_must_come_together() {
-    let e = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-            ("CHAP_I", "1"),
-        ],
-    );
-    assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
-    let e = fail_with(
-        mutual(),
-        &[
-            ("CHAP_N", "iqn.2024-01.test:host1"),
-            ("CHAP_R", &good_md5()),
-            ("CHAP_I", "256"),
-            ("CHAP_C", "0x0102"),
-        ],
-    );
-    assert_eq!(
-        e,
-        AuthError::InvalidValue {
-            key: "CHAP_I".into()
-        }
+fn bad_chap_responses_fail_authentication() {
+    for_each_case(
+        &fail_cases(),
+        |c| c.name,
+        |c| {
+            let reply: Vec<(&str, &str)> = c.reply.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let e = fail_with((c.policy)(), &reply);
+            if let Some(error) = &c.error {
+                assert_eq!(&e, error, "{}", c.name);
+            }
+            if let Some(status) = c.status {
+                assert_eq!(e.login_status(), status, "{}", c.name);
+            }
+        },
     );
 }
 
-#[test]
-fn unsupported_algorithm_fails() {
-    let mut s = SecurityNegotiator::new(one_way(), CHALLENGE.to_vec(), ID);
-    s.process(&kv(&[("AuthMethod", "CHAP")]))
-        .expect("AuthMethod");
-    let e = s
-        .process(&kv(&[("CHAP_A", "6,8,junk")]))
-        .expect_err("no alg");
-    assert_eq!(e, AuthError::UnsupportedAlgorithm);
-    assert_eq!(e.login_status(), LoginStatus::AUTHENTICATION_FAILURE);
+/// One request the security negotiator must refuse, after `setup`.
+struct RefusalCase {
+    name: &'static str,
+    setup: fn() -> SecurityNegotiator,
+    request: &'static [(&'static str, &'static str)],
+    /// The error it must fail with, when the case names one.
+    error: Option<AuthError>,
+    /// The login status that error maps to, when the case names one.
+    status: Option<LoginStatus>,
+}
+
+fn fresh() -> SecurityNegotiator {
+    SecurityNegotiator::new(one_way(), CHALLENGE.to_vec(), ID)
+}
+
+fn after_start() -> SecurityNegotiator {
+    start(one_way(), "5").0
+}
+
+fn refusal_cases() -> Vec<RefusalCase> {
+    vec![
+        RefusalCase {
+            name: "unsupported algorithm",
+            setup: || {
+                let mut s = fresh();
+                s.process(&kv(&[("AuthMethod", "CHAP")]))
+                    .expect("AuthMethod");
+                s
+            },
+            request: &[("CHAP_A", "6,8,junk")],
+            error: Some(AuthError::UnsupportedAlgorithm),
+            status: Some(LoginStatus::AUTHENTICATION_FAILURE),
+        },
+        // Out-of-order CHAP keys are protocol errors.
+        RefusalCase {
+            name: "CHAP_A before AuthMethod",
+            setup: fresh,
+            request: &[("CHAP_A", "5")],
+            error: None,
+            status: Some(LoginStatus::INITIATOR_ERROR),
+        },
+        RefusalCase {
+            name: "CHAP_A twice",
+            setup: after_start,
+            request: &[("CHAP_A", "5")],
+            error: None,
+            status: Some(LoginStatus::INITIATOR_ERROR),
+        },
+        RefusalCase {
+            name: "CHAP_N alone",
+            setup: after_start,
+            request: &[("CHAP_N", "iqn.2024-01.test:host1")],
+            error: None,
+            status: Some(LoginStatus::INITIATOR_ERROR),
+        },
+        RefusalCase {
+            name: "AuthMethod twice",
+            setup: fresh,
+            request: &[("AuthMethod", "CHAP"), ("AuthMethod", "None")],
+            error: Some(AuthError::DuplicateKey("AuthMethod".into())),
+            status: None,
+        },
+        RefusalCase {
+            name: "configured challenge too short",
+            setup: || {
+                let mut s = SecurityNegotiator::new(one_way(), vec![1, 2, 3], ID);
+                s.process(&kv(&[("AuthMethod", "CHAP")]))
+                    .expect("AuthMethod");
+                s
+            },
+            request: &[("CHAP_A", "5")],
+            error: None,
+            status: Some(LoginStatus::TARGET_ERROR),
+        },
+    ]
 }
 
 #[test]
-fn out_of_order_chap_keys_are_protocol_errors() {
-    let mut s = SecurityNegotiator::new(one_way(), CHALLENGE.to_vec(), ID);
-    let e = s
-        .process(&kv(&[("CHAP_A", "5")]))
-        .expect_err("before AuthMethod");
-    assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
-
-    let (mut s, _) = start(one_way(), "5");
-    let e = s
-        .process(&kv(&[("CHAP_A", "5")]))
-        .expect_err("CHAP_A twice");
-    assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
-
-    let (mut s, _) = start(one_way(), "5");
-    let e = s
-        .process(&kv(&[("CHAP_N", "iqn.2024-01.test:host1")]))
-        .expect_err("CHAP_N alone");
-    assert_eq!(e.login_status(), LoginStatus::INITIATOR_ERROR);
-
-    let mut s = SecurityNegotiator::new(one_way(), CHALLENGE.to_vec(), ID);
-    let e = s
-        .process(&kv(&[("AuthMethod", "CHAP"), ("AuthMethod", "None")]))
-        .expect_err("duplicate");
-    assert_eq!(e, AuthError::DuplicateKey("AuthMethod".into()));
+fn out_of_place_or_unusable_requests_are_refused() {
+    for_each_case(
+        &refusal_cases(),
+        |c| c.name,
+        |c| {
+            let mut s = (c.setup)();
+            let e = s.process(&kv(c.request)).expect_err(c.name);
+            if let Some(error) = &c.error {
+                assert_eq!(&e, error, "{}", c.name);
+            }
+            if let Some(status) = c.status {
+                assert_eq!(e.login_status(), status, "{}", c.name);
+            }
+        },
+    );
 }
 
 #[test]
@@ -449,15 +515,6 @@ fn non_security_keys_are_ignored_and_other_methods_not_understood() {
     assert!(is_security_key("CHAP_R"));
     assert!(is_security_key("AuthMethod"));
     assert!(!is_security_key("MaxBurstLength"));
-}
-
-#[test]
-fn short_configured_challenge_is_a_target_error() {
-    let mut s = SecurityNegotiator::new(one_way(), vec![1, 2, 3], ID);
-    s.process(&kv(&[("AuthMethod", "CHAP")]))
-        .expect("AuthMethod");
-    let e = s.process(&kv(&[("CHAP_A", "5")])).expect_err("short");
-    assert_eq!(e.login_status(), LoginStatus::TARGET_ERROR);
 }
 
 #[test]

@@ -1,12 +1,10 @@
 //! Whatever bytes arrive, before or after login, the connection never
 //! panics and only ever emits well-formed PDUs.
 
-mod common;
-
-use common::*;
 use proptest::prelude::*;
 use rustgt_iscsi::chap::ChapPolicy;
 use rustgt_iscsi::negotiate::Limits;
+use rustgt_test_initiator::pair::*;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, .. ProptestConfig::default() })]
@@ -47,11 +45,11 @@ proptest! {
 /// The same for the message transport: arbitrary iSER messages, and
 /// well-headed messages with arbitrary PDUs, never panic.
 mod iser {
-    use super::common::*;
     use proptest::prelude::*;
     use rustgt_iscsi::chap::ChapPolicy;
     use rustgt_iscsi::iser::{ControlHeader, RemoteBuffer};
     use rustgt_iscsi::negotiate::Limits;
+    use rustgt_test_initiator::pair::*;
 
     fn pair() -> Pair {
         Pair::iser(

@@ -5,16 +5,14 @@
 
 #![allow(clippy::unwrap_used)] // tests may panic on a broken invariant
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use rustgt_iscsi::chap::ChapPolicy;
 use rustgt_iscsi::negotiate::Limits;
 use rustgt_iscsi::pdu::*;
 use rustgt_iscsi::{PortalConfig, SessionTable};
+use rustgt_test_initiator::pair::*;
 
 macro_rules! on_both_transports {
     ($($name:ident),* $(,)?) => {

@@ -8,17 +8,15 @@
 
 #![allow(clippy::unwrap_used)] // tests may panic on a broken invariant
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use rustgt_iscsi::chap::{ChapAlgorithm, ChapCredentials, ChapPolicy};
 use rustgt_iscsi::iser::{ControlHeader, Hello, ISER_HEADER_LEN};
 use rustgt_iscsi::negotiate::{Digest, Limits};
 use rustgt_iscsi::pdu::*;
 use rustgt_iscsi::text::{decode_binary, encode_hex, encode_text, parse_text};
 use rustgt_iscsi::IserParams;
+use rustgt_test_initiator::pair::*;
 
 /// Runs each listed `fn name(mode: Mode)` once per transport.
 macro_rules! on_both_transports {

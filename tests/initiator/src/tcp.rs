@@ -8,14 +8,14 @@
 //! (§11.8) and Data-In (§11.7) sequences are handled, and the target's
 //! NOP-In pings answered. Every wait is bounded by [`REPLY_TIMEOUT`].
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use rustgt_iscsi::pdu::*;
-use rustgt_iscsi::text::{encode_text, parse_text};
+use rustgt_iscsi::text::parse_text;
+
+use crate::pdu::{self, login_request, nop_out, scsi_command, CommandIds, LoginIds};
 
 /// Longest wait for one reply PDU.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -98,25 +98,9 @@ impl std::fmt::Display for CmdResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Closed;
 
-/// An immediate NOP-Out (§11.18): a ping of ours (`itt`, TTT reserved) or
-/// the answer to the target's (`itt` reserved, its TTT and LUN).
-pub fn nop_out(lun: u64, itt: u32, ttt: u32, cmd_sn: u32, exp_stat_sn: u32) -> Vec<u8> {
-    Request {
-        header: RequestHeader::NopOut(NopOut {
-            immediate: true,
-            lun,
-            itt,
-            ttt,
-            cmd_sn,
-            exp_stat_sn,
-        }),
-        data: Vec::new(),
-    }
-    .encode(false, false)
-}
-
 /// One TCP connection to a target: raw bytes out, decoded replies in. Also
 /// used bare by tests that send malformed or out-of-place PDUs.
+#[derive(Debug)]
 pub struct Wire {
     sock: TcpStream,
     buf: Vec<u8>,
@@ -208,6 +192,7 @@ impl Wire {
 }
 
 /// One logged-in session on one connection.
+#[derive(Debug)]
 pub struct Session {
     wire: Wire,
     cmd_sn: u32,
@@ -265,28 +250,17 @@ impl Session {
     /// One login stage; repeats the request (with no keys) while the
     /// target does not transit yet. Applies the keys the target answers.
     fn login_stage(&mut self, csg: Stage, nsg: Stage, keys: &[(&str, &str)]) {
-        let mut pairs: Vec<(String, String)> = keys
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let mut keys = keys;
         for _ in 0..8 {
-            let req = Request {
-                header: RequestHeader::Login(LoginRequest {
-                    transit: true,
-                    cont: false,
-                    csg,
-                    nsg,
-                    version_max: 0,
-                    version_min: 0,
-                    isid: self.isid,
-                    tsih: 0,
-                    itt: 0,
-                    cid: 0,
-                    cmd_sn: self.cmd_sn,
-                    exp_stat_sn: self.exp_stat_sn,
-                }),
-                data: encode_text(&pairs),
+            let ids = LoginIds {
+                isid: self.isid,
+                tsih: 0,
+                itt: 0,
+                cid: 0,
+                cmd_sn: self.cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
             };
+            let req = login_request(ids, csg, nsg, true, keys);
             self.send(&req.encode(false, false));
             let lr = match self.recv() {
                 Reply::LoginResponse(lr) => lr,
@@ -306,7 +280,7 @@ impl Session {
             if lr.transit && lr.nsg == nsg {
                 return;
             }
-            pairs.clear();
+            keys = &[];
         }
         panic!(
             "{}: the target never completed login stage {csg:?}",
@@ -401,24 +375,19 @@ impl Session {
         let immediate_len = self
             .immediate
             .map_or(0, |burst| data_out.len().min(burst).min(self.max_send));
-        let cmd = Request {
-            header: RequestHeader::ScsiCommand(ScsiCommand {
-                immediate: false,
-                // InitialR2T=Yes: no unsolicited Data-Out follows.
-                final_bit: true,
-                read: read_len > 0,
-                write: !data_out.is_empty(),
-                attr: TaskAttribute::SIMPLE,
-                lun: raw_lun,
-                itt,
-                expected_data_len: out_len.max(read_len),
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-                cdb: cdb.to_vec().into(),
-                bidi_read_len: None,
-            }),
-            data: data_out.get(..immediate_len).unwrap_or_default().to_vec(),
+        let ids = CommandIds {
+            lun: raw_lun,
+            itt,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            read: read_len > 0,
+            write: !data_out.is_empty(),
+            // InitialR2T=Yes: no unsolicited Data-Out follows.
+            final_bit: true,
+            expected_data_len: out_len.max(read_len),
         };
+        let immediate = data_out.get(..immediate_len).unwrap_or_default().to_vec();
+        let cmd = scsi_command(ids, cdb, immediate);
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
         self.send(&cmd.encode(false, false));
 
@@ -470,23 +439,17 @@ impl Session {
     pub fn start_command(&mut self, lun: u64, cdb: &[u8], read_len: u32) -> (u32, u32) {
         let itt = self.take_itt();
         let cmd_sn = self.cmd_sn;
-        let cmd = Request {
-            header: RequestHeader::ScsiCommand(ScsiCommand {
-                immediate: false,
-                final_bit: true,
-                read: read_len > 0,
-                write: false,
-                attr: TaskAttribute::SIMPLE,
-                lun: encode_lun(lun),
-                itt,
-                expected_data_len: read_len,
-                cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-                cdb: cdb.to_vec().into(),
-                bidi_read_len: None,
-            }),
-            data: Vec::new(),
+        let ids = CommandIds {
+            lun: encode_lun(lun),
+            itt,
+            cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            read: read_len > 0,
+            write: false,
+            final_bit: true,
+            expected_data_len: read_len,
         };
+        let cmd = scsi_command(ids, cdb, Vec::new());
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
         self.send(&cmd.encode(false, false));
         (itt, cmd_sn)
@@ -565,19 +528,17 @@ impl Session {
         let chunks: Vec<&[u8]> = wanted.chunks(self.max_send).collect();
         for (sn, chunk) in chunks.iter().enumerate() {
             let offset = start + sn * self.max_send;
-            let pdu = Request {
-                header: RequestHeader::DataOut(DataOut {
-                    final_bit: sn + 1 == chunks.len(),
-                    lun: raw_lun,
-                    itt: r2t.itt,
-                    ttt: r2t.ttt,
-                    exp_stat_sn: self.exp_stat_sn,
-                    data_sn: u32::try_from(sn).expect("DataSN"),
-                    buffer_offset: u32::try_from(offset).expect("offset"),
-                }),
-                data: chunk.to_vec(),
+            let header = DataOut {
+                final_bit: sn + 1 == chunks.len(),
+                lun: raw_lun,
+                itt: r2t.itt,
+                ttt: r2t.ttt,
+                exp_stat_sn: self.exp_stat_sn,
+                data_sn: u32::try_from(sn).expect("DataSN"),
+                buffer_offset: u32::try_from(offset).expect("offset"),
             };
-            self.send(&pdu.encode(false, false));
+            let req = pdu::data_out(header, chunk.to_vec());
+            self.send(&req.encode(false, false));
         }
     }
 

@@ -8,9 +8,8 @@
 //!   and Reads act on the initiator's registered regions here, checked
 //!   against their STags and bounds as a real HCA would.
 //!
-//! The same test bodies run in both modes (see `tests/pair.rs`).
-
-#![allow(dead_code)]
+//! The same test bodies run in both modes (see rustgt-iscsi's
+//! `tests/pair.rs`).
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -22,12 +21,14 @@ use rustgt_iscsi::chap::ChapPolicy;
 use rustgt_iscsi::iser::{ControlHeader, HelloReply, IserMessage, RemoteBuffer};
 use rustgt_iscsi::negotiate::{Limits, Transport};
 use rustgt_iscsi::pdu::*;
-use rustgt_iscsi::text::{encode_text, parse_text};
+use rustgt_iscsi::text::parse_text;
 use rustgt_iscsi::{
     Connection, ConnectionSetup, Event, IserOp, IserParams, PortalConfig, RdmaRead, SessionTable,
     TargetInfo,
 };
 use rustgt_scsi::{LunConfig, Response, ScsiTarget};
+
+use crate::pdu::{login_request, scsi_command, CommandIds, LoginIds};
 
 pub const TARGET: &str = "iqn.2026-11.org.rustgt:test";
 pub const INITIATOR: &str = "iqn.2026-11.org.rustgt:initiator";
@@ -153,6 +154,18 @@ pub struct Pair {
     /// iSER: Send messages not yet decoded by `replies`.
     rx_msgs: Vec<Vec<u8>>,
     pub hello_replies: Vec<HelloReply>,
+}
+
+impl std::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pair")
+            .field("mode", &self.mode)
+            .field("cmd_sn", &self.cmd_sn)
+            .field("exp_stat_sn", &self.exp_stat_sn)
+            .field("itt", &self.itt)
+            .field("isid", &self.isid)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pair {
@@ -555,27 +568,15 @@ impl Pair {
         transit: bool,
         keys: &[(&str, &str)],
     ) -> Request {
-        let pairs: Vec<(String, String)> = keys
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Request {
-            header: RequestHeader::Login(LoginRequest {
-                transit,
-                cont: false,
-                csg,
-                nsg,
-                version_max: 0,
-                version_min: 0,
-                isid: self.isid,
-                tsih: 0,
-                itt: 1,
-                cid: 1,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-            }),
-            data: encode_text(&pairs),
-        }
+        let ids = LoginIds {
+            isid: self.isid,
+            tsih: 0,
+            itt: 1,
+            cid: 1,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        };
+        login_request(ids, csg, nsg, transit, keys)
     }
 
     /// Send one login request and return the (single) login response and its keys.
@@ -642,23 +643,17 @@ impl Pair {
     ) -> u32 {
         let itt = self.next_itt();
         let remote = self.command_buffers(itt, read, write, edtl, imm.len());
-        let req = Request {
-            header: RequestHeader::ScsiCommand(ScsiCommand {
-                immediate: false,
-                final_bit,
-                read,
-                write,
-                attr: TaskAttribute::SIMPLE,
-                lun: 0,
-                itt,
-                expected_data_len: edtl,
-                cmd_sn: self.cmd_sn,
-                exp_stat_sn: self.exp_stat_sn,
-                cdb: cdb.to_vec().into(),
-                bidi_read_len: None,
-            }),
-            data: imm,
+        let ids = CommandIds {
+            lun: 0,
+            itt,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            read,
+            write,
+            final_bit,
+            expected_data_len: edtl,
         };
+        let req = scsi_command(ids, cdb, imm);
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
         self.send_with(&req, remote);
         itt
@@ -772,18 +767,16 @@ impl Pair {
         data: &[u8],
         final_bit: bool,
     ) {
-        let req = Request {
-            header: RequestHeader::DataOut(DataOut {
-                final_bit,
-                lun: 0,
-                itt,
-                ttt,
-                exp_stat_sn: self.exp_stat_sn,
-                data_sn,
-                buffer_offset: offset,
-            }),
-            data: data.to_vec(),
+        let header = DataOut {
+            final_bit,
+            lun: 0,
+            itt,
+            ttt,
+            exp_stat_sn: self.exp_stat_sn,
+            data_sn,
+            buffer_offset: offset,
         };
+        let req = crate::pdu::data_out(header, data.to_vec());
         self.send(&req);
     }
 
