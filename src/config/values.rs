@@ -1,0 +1,86 @@
+//! Typed values of the configuration, parsed once when it is read.
+
+use super::MAX_ISCSI_NAME_LEN;
+
+/// Checks an iSCSI name (RFC 7143 §4.2.7): `iqn.yyyy-mm.reversed.domain[:anything]`,
+/// `eui.` + 16 hex digits, or `naa.` + 16 or 32 hex digits; at most 223 bytes.
+/// `iqn.` names must be lowercase (the RFC 3722 stringprep profile maps to
+/// lowercase, so a configured name must already be in that form to match).
+pub fn validate_iscsi_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_ISCSI_NAME_LEN {
+        return Err(format!(
+            "is {} bytes; iSCSI names are at most {MAX_ISCSI_NAME_LEN} (RFC 7143 §4.2.7.1)",
+            name.len()
+        ));
+    }
+    if let Some(rest) = name.strip_prefix("iqn.") {
+        return validate_iqn(rest).map_err(|m| format!("{name:?}: {m}"));
+    }
+    let (hex, lens): (&str, &[usize]) = if let Some(rest) = name.strip_prefix("eui.") {
+        (rest, &[16])
+    } else if let Some(rest) = name.strip_prefix("naa.") {
+        (rest, &[16, 32])
+    } else {
+        return Err(format!(
+            "{name:?} is not an iSCSI name: expected iqn.yyyy-mm.domain[:id], eui.<16 hex> \
+             or naa.<16|32 hex> (RFC 7143 §4.2.7)"
+        ));
+    };
+    if !lens.contains(&hex.len()) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let want = if lens.len() == 1 { "16" } else { "16 or 32" };
+        return Err(format!(
+            "{name:?}: expected {want} hexadecimal digits after the type prefix"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_iqn(rest: &str) -> Result<(), String> {
+    if let Some(bad) = rest.chars().find(|&ch| !iqn_char_ok(ch)) {
+        return Err(if bad.is_uppercase() {
+            "iqn names must be lowercase (RFC 3722)".into()
+        } else {
+            format!("character {bad:?} is not allowed (letters, digits, '-', '.', ':')")
+        });
+    }
+    // yyyy-mm.
+    let date = rest
+        .get(..7)
+        .ok_or("missing the yyyy-mm date after \"iqn.\"")?;
+    let (year, month) = date
+        .split_once('-')
+        .ok_or("expected a yyyy-mm date after \"iqn.\"")?;
+    let year_ok = year.len() == 4 && year.bytes().all(|b| b.is_ascii_digit());
+    let month_ok = month.len() == 2 && month.parse::<u8>().is_ok_and(|m| (1..=12).contains(&m));
+    if !year_ok || !month_ok {
+        return Err(format!("{date:?} is not a yyyy-mm date"));
+    }
+    let after_date = rest.get(7..).unwrap_or("");
+    let authority = after_date
+        .strip_prefix('.')
+        .ok_or("expected \".\" and a reversed domain name after the date")?;
+    let domain = authority.split(':').next().unwrap_or("");
+    if domain.is_empty() || domain.split('.').any(|label| label.is_empty()) {
+        return Err(
+            "the naming authority must be a reversed domain name such as com.example".into(),
+        );
+    }
+    if domain
+        .split('.')
+        .any(|l| l.starts_with('-') || l.ends_with('-'))
+    {
+        return Err("domain labels must not start or end with '-'".into());
+    }
+    Ok(())
+}
+
+fn iqn_char_ok(ch: char) -> bool {
+    if ch.is_ascii() {
+        ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '-' | '.' | ':')
+    } else {
+        ch.is_alphanumeric() && !ch.is_uppercase()
+    }
+}
