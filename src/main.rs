@@ -8,6 +8,7 @@ mod cli;
 mod config;
 mod daemon;
 mod iser_portals;
+mod wiring;
 
 use clap::Parser;
 
@@ -43,5 +44,5 @@ fn main() -> anyhow::Result<()> {
         file: cli.config.clone(),
         overrides: cli.overrides(),
     };
-    rt.block_on(daemon::run(cfg, source))
+    Ok(rt.block_on(daemon::run(cfg, source))?)
 }

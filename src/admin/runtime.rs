@@ -120,9 +120,9 @@ impl Runtime {
     pub async fn start(cfg: Config, source: ConfigSource) -> Result<Runtime, AdminError> {
         let mut empty = cfg.clone();
         empty.targets.clear();
-        let port = Port::new(crate::daemon::portal_config(&empty));
+        let port = Port::new(crate::wiring::portal_config(&empty));
         port.set_reactors(cfg.reactor.threads);
-        port.set_limits(crate::daemon::conn_limits(&cfg));
+        port.set_limits(crate::wiring::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);
         port.set_busy_poll(std::time::Duration::from_micros(cfg.reactor.busy_poll_us));
         // Before any LUN or reactor starts: both read it.
@@ -486,7 +486,7 @@ impl Runtime {
             thin: l.thin,
             write_cache: l.write_cache,
             workers: l.effective_workers(&self.cfg.iscsi),
-            serial: crate::daemon::lun_serial(&t.iqn, l),
+            serial: crate::wiring::lun_serial(&t.iqn, l),
             readahead: store.and_then(|s| s.io_context()).map(|c| c.policy_label()),
             faults: store.and_then(|s| s.faults()).map(|f| {
                 let spec = f.spec();

@@ -5,8 +5,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::check::{Checker, KeyPath};
-use super::{MAX_CHAP_FIELD_LEN, MIN_CHAP_SECRET_LEN};
+use super::keypath::{Checker, KeyPath};
+
+/// RFC 7143 §9.2.1: a CHAP secret of fewer than 96 bits needs IPsec, which
+/// rustgt does not provide, so shorter secrets are refused.
+pub const MIN_CHAP_SECRET_LEN: usize = 12;
+/// Longest CHAP name or secret accepted (a text-key value, RFC 7143 §6.1).
+pub const MAX_CHAP_FIELD_LEN: usize = 255;
 
 /// CHAP credentials (RFC 7143 §12.1.3). `user`/`secret` authenticate the
 /// initiator; `mutual_*`, when set, are what the target answers with when the

@@ -1,86 +1,38 @@
-//! Semantic checks of a whole configuration: key paths, the problem
-//! collector, and the top-level walk (each table's own checks live with
-//! its settings).
+//! Semantic checks of a whole configuration: the walk over its tables
+//! (each table's own checks live with its settings) and [`check`] for a
+//! configuration built in memory.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 
 use super::auth::check_chap;
+use super::error::{ConfigError, Problem};
 use super::iscsi::check_iscsi;
+use super::keypath::{Checker, KeyPath};
 use super::limits::check_limits;
 use super::targets::check_target;
-use super::{Config, MAX_SOCKET_PATH};
+use super::top::Config;
 
-// ---------------------------------------------------------------------------
-// Validation
-// ---------------------------------------------------------------------------
+/// Longest Unix socket path (`sun_path` less its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Seg {
-    Key(&'static str),
-    Index(usize),
-}
-
-impl fmt::Display for Seg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Seg::Key(k) => f.write_str(k),
-            Seg::Index(i) => write!(f, "{i}"),
-        }
+/// Validates a configuration built in memory (an admin change); problems
+/// are attributed to `origin`.
+pub fn check(config: &Config, origin: &str) -> Result<(), ConfigError> {
+    let problems = validate(config);
+    if problems.is_empty() {
+        return Ok(());
     }
-}
-
-/// A key path into the config, displayed as `targets[0].luns[1].block_size`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct KeyPath(pub(super) Vec<Seg>);
-
-impl KeyPath {
-    pub(super) fn key(&self, k: &'static str) -> Self {
-        let mut p = self.clone();
-        p.0.push(Seg::Key(k));
-        p
-    }
-
-    pub(super) fn index(&self, i: usize) -> Self {
-        let mut p = self.clone();
-        p.0.push(Seg::Index(i));
-        p
-    }
-}
-
-impl fmt::Display for KeyPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (n, seg) in self.0.iter().enumerate() {
-            match seg {
-                Seg::Key(k) if n == 0 => f.write_str(k)?,
-                Seg::Key(k) => write!(f, ".{k}")?,
-                Seg::Index(i) => write!(f, "[{i}]")?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Collects (key, message) pairs.
-#[derive(Default)]
-pub(super) struct Checker {
-    problems: Vec<(KeyPath, String)>,
-}
-
-impl Checker {
-    pub(super) fn fail(&mut self, key: KeyPath, message: impl Into<String>) {
-        self.problems.push((key, message.into()));
-    }
-
-    pub(super) fn range<T>(&mut self, key: KeyPath, value: T, min: T, max: T)
-    where
-        T: PartialOrd + fmt::Display + Copy,
-    {
-        if value < min || value > max {
-            self.fail(key, format!("{value} is out of range {min}..={max}"));
-        }
-    }
+    Err(ConfigError::Invalid(
+        problems
+            .into_iter()
+            .map(|(key, message)| Problem {
+                origin: origin.to_owned(),
+                key: key.to_string(),
+                message,
+            })
+            .collect(),
+    ))
 }
 
 pub(super) fn validate(config: &Config) -> Vec<(KeyPath, String)> {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::auth::ChapSettings;
-use super::check::{Checker, KeyPath};
+use super::keypath::{Checker, KeyPath};
 
 /// iSCSI operational parameters (RFC 7143 §13) and per-session limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::check::{Checker, KeyPath};
+use super::keypath::{Checker, KeyPath};
 
 /// Caps on connections and sessions and the login timeout: what bounds the
 /// memory and descriptors peers can make the daemon hold before they have

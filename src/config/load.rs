@@ -9,8 +9,10 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
 use serde::Deserialize;
 
-use super::check::{validate, KeyPath, Seg};
-use super::{default_data_dir, Config, ConfigError, Overrides, Problem, ENV_PREFIX};
+use super::check::validate;
+use super::error::{ConfigError, Problem};
+use super::keypath::{KeyPath, Seg};
+use super::top::{default_data_dir, Config, Overrides, ENV_PREFIX};
 
 /// Loads, merges and validates the configuration. With `file == None` the
 /// default target is served (environment and overrides still apply).
@@ -39,25 +41,6 @@ pub fn load_text(
         contents,
     });
     load_figment(figment, Some(path), overrides)
-}
-
-/// Validates a configuration built in memory (an admin change); problems
-/// are attributed to `origin`.
-pub fn check(config: &Config, origin: &str) -> Result<(), ConfigError> {
-    let problems = validate(config);
-    if problems.is_empty() {
-        return Ok(());
-    }
-    Err(ConfigError::Invalid(
-        problems
-            .into_iter()
-            .map(|(key, message)| Problem {
-                origin: origin.to_owned(),
-                key: key.to_string(),
-                message,
-            })
-            .collect(),
-    ))
 }
 
 /// Where the admin socket of the daemon that `file`, the environment and

@@ -7,10 +7,24 @@ use std::path::{Path, PathBuf};
 use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadChoice};
 use serde::{Deserialize, Serialize};
 
-use super::check::{Checker, KeyPath};
 use super::fault::FaultSettings;
 use super::iscsi::IscsiSettings;
-use super::{default_block_size, default_true, parse_size, MAX_LUN_ID};
+use super::keypath::{Checker, KeyPath};
+
+/// SAM-5 flat/peripheral LUN addressing used here: LUN ids 0..=16383.
+pub const MAX_LUN_ID: u64 = 16383;
+
+pub(super) fn default_block_size() -> u32 {
+    512
+}
+
+pub(super) fn default_true() -> bool {
+    true
+}
+
+pub(super) fn parse_size(s: &str) -> Option<u64> {
+    rustgt_backstore::parse_size(s)
+}
 
 /// One logical unit and its backing store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

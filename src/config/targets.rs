@@ -9,10 +9,17 @@ use rustgt_backstore::EngineKind;
 use serde::{Deserialize, Serialize};
 
 use super::auth::{check_chap, ChapSettings};
-use super::check::{Checker, KeyPath};
+use super::keypath::{Checker, KeyPath};
 use super::luns::{check_lun, LunSettings};
 use super::values::validate_iscsi_name;
-use super::{default_portals, default_tpgt};
+
+pub(super) fn default_portals() -> Vec<SocketAddr> {
+    vec![SocketAddr::from(([127, 0, 0, 1], 3260))]
+}
+
+pub(super) fn default_tpgt() -> u16 {
+    1
+}
 
 /// One target: a name, where it listens, who may log in, and its LUNs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,10 +1,16 @@
 //! Unit tests of loading and checking the configuration.
 
 use super::*;
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use figment::Jail;
 
+use rustgt_backstore::EngineKind;
+
+use super::iscsi::DiscoverySettings;
+use super::limits::LimitSettings;
+use super::targets::default_portals;
 use super::values::validate_iscsi_name;
 
 /// Every test that calls [`load`] runs in a figment `Jail`: the jail

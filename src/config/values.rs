@@ -1,6 +1,7 @@
 //! Typed values of the configuration, parsed once when it is read.
 
-use super::MAX_ISCSI_NAME_LEN;
+/// RFC 7143 §4.2.7.1: an iSCSI name is at most 223 bytes.
+pub const MAX_ISCSI_NAME_LEN: usize = 223;
 
 /// Checks an iSCSI name (RFC 7143 §4.2.7): `iqn.yyyy-mm.reversed.domain[:anything]`,
 /// `eui.` + 16 hex digits, or `naa.` + 16 or 32 hex digits; at most 223 bytes.
