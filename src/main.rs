@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(colour)
         .init();
     if let Some(cli::Command::Bench(cmd)) = &cli.command {
-        return bench::run(cmd);
+        return Ok(bench::run(cmd)?);
     }
     if let Some(cli::Command::Admin(args)) = &cli.command {
         std::process::exit(admin::client::run(
