@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rustgt_backstore::hddsim::ArrayParams;
 use rustgt_backstore::{
-    Backstore, BackstoreError, BackstoreSpec, EngineKind, FaultBackstore, Faults, HddSimOptions,
+    Backstore, BackstoreError, BackstoreSpec, FaultBackstore, Faults, HddSimOptions,
     IoContextOptions, LunStoreSpec, ReadaheadChoice, ReadaheadPolicy,
 };
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
@@ -62,10 +62,7 @@ pub(crate) fn lun_config(
     lc.removable = l.removable;
     lc.physical_block_size = l.physical_block_size;
     lc.unmap_command = l.unmap_command;
-    lc.sanitize_rate = l
-        .sanitize_rate
-        .as_deref()
-        .and_then(rustgt_backstore::parse_size);
+    lc.sanitize_rate = l.sanitize_rate.as_ref().map(|r| r.bytes());
     lc.pr_state_path = Some(pr_state_path(cfg, iqn, l));
     lc.serial = lun_serial(iqn, l);
     lc.naa_id = stable_id(iqn, l.id);
@@ -154,17 +151,8 @@ fn wrap_engine(
 /// Everything that makes one LUN's store: engine, hddsim placement and the
 /// LUN's I/O context (readahead policy, mode, cache bound).
 fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
-    // The config was validated at load: names and sizes parse.
-    let kind: EngineKind = l
-        .backstore
-        .parse()
-        .map_err(|_| StoreError::Setting(format!("unknown backstore {:?}", l.backstore)))?;
-    let size = |s: &str| {
-        rustgt_backstore::parse_size(s)
-            .ok_or_else(|| StoreError::Setting(format!("bad size {s:?}")))
-    };
     let backstore = BackstoreSpec {
-        kind,
+        kind: l.backstore.value().clone(),
         path: l.resolved_path(&cfg.data_dir),
         size: l.size_bytes(),
         block_size: l.block_size,
@@ -175,10 +163,10 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
     let defaults = HddSimOptions::default();
     let hddsim = HddSimOptions {
         device: l.hddsim_device.clone().unwrap_or(defaults.device),
-        offset: match &l.hddsim_offset {
-            Some(o) => size(o)?,
-            None => defaults.offset,
-        },
+        offset: l
+            .hddsim_offset
+            .as_ref()
+            .map_or(defaults.offset, |o| o.bytes()),
         array: ArrayParams {
             disks: l.hddsim_disks.unwrap_or(defaults.array.disks),
             ..defaults.array
@@ -188,35 +176,27 @@ fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
             .map_or(defaults.time_scale, |x| 1.0 / f64::from(x.max(1))),
     };
     let defaults_ctx = IoContextOptions::default();
-    let choice: ReadaheadChoice = l
-        .readahead
-        .parse()
-        .map_err(|_| StoreError::Setting(format!("readahead {:?}", l.readahead)))?;
+    let choice = l.readahead.get();
     let io_context = IoContextOptions {
         // `auto` is resolved on the open engine (attach_context).
         policy: match choice {
             ReadaheadChoice::Fixed(p) => p,
             ReadaheadChoice::Auto => ReadaheadPolicy::Kernel,
         },
-        mode: l
-            .io_context
-            .parse()
-            .map_err(|_| StoreError::Setting(format!("io_context {:?}", l.io_context)))?,
-        cache_bytes: size(&l.readahead_cache)?,
-        max_readahead: size(&l.readahead_max)?,
+        mode: l.io_context.get(),
+        cache_bytes: l.readahead_cache.bytes(),
+        max_readahead: l.readahead_max.bytes(),
         io_threads: l
             .readahead_io_threads
             .map_or(defaults_ctx.io_threads, |t| t as usize),
-        max_io: match &l.readahead_io_max {
-            Some(m) => size(m)?,
-            None => defaults_ctx.max_io,
-        },
-        device_slice: match &l.device_slice {
-            Some(d) => d
-                .parse()
-                .map_err(|_| StoreError::Setting(format!("device_slice {d:?}")))?,
-            None => defaults_ctx.device_slice,
-        },
+        max_io: l
+            .readahead_io_max
+            .as_ref()
+            .map_or(defaults_ctx.max_io, |m| m.bytes()),
+        device_slice: l
+            .device_slice
+            .as_ref()
+            .map_or(defaults_ctx.device_slice, |d| d.get()),
         ..defaults_ctx
     };
     Ok(LunStoreSpec {

@@ -28,7 +28,7 @@ use super::diff::{plan, Plan, TargetPlan};
 use super::lunstore::{Current, LunStore};
 use super::proto::ChangeReport;
 use super::runtime::{AdminError, Listener, Runtime, TargetRt};
-use crate::config::{Config, LunSettings, TargetSettings};
+use crate::config::{ByteSize, Config, LunSettings, TargetSettings};
 
 /// What the prepare step built; dropped (with its files) if anything fails.
 #[derive(Debug, Default)]
@@ -509,10 +509,7 @@ impl Runtime {
                     }
                 }
                 None => {
-                    if let (Some(ctx), Ok(policy)) = (
-                        store.io_context(),
-                        u.lun.readahead.parse::<ReadaheadPolicy>(),
-                    ) {
+                    if let (Some(ctx), Some(policy)) = (store.io_context(), u.lun.fixed_policy()) {
                         ctx.set_policy(policy);
                     }
                 }
@@ -596,7 +593,7 @@ impl Runtime {
         if l.kind() == Some(EngineKind::File) {
             // Saved configs must reopen the file at the size exported now.
             let mut sized = l.clone();
-            sized.size = Some(after.to_string());
+            sized.size = Some(ByteSize::from_bytes(after));
             replace_lun_settings(&mut self.cfg, iqn, sized);
         }
         if after != before {
@@ -642,7 +639,7 @@ fn can_switch_in_place(store: &LunStore, l: &LunSettings) -> bool {
     let Some(ctx) = store.io_context() else {
         return false;
     };
-    let Ok(policy) = l.readahead.parse::<ReadaheadPolicy>() else {
+    let Some(policy) = l.fixed_policy() else {
         return false;
     };
     !ctx.is_passthrough() && policy != ReadaheadPolicy::Kernel

@@ -323,7 +323,9 @@ impl Runtime {
                 policy,
             } => {
                 let t = find_mut(&mut w, &target)?;
-                lun_mut(t, lun)?.readahead = policy;
+                lun_mut(t, lun)?.readahead = policy
+                    .parse()
+                    .map_err(|m| config::invalid("admin request", "policy", m))?;
             }
             Request::SetFaults { target, lun, fault } => {
                 let t = find_mut(&mut w, &target)?;
@@ -398,7 +400,10 @@ impl Runtime {
         let l = lun_mut(t, lun)?;
         match size {
             Some(s) => {
-                l.size = Some(s);
+                l.size = Some(
+                    s.parse()
+                        .map_err(|m| config::invalid("admin request", "size", m))?,
+                );
                 config::check(&w, "admin request")?;
                 let report = self.apply(w, false, false).await?;
                 if report.changes.is_empty() {
@@ -408,7 +413,8 @@ impl Runtime {
                             .luns
                             .iter()
                             .find(|l| l.id == lun)
-                            .and_then(|l| l.size.clone())
+                            .and_then(|l| l.size.as_ref())
+                            .map(|s| s.text().to_owned())
                             .unwrap_or_default()
                     )));
                 }
@@ -476,7 +482,7 @@ impl Runtime {
         LunView {
             target: t.iqn.clone(),
             id: l.id,
-            backstore: l.backstore.clone(),
+            backstore: l.backstore.text().to_owned(),
             path: l
                 .resolved_path(&self.cfg.data_dir)
                 .map(|p| p.display().to_string()),

@@ -69,15 +69,6 @@ pub(super) fn validate(config: &Config) -> Vec<(KeyPath, String)> {
         0,
         1000,
     );
-    if !matches!(config.reactor.io_uring.as_str(), "auto" | "off") {
-        c.fail(
-            root.key("reactor").key("io_uring"),
-            format!(
-                "unknown value {:?}: expected \"auto\" or \"off\"",
-                config.reactor.io_uring
-            ),
-        );
-    }
     if let Some(chap) = &config.discovery.chap {
         check_chap(&mut c, &root.key("discovery").key("chap"), chap);
     }

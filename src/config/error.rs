@@ -70,3 +70,13 @@ impl fmt::Display for ProblemList<'_> {
 
 // ---------------------------------------------------------------------------
 // Loading
+
+/// One problem as an error: `key` of a value from `origin` (an admin
+/// request's field that does not parse).
+pub fn invalid(origin: &str, key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(vec![Problem {
+        origin: origin.to_owned(),
+        key: key.to_owned(),
+        message: message.into(),
+    }])
+}

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadChoice};
+use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadChoice, ReadaheadPolicy};
 use serde::{Deserialize, Serialize};
 
 use super::fault::FaultSettings;
 use super::iscsi::IscsiSettings;
 use super::keypath::{Checker, KeyPath};
+use super::values::{ByteSize, Bytes, Setting};
 
 /// SAM-5 flat/peripheral LUN addressing used here: LUN ids 0..=16383.
 pub const MAX_LUN_ID: u64 = 16383;
@@ -22,10 +23,6 @@ pub(super) fn default_true() -> bool {
     true
 }
 
-pub(super) fn parse_size(s: &str) -> Option<u64> {
-    rustgt_backstore::parse_size(s)
-}
-
 /// One logical unit and its backing store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,13 +31,13 @@ pub struct LunSettings {
     pub id: u64,
     /// Engine: "file", "mmap", "blockdev", "ram", "null", "hddsim" or
     /// "rbd".
-    pub backstore: String,
+    pub backstore: Setting<EngineKind>,
     /// Backing file or device (file/mmap/blockdev only); relative = under data_dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
     /// Capacity such as "1G" or "512M" (binary units).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<String>,
+    pub size: Option<ByteSize>,
     /// Logical block size: 512 or 4096.
     #[serde(default = "default_block_size")]
     pub block_size: u32,
@@ -77,43 +74,43 @@ pub struct LunSettings {
     pub unmap_command: bool,
     /// Pace of SANITIZE in bytes per second, e.g. "128M"; default: full speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sanitize_rate: Option<String>,
+    pub sanitize_rate: Option<ByteSize>,
     /// Readahead policy of the LUN's I/O context: "auto" (the default:
     /// "streams" where the backing seeks, hddsim or a rotational disk under
     /// a file or block device; "kernel" elsewhere), "none", "kernel" (leave
     /// it to Linux's page cache), "classic", "context" or "streams".
     #[serde(default = "default_readahead")]
-    pub readahead: String,
+    pub readahead: Setting<ReadaheadChoice>,
     /// "shared": all workers of the LUN share one I/O context (one stream
     /// table, one cache); "per-worker": each has its own (the pre-fix
     /// behaviour, for comparison).
     #[serde(default = "default_io_context")]
-    pub io_context: String,
+    pub io_context: Setting<ContextMode>,
     /// Memory bound of the LUN's readahead cache, e.g. "64M".
     #[serde(default = "default_readahead_cache")]
-    pub readahead_cache: String,
+    pub readahead_cache: ByteSize,
     /// Largest readahead window, e.g. "4M".
     #[serde(default = "default_readahead_max")]
-    pub readahead_max: String,
+    pub readahead_max: ByteSize,
     /// Threads issuing the context's backing reads (its I/O depth),
     /// 1..=256; default 4.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readahead_io_threads: Option<u32>,
     /// Largest backing read after coalescing, e.g. "1M" (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub readahead_io_max: Option<String>,
+    pub readahead_io_max: Option<ByteSize>,
     /// Turns at a device shared with other LUNs' I/O contexts: "auto"
     /// (the default: on a seeking device, four positioning times of
     /// transfer per turn), "off", or a size per turn such as "16M".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_slice: Option<String>,
+    pub device_slice: Option<Setting<DeviceSlice>>,
     /// hddsim: name of the simulated device; LUNs naming the same device
     /// share its disks (default "md0").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hddsim_device: Option<String>,
     /// hddsim: byte offset of the LUN on the device, e.g. "90G".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hddsim_offset: Option<String>,
+    pub hddsim_offset: Option<ByteSize>,
     /// hddsim: disks in the device's RAID-0 (default 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hddsim_disks: Option<u32>,
@@ -185,26 +182,26 @@ impl RbdSettings {
     }
 }
 
-fn default_readahead() -> String {
-    "auto".into()
+fn default_readahead() -> Setting<ReadaheadChoice> {
+    Setting::new(ReadaheadChoice::Auto, "auto")
 }
 
-pub(super) fn default_io_context() -> String {
-    "shared".into()
+pub(super) fn default_io_context() -> Setting<ContextMode> {
+    Setting::new(ContextMode::Shared, "shared")
 }
 
-pub(super) fn default_readahead_cache() -> String {
-    "64M".into()
+pub(super) fn default_readahead_cache() -> ByteSize {
+    Setting::new(Bytes(64 << 20), "64M")
 }
 
-pub(super) fn default_readahead_max() -> String {
-    "4M".into()
+pub(super) fn default_readahead_max() -> ByteSize {
+    Setting::new(Bytes(4 << 20), "4M")
 }
 
 impl LunSettings {
-    /// The engine, `None` only if `backstore` is unknown (never after [`load`]).
+    /// The engine (always `Some`: `backstore` is parsed when read).
     pub fn kind(&self) -> Option<EngineKind> {
-        self.backstore.parse().ok()
+        Some(self.backstore.value().clone())
     }
 
     /// The backing path with a relative path placed under `data_dir`.
@@ -212,9 +209,17 @@ impl LunSettings {
         self.path.as_ref().map(|p| data_dir.join(p))
     }
 
-    /// The size in bytes, `None` when unset (or unparsable, never after [`load`]).
+    /// The size in bytes, `None` when unset.
     pub fn size_bytes(&self) -> Option<u64> {
-        self.size.as_deref().and_then(parse_size)
+        self.size.as_ref().map(ByteSize::bytes)
+    }
+
+    /// The fixed readahead policy, `None` for "auto".
+    pub fn fixed_policy(&self) -> Option<ReadaheadPolicy> {
+        match self.readahead.get() {
+            ReadaheadChoice::Fixed(p) => Some(p),
+            ReadaheadChoice::Auto => None,
+        }
     }
 
     /// Worker threads for this LUN.
@@ -254,40 +259,6 @@ pub(super) fn check_lun(
         }
     }
     let size = check_size(c, &key.key("size"), lun);
-    if lun.readahead.parse::<ReadaheadChoice>().is_err() {
-        c.fail(
-            key.key("readahead"),
-            format!(
-                "unknown policy {:?}: expected \"auto\", \"none\", \"kernel\", \"classic\", \"context\" or \"streams\"",
-                lun.readahead
-            ),
-        );
-    }
-    if lun.io_context.parse::<ContextMode>().is_err() {
-        c.fail(
-            key.key("io_context"),
-            format!(
-                "unknown mode {:?}: expected \"shared\" or \"per-worker\"",
-                lun.io_context
-            ),
-        );
-    }
-    for (name, value) in [
-        ("readahead_cache", Some(&lun.readahead_cache)),
-        ("readahead_max", Some(&lun.readahead_max)),
-        ("readahead_io_max", lun.readahead_io_max.as_ref()),
-        ("hddsim_offset", lun.hddsim_offset.as_ref()),
-        ("sanitize_rate", lun.sanitize_rate.as_ref()),
-    ] {
-        if let Some(v) = value {
-            if parse_size(v).is_none() {
-                c.fail(
-                    key.key(name),
-                    format!("{v:?} is not a size such as \"64M\""),
-                );
-            }
-        }
-    }
     if let Some(p) = lun.physical_block_size {
         let ok = p >= lun.block_size && p.is_power_of_two() && p <= 1 << 20;
         if !ok {
@@ -303,21 +274,11 @@ pub(super) fn check_lun(
     if let Some(t) = lun.readahead_io_threads {
         c.range(key.key("readahead_io_threads"), t, 1, 256);
     }
-    if let Some(m) = lun.readahead_io_max.as_deref().and_then(parse_size) {
+    if let Some(m) = lun.readahead_io_max.as_ref().map(ByteSize::bytes) {
         if !(4096..=64 << 20).contains(&m) {
             c.fail(
                 key.key("readahead_io_max"),
                 format!("{m} bytes: must be 4K..=64M"),
-            );
-        }
-    }
-    if let Some(d) = &lun.device_slice {
-        if d.parse::<DeviceSlice>().is_err() {
-            c.fail(
-                key.key("device_slice"),
-                format!(
-                    "{d:?}: expected \"auto\", \"off\" or a size of at least 4K such as \"16M\""
-                ),
             );
         }
     }
@@ -330,17 +291,7 @@ pub(super) fn check_lun(
     if let Some(Err((fault, sub, msg))) = lun.fault.as_ref().map(|f| f.spec()) {
         c.fail(key.key("fault").key(fault).key(sub), msg);
     }
-    let Some(kind) = lun.kind() else {
-        c.fail(
-            key.key("backstore"),
-            format!(
-                "unknown backstore {:?}: expected \"file\", \"mmap\", \"blockdev\", \"ram\", \"null\", \
-                 \"hddsim\" or \"rbd\"",
-                lun.backstore
-            ),
-        );
-        return;
-    };
+    let kind = lun.backstore.value().clone();
     if kind != EngineKind::Rbd && lun.rbd.is_some() {
         c.fail(
             key.key("rbd"),
@@ -446,14 +397,7 @@ fn check_rbd(c: &mut Checker, key: &KeyPath, lun: &LunSettings) {
 
 /// Checks `size` and returns it in bytes when set and valid.
 fn check_size(c: &mut Checker, key: &KeyPath, lun: &LunSettings) -> Option<u64> {
-    let text = lun.size.as_deref()?;
-    let Some(bytes) = parse_size(text) else {
-        c.fail(
-            key.clone(),
-            format!("{text:?} is not a size: use bytes or a K/M/G/T suffix, e.g. \"1G\""),
-        );
-        return None;
-    };
+    let bytes = lun.size.as_ref()?.bytes();
     let bs = u64::from(lun.block_size);
     if bytes == 0 {
         c.fail(key.clone(), "must not be zero");

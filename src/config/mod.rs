@@ -47,7 +47,7 @@ mod values;
 pub use admin::AdminGroup;
 pub use auth::ChapSettings;
 pub use check::check;
-pub use error::ConfigError;
+pub use error::{invalid, ConfigError};
 pub use fault::FaultSettings;
 #[cfg(test)]
 pub use fault::TriggerSettings;
@@ -56,6 +56,7 @@ pub use load::{admin_socket_of, load, load_text};
 pub use luns::LunSettings;
 pub use targets::TargetSettings;
 pub use top::{Config, Overrides};
+pub use values::ByteSize;
 
 #[cfg(test)]
 mod tests;

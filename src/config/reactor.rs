@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::values::{IoUringMode, Setting};
+
 /// The data path's threads: reactors that own the connections and run
 /// commands to completion where the LUN allows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,7 +20,7 @@ pub struct ReactorSettings {
     /// write, SYNCHRONIZE CACHE): "auto" submits it to the reactor's own
     /// io_uring when the kernel offers one; "off" sends it to the LUN's
     /// workers.
-    pub io_uring: String,
+    pub io_uring: Setting<IoUringMode>,
     /// The longest a connection checks its socket without sleeping before
     /// its reactor parks, in microseconds, 0..=1000; 0 never polls. The
     /// window adapts: it grows while waits are shorter than this and
@@ -34,15 +36,15 @@ impl Default for ReactorSettings {
         Self {
             threads: 0,
             run_to_completion: true,
-            io_uring: "auto".into(),
+            io_uring: Setting::new(IoUringMode::Auto, "auto"),
             busy_poll_us: DEFAULT_BUSY_POLL_US,
         }
     }
 }
 
 impl ReactorSettings {
-    /// `io_uring = "auto"` (checked by validation: "auto" or "off").
+    /// `io_uring = "auto"`.
     pub fn io_uring_enabled(&self) -> bool {
-        self.io_uring != "off"
+        self.io_uring.get() == IoUringMode::Auto
     }
 }

@@ -149,7 +149,7 @@ fn check_port_groups(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
                     key.key("luns").index(j).key("backstore"),
                     format!(
                         "{:?} cannot be served by several gateways (port_groups); only \"rbd\" can",
-                        lun.backstore
+                        lun.backstore.text()
                     ),
                 );
             } else if lun.read_only {

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use rustgt_backstore::EngineKind;
+use rustgt_backstore::{EngineKind, ReadaheadChoice, ReadaheadPolicy};
 use serde::{Deserialize, Serialize};
 
 use super::admin::AdminGroup;
@@ -17,6 +17,7 @@ use super::luns::{
 };
 use super::reactor::ReactorSettings;
 use super::targets::{default_portals, default_tpgt, TargetSettings};
+use super::values::{Bytes, Setting};
 
 /// Name of the target served when no config file is given.
 pub const DEFAULT_TARGET_IQN: &str = "iqn.2026-11.org.rustgt:default";
@@ -92,9 +93,9 @@ impl Config {
             chap: None,
             luns: vec![LunSettings {
                 id: 0,
-                backstore: EngineKind::File.as_str().to_owned(),
+                backstore: Setting::new(EngineKind::File, EngineKind::File.as_str()),
                 path: Some(PathBuf::from("lun0.img")),
-                size: Some("1G".to_owned()),
+                size: Some(Setting::new(Bytes(1 << 30), "1G")),
                 block_size: default_block_size(),
                 read_only: false,
                 thin: true,
@@ -109,7 +110,7 @@ impl Config {
                 // The quick-start LUN is a sparse file in the data dir:
                 // the kernel's readahead keeps it on the reactor's and
                 // io_uring's data path on any disk.
-                readahead: "kernel".to_owned(),
+                readahead: Setting::new(ReadaheadChoice::Fixed(ReadaheadPolicy::Kernel), "kernel"),
                 io_context: default_io_context(),
                 readahead_cache: default_readahead_cache(),
                 readahead_max: default_readahead_max(),
