@@ -14,7 +14,7 @@ use rustgt_backstore::{
     IoContextOptions, LunStoreSpec, ReadaheadChoice, ReadaheadPolicy,
 };
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
-use rustgt_iscsi::negotiate::{Digest, Limits};
+use rustgt_iscsi::negotiate::Limits;
 use rustgt_iscsi::{PortalConfig, TargetInfo};
 use rustgt_scsi::LunConfig;
 
@@ -245,10 +245,6 @@ fn chap_policy(c: Option<&ChapSettings>) -> ChapPolicy {
     }
 }
 
-fn digests(names: &[String]) -> Vec<Digest> {
-    names.iter().filter_map(|n| Digest::from_name(n)).collect()
-}
-
 fn limits(s: &IscsiSettings) -> Limits {
     Limits {
         max_recv_data_segment_length: s.max_recv_data_segment_length,
@@ -257,8 +253,8 @@ fn limits(s: &IscsiSettings) -> Limits {
         initial_r2t: s.initial_r2t,
         immediate_data: s.immediate_data,
         max_outstanding_r2t: s.max_outstanding_r2t,
-        header_digest: digests(&s.header_digest),
-        data_digest: digests(&s.data_digest),
+        header_digest: s.header_digest.digests(),
+        data_digest: s.data_digest.digests(),
         default_time2wait: s.default_time2wait,
         default_time2retain: s.default_time2retain,
         ..Limits::default()

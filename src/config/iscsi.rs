@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::auth::ChapSettings;
+use rustgt_iscsi::negotiate::Digest;
+
 use super::keypath::{Checker, KeyPath};
+use super::values::Setting;
 
 /// iSCSI operational parameters (RFC 7143 §13) and per-session limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,9 +32,9 @@ pub struct IscsiSettings {
     /// MaxOutstandingR2T (§13.17), 1..=65535.
     pub max_outstanding_r2t: u32,
     /// HeaderDigest values the target accepts, in preference order (§13.1).
-    pub header_digest: Vec<String>,
+    pub header_digest: DigestList,
     /// DataDigest values the target accepts, in preference order (§13.1).
-    pub data_digest: Vec<String>,
+    pub data_digest: DigestList,
     /// DefaultTime2Wait seconds (§13.15), 0..=3600.
     pub default_time2wait: u16,
     /// DefaultTime2Retain seconds (§13.16), 0..=3600.
@@ -52,8 +55,8 @@ impl Default for IscsiSettings {
             initial_r2t: false,
             immediate_data: true,
             max_outstanding_r2t: 16,
-            header_digest: vec![DIGEST_NONE.to_owned(), DIGEST_CRC32C.to_owned()],
-            data_digest: vec![DIGEST_NONE.to_owned(), DIGEST_CRC32C.to_owned()],
+            header_digest: DigestList::both(),
+            data_digest: DigestList::both(),
             default_time2wait: 2,
             default_time2retain: 20,
             workers_per_lun: 8,
@@ -64,6 +67,34 @@ impl Default for IscsiSettings {
 /// The two digest names of RFC 7143 §13.1.
 pub const DIGEST_NONE: &str = "None";
 pub const DIGEST_CRC32C: &str = "CRC32C";
+
+/// A digest list in preference order (`header_digest`, `data_digest`),
+/// each name parsed when read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DigestList(pub Vec<Setting<Digest>>);
+
+impl DigestList {
+    /// `["None", "CRC32C"]`, the default.
+    fn both() -> Self {
+        Self(vec![
+            Setting::new(Digest::None, DIGEST_NONE),
+            Setting::new(Digest::CRC32C, DIGEST_CRC32C),
+        ])
+    }
+
+    /// The digests, in preference order.
+    pub fn digests(&self) -> Vec<Digest> {
+        self.0.iter().map(Setting::get).collect()
+    }
+}
+
+/// Compares the names as written (`assert_eq!(list, ["None", "CRC32C"])`).
+impl<const N: usize> PartialEq<[&str; N]> for DigestList {
+    fn eq(&self, other: &[&str; N]) -> bool {
+        self.0.len() == N && self.0.iter().zip(other).all(|(a, b)| a.text() == *b)
+    }
+}
 
 /// Discovery session settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,21 +167,16 @@ pub(super) fn check_iscsi(c: &mut Checker, key: &KeyPath, s: &IscsiSettings) {
     c.range(key.key("workers_per_lun"), s.workers_per_lun, 1, 1024);
 }
 
-fn check_digests(c: &mut Checker, key: &KeyPath, list: &[String]) {
-    if list.is_empty() {
+fn check_digests(c: &mut Checker, key: &KeyPath, list: &DigestList) {
+    if list.0.is_empty() {
         c.fail(
             key.clone(),
             "must list at least one of \"None\", \"CRC32C\"",
         );
     }
-    for (i, d) in list.iter().enumerate() {
-        if d != DIGEST_NONE && d != DIGEST_CRC32C {
-            c.fail(
-                key.index(i),
-                format!("unknown digest {d:?}: expected \"None\" or \"CRC32C\""),
-            );
-        } else if list.get(..i).is_some_and(|before| before.contains(d)) {
-            c.fail(key.index(i), format!("{d:?} is listed twice"));
+    for (i, d) in list.0.iter().enumerate() {
+        if list.0.get(..i).is_some_and(|before| before.contains(d)) {
+            c.fail(key.index(i), format!("{:?} is listed twice", d.text()));
         }
     }
 }

@@ -252,3 +252,10 @@ impl SettingValue for IoUringMode {
         }
     }
 }
+
+impl SettingValue for rustgt_iscsi::negotiate::Digest {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        Self::from_name(text)
+            .ok_or_else(|| format!("unknown digest {text:?}: expected \"None\" or \"CRC32C\""))
+    }
+}
