@@ -6,10 +6,33 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use rustgt_backstore::bench::{parse_workloads, run_readahead, BenchOptions, Link, Workload};
 use rustgt_backstore::{parse_size, ContextMode, ReadaheadPolicy};
+
+/// Why a benchmark could not run, or missed its targets.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// An option or workload file that does not parse or fit together.
+    #[error("{0}")]
+    Invalid(String),
+    /// Reading a workload file or writing the results failed.
+    #[error("{what} {}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--check`: some of the targets were missed.
+    #[error("some targets were missed")]
+    TargetsMissed,
+}
+
+fn invalid(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Invalid(e.to_string())
+}
 
 /// Benchmarks; none of them starts the daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -75,13 +98,13 @@ pub struct ReadaheadArgs {
 }
 
 /// Runs a benchmark subcommand.
-pub fn run(cmd: &BenchCommand) -> anyhow::Result<()> {
+pub fn run(cmd: &BenchCommand) -> Result<(), BenchError> {
     match cmd {
         BenchCommand::Readahead(args) => readahead(args),
     }
 }
 
-fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
+fn options(a: &ReadaheadArgs) -> Result<BenchOptions, BenchError> {
     let mut o = BenchOptions {
         seconds: f64::from(a.seconds.max(1)),
         seed: a.seed,
@@ -93,28 +116,31 @@ fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
             .policies
             .iter()
             .map(|p| p.parse::<ReadaheadPolicy>())
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(invalid)?;
     }
     if !a.modes.is_empty() {
         o.modes = a
             .modes
             .iter()
             .map(|m| m.parse::<ContextMode>())
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(invalid)?;
     }
     o.ctx.cache_bytes =
-        parse_size(&a.cache).with_context(|| format!("bad --cache {:?}", a.cache))?;
+        parse_size(&a.cache).ok_or_else(|| invalid(format!("bad --cache {:?}", a.cache)))?;
     o.ctx.max_readahead = parse_size(&a.max_readahead)
-        .with_context(|| format!("bad --max-readahead {:?}", a.max_readahead))?;
+        .ok_or_else(|| invalid(format!("bad --max-readahead {:?}", a.max_readahead)))?;
     o.ctx.io_threads = a.io_threads;
-    o.ctx.max_io = parse_size(&a.io_max).with_context(|| format!("bad --io-max {:?}", a.io_max))?;
+    o.ctx.max_io =
+        parse_size(&a.io_max).ok_or_else(|| invalid(format!("bad --io-max {:?}", a.io_max)))?;
     o.ctx.device_slice = a.device_slice.parse().map_err(|()| {
-        anyhow::anyhow!(
+        invalid(format!(
             "bad --device-slice {:?}: expected auto, off or a size such as 16M",
             a.device_slice
-        )
+        ))
     })?;
-    o.ctx.validate()?;
+    o.ctx.validate().map_err(invalid)?;
     o.link = Link {
         rate: f64::from(a.link_mbps) * 1e6,
         ..Link::default()
@@ -125,15 +151,18 @@ fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
     if !a.workload.is_empty() {
         let mut all: Vec<Workload> = Vec::new();
         for path in &a.workload {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading workload file {}", path.display()))?;
-            for w in parse_workloads(&text, &path.display().to_string(), &o.array, o.workers)? {
+            let text = std::fs::read_to_string(path).map_err(|source| BenchError::Io {
+                what: "reading workload file",
+                path: path.clone(),
+                source,
+            })?;
+            let file = path.display().to_string();
+            for w in parse_workloads(&text, &file, &o.array, o.workers).map_err(invalid)? {
                 if all.iter().any(|x| x.id.eq_ignore_ascii_case(&w.id)) {
-                    bail!(
-                        "{}: workload id {:?} is defined by an earlier file too",
-                        path.display(),
+                    return Err(invalid(format!(
+                        "{file}: workload id {:?} is defined by an earlier file too",
                         w.id
-                    );
+                    )));
                 }
                 all.push(w);
             }
@@ -141,12 +170,12 @@ fn options(a: &ReadaheadArgs) -> anyhow::Result<BenchOptions> {
         o.custom = Some(all);
     }
     if o.workloads().is_empty() {
-        bail!("--only {:?} selects no workload", a.only);
+        return Err(invalid(format!("--only {:?} selects no workload", a.only)));
     }
     Ok(o)
 }
 
-fn readahead(a: &ReadaheadArgs) -> anyhow::Result<()> {
+fn readahead(a: &ReadaheadArgs) -> Result<(), BenchError> {
     let opts = options(a)?;
     let report = run_readahead(&opts);
     let mut text = String::new();
@@ -161,16 +190,24 @@ fn readahead(a: &ReadaheadArgs) -> anyhow::Result<()> {
     print!("{text}");
     let plots = report
         .write_plots(&a.out)
-        .with_context(|| format!("writing plots into {}", a.out.display()))?;
-    std::fs::write(a.out.join("results.md"), &text)
-        .with_context(|| format!("writing {}", a.out.join("results.md").display()))?;
+        .map_err(|source| BenchError::Io {
+            what: "writing plots into",
+            path: a.out.clone(),
+            source,
+        })?;
+    let results = a.out.join("results.md");
+    std::fs::write(&results, &text).map_err(|source| BenchError::Io {
+        what: "writing",
+        path: results.clone(),
+        source,
+    })?;
     println!(
         "\nwrote {} plots and results.md into {}",
         plots.len(),
         a.out.display()
     );
     if a.check && targets.iter().any(|t| !t.pass) {
-        bail!("some targets were missed");
+        return Err(BenchError::TargetsMissed);
     }
     Ok(())
 }

@@ -5,31 +5,50 @@
 //! The running state belongs to one control task ([`run`]'s loop): it owns
 //! the [`Runtime`] and applies, one at a time, admin requests (from the
 //! socket and the metrics endpoint), SIGHUP (re-apply the config file) and
-//! finally SIGTERM/SIGINT. The helpers below turn config settings into the
-//! lower layers' types; the admin path uses them for every LUN it builds.
+//! finally SIGTERM/SIGINT. The config -> lower layers conversions are in
+//! [`crate::wiring`].
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use rustgt_backstore::hddsim::ArrayParams;
-use rustgt_backstore::{
-    Backstore, BackstoreSpec, EngineKind, FaultBackstore, Faults, HddSimOptions, IoContextOptions,
-    LunStoreSpec, ReadaheadChoice, ReadaheadPolicy,
-};
-use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
-use rustgt_iscsi::negotiate::{Digest, Limits};
-use rustgt_iscsi::{PortalConfig, TargetInfo};
-use rustgt_scsi::LunConfig;
 use tokio::sync::mpsc;
 
-use crate::admin::lunstore::Current;
-use crate::admin::runtime::{ConfigSource, Runtime};
-use crate::admin::server::{log_change, AdminSocket, Envelope};
-use crate::config::{ChapSettings, Config, IscsiSettings, LunSettings};
+use crate::admin::runtime::{AdminError, ConfigSource, Runtime};
+use crate::admin::server::{log_change, AdminSocket, Envelope, SocketError};
+use crate::config::Config;
+use crate::iser_portals::IserPortalError;
+
+/// Why the daemon could not start or serve.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DaemonError {
+    #[error("creating data directory {}", path.display())]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Building the configured targets, LUNs and portals failed.
+    #[error("{0}")]
+    Start(AdminError),
+    #[error(transparent)]
+    Iser(#[from] IserPortalError),
+    #[error(transparent)]
+    AdminSocket(#[from] SocketError),
+    #[error("metrics_listen {addr}")]
+    Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Signal handlers, the banner on stdout.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+type Result<T, E = DaemonError> = std::result::Result<T, E>;
 
 /// How long initiators get to log out after the Async logout request.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -41,8 +60,10 @@ const CONTROL_QUEUE: usize = 64;
 pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
 
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("creating data directory {}", cfg.data_dir.display()))?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| DaemonError::DataDir {
+        path: cfg.data_dir.clone(),
+        source,
+    })?;
     // Installed first, so a SIGHUP during start-up is not fatal.
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
@@ -53,7 +74,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let metrics_addr = cfg.metrics_listen;
     let mut rt = Runtime::start(cfg, source)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(DaemonError::Start)?;
     // iSER portals serve the same port: targets and settings changed at
     // run time reach them at once (a changed iser_portals list needs a
     // restart).
@@ -72,7 +93,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
-                .with_context(|| format!("metrics_listen {addr}"))?;
+                .map_err(|source| DaemonError::Metrics { addr, source })?;
             let real = l.local_addr()?;
             tracing::info!(addr = %real, "metrics on http://{real}/metrics");
             metrics_bound = Some(real);
@@ -146,291 +167,4 @@ fn print_banner(rt: &Runtime, iser: &[SocketAddr]) -> Result<()> {
     }
     stdout.flush()?;
     Ok(())
-}
-
-/// The SCSI core's settings of one LUN exported from `store`.
-pub(crate) fn lun_config(
-    cfg: &Config,
-    iqn: &str,
-    l: &LunSettings,
-    store: Arc<dyn Backstore>,
-) -> LunConfig {
-    let mut lc = LunConfig::new(store);
-    lc.workers = l.effective_workers(&cfg.iscsi).max(1);
-    lc.write_cache = l.write_cache;
-    lc.thin = l.thin;
-    lc.removable = l.removable;
-    lc.physical_block_size = l.physical_block_size;
-    lc.unmap_command = l.unmap_command;
-    lc.sanitize_rate = l
-        .sanitize_rate
-        .as_deref()
-        .and_then(rustgt_backstore::parse_size);
-    lc.pr_state_path = Some(pr_state_path(cfg, iqn, l));
-    lc.serial = lun_serial(iqn, l);
-    lc.naa_id = stable_id(iqn, l.id);
-    lc
-}
-
-/// The unit serial number: configured, or derived from the stable id.
-pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
-    l.serial
-        .clone()
-        .unwrap_or_else(|| format!("{:016x}", stable_id(iqn, l.id)))
-}
-
-/// Opens a LUN's engine and wraps it in its I/O context, keeping a handle
-/// on the context for the admin path (policy switches, statistics).
-///
-/// Opens a LUN's engine and wraps it in its I/O context, by
-/// `rustgt_backstore::open_engine` and `attach_context` (the rules of
-/// `build`: hddsim device hints, kernel readahead off under a rustgt
-/// policy, `kernel` a counting passthrough except on hddsim), keeping the
-/// context's handle for stats and live policy changes.
-pub(crate) fn open_lun_store(cfg: &Config, iqn: &str, l: &LunSettings) -> Result<Current> {
-    let mut spec = lun_store_spec(cfg, l)?;
-    let gateway = cfg
-        .targets
-        .iter()
-        .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
-        .and_then(|t| t.gateway());
-    if let Some(rbd) = spec.backstore.rbd.as_mut() {
-        rbd.gateway = gateway;
-    }
-    let engine = rustgt_backstore::open_engine(&spec)?;
-    wrap_engine(&spec, engine, l, None)
-}
-
-/// A new I/O context for `l` around an engine that is already open (a
-/// readahead or fault setting changed: the data stays where it is). The
-/// LUN's live faults, if it had any, carry over (set to `l`'s).
-pub(crate) fn rewrap_lun_store(
-    cfg: &Config,
-    l: &LunSettings,
-    engine: Arc<dyn Backstore>,
-    faults: Option<Arc<Faults>>,
-) -> Result<Current> {
-    wrap_engine(&lun_store_spec(cfg, l)?, engine, l, faults)
-}
-
-fn wrap_engine(
-    spec: &LunStoreSpec,
-    engine: Arc<dyn Backstore>,
-    l: &LunSettings,
-    faults: Option<Arc<Faults>>,
-) -> Result<Current> {
-    let mut cur = match rustgt_backstore::attach_context(spec, Arc::clone(&engine))? {
-        Some(ctx) => Current {
-            store: ctx.clone(),
-            io_context: Some(ctx),
-            faults: None,
-        },
-        None => Current {
-            store: engine,
-            io_context: None,
-            faults: None,
-        },
-    };
-    if let Some(f) = &l.fault {
-        // The config was validated at load: the faults convert.
-        let wanted = f
-            .spec()
-            .map_err(|(k, sub, msg)| anyhow::anyhow!("fault.{k}.{sub}: {msg}"))?;
-        let faults = match faults {
-            Some(live) => {
-                live.set(wanted);
-                live
-            }
-            None => Faults::new(wanted),
-        };
-        // Outermost, so the I/O context's readahead threads never meet a
-        // fault and every command sees it on a worker.
-        cur.store = Arc::new(FaultBackstore::new(cur.store, Arc::clone(&faults)));
-        cur.faults = Some(faults);
-    }
-    Ok(cur)
-}
-
-/// Everything that makes one LUN's store: engine, hddsim placement and the
-/// LUN's I/O context (readahead policy, mode, cache bound).
-fn lun_store_spec(cfg: &Config, l: &LunSettings) -> Result<LunStoreSpec> {
-    // The config was validated at load: names and sizes parse.
-    let kind: EngineKind = l
-        .backstore
-        .parse()
-        .map_err(|_| anyhow::anyhow!("unknown backstore {:?}", l.backstore))?;
-    let size =
-        |s: &str| rustgt_backstore::parse_size(s).ok_or_else(|| anyhow::anyhow!("bad size {s:?}"));
-    let backstore = BackstoreSpec {
-        kind,
-        path: l.resolved_path(&cfg.data_dir),
-        size: l.size_bytes(),
-        block_size: l.block_size,
-        read_only: l.read_only,
-        thin: l.thin,
-        rbd: l.rbd.as_ref().map(|r| r.options()),
-    };
-    let defaults = HddSimOptions::default();
-    let hddsim = HddSimOptions {
-        device: l.hddsim_device.clone().unwrap_or(defaults.device),
-        offset: match &l.hddsim_offset {
-            Some(o) => size(o)?,
-            None => defaults.offset,
-        },
-        array: ArrayParams {
-            disks: l.hddsim_disks.unwrap_or(defaults.array.disks),
-            ..defaults.array
-        },
-        time_scale: l
-            .hddsim_speedup
-            .map_or(defaults.time_scale, |x| 1.0 / f64::from(x.max(1))),
-    };
-    let defaults_ctx = IoContextOptions::default();
-    let choice: ReadaheadChoice = l
-        .readahead
-        .parse()
-        .map_err(|_| anyhow::anyhow!("readahead {:?}", l.readahead))?;
-    let io_context = IoContextOptions {
-        // `auto` is resolved on the open engine (attach_context).
-        policy: match choice {
-            ReadaheadChoice::Fixed(p) => p,
-            ReadaheadChoice::Auto => ReadaheadPolicy::Kernel,
-        },
-        mode: l
-            .io_context
-            .parse()
-            .map_err(|_| anyhow::anyhow!("io_context {:?}", l.io_context))?,
-        cache_bytes: size(&l.readahead_cache)?,
-        max_readahead: size(&l.readahead_max)?,
-        io_threads: l
-            .readahead_io_threads
-            .map_or(defaults_ctx.io_threads, |t| t as usize),
-        max_io: match &l.readahead_io_max {
-            Some(m) => size(m)?,
-            None => defaults_ctx.max_io,
-        },
-        device_slice: match &l.device_slice {
-            Some(d) => d
-                .parse()
-                .map_err(|_| anyhow::anyhow!("device_slice {d:?}"))?,
-            None => defaults_ctx.device_slice,
-        },
-        ..defaults_ctx
-    };
-    Ok(LunStoreSpec {
-        backstore,
-        hddsim,
-        io_context: Some(io_context),
-        readahead_auto: choice == ReadaheadChoice::Auto,
-    })
-}
-
-/// Where a LUN's persistent reservations live (SPC-4 APTPL).
-fn pr_state_path(cfg: &Config, iqn: &str, l: &LunSettings) -> PathBuf {
-    match &l.pr_state {
-        Some(p) => cfg.data_dir.join(p),
-        None => cfg.data_dir.join("pr").join(format!("{iqn}-{}.toml", l.id)),
-    }
-}
-
-/// A stable 64-bit id for serial numbers and NAA designators: FNV-1a of
-/// the target name and LUN, so they survive restarts.
-fn stable_id(iqn: &str, lun: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in iqn.bytes().chain(lun.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-fn chap_policy(c: Option<&ChapSettings>) -> ChapPolicy {
-    let Some(c) = c else {
-        return ChapPolicy::default();
-    };
-    ChapPolicy {
-        initiator: Some(ChapCredentials {
-            user: c.user.clone(),
-            secret: c.secret.clone().into_bytes(),
-        }),
-        target: match (&c.mutual_user, &c.mutual_secret) {
-            (Some(u), Some(s)) => Some(ChapCredentials {
-                user: u.clone(),
-                secret: s.clone().into_bytes(),
-            }),
-            _ => None,
-        },
-    }
-}
-
-fn digests(names: &[String]) -> Vec<Digest> {
-    names.iter().filter_map(|n| Digest::from_name(n)).collect()
-}
-
-fn limits(s: &IscsiSettings) -> Limits {
-    Limits {
-        max_recv_data_segment_length: s.max_recv_data_segment_length,
-        max_burst_length: s.max_burst_length,
-        first_burst_length: s.first_burst_length,
-        initial_r2t: s.initial_r2t,
-        immediate_data: s.immediate_data,
-        max_outstanding_r2t: s.max_outstanding_r2t,
-        header_digest: digests(&s.header_digest),
-        data_digest: digests(&s.data_digest),
-        default_time2wait: s.default_time2wait,
-        default_time2retain: s.default_time2retain,
-        ..Limits::default()
-    }
-}
-
-/// The iSCSI protocol configuration of `cfg` (whose portals are bound
-/// addresses).
-pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
-    let targets = cfg
-        .targets
-        .iter()
-        .map(|t| TargetInfo {
-            name: t.iqn.clone(),
-            alias: t.alias.clone(),
-            tpgt: t.tpgt,
-            portals: t.portals.iter().map(SocketAddr::to_string).collect(),
-            iser_portals: t.iser_portals.iter().map(SocketAddr::to_string).collect(),
-            acl: t.acl.clone(),
-            chap: chap_policy(t.chap.as_ref()),
-        })
-        .collect();
-    let nop = cfg.iscsi.nop_in_interval_secs;
-    PortalConfig {
-        targets,
-        discovery_chap: chap_policy(cfg.discovery.chap.as_ref()),
-        limits: limits(&cfg.iscsi),
-        queue_depth: cfg.iscsi.queue_depth.max(1),
-        nop_interval: (nop > 0).then(|| Duration::from_secs(nop)),
-        nop_timeout: Duration::from_secs(cfg.iscsi.nop_in_timeout_secs.max(1)),
-        login_timeout: Duration::from_secs(cfg.limits.login_timeout_secs.max(1)),
-        max_sessions_per_initiator: cfg.limits.max_sessions_per_initiator.max(1),
-        ..PortalConfig::default()
-    }
-}
-
-/// The port's connection caps of `cfg` (`[limits]`).
-pub(crate) fn conn_limits(cfg: &Config) -> rustgt_port::ConnLimits {
-    let l = &cfg.limits;
-    rustgt_port::ConnLimits {
-        max_connections: l.max_connections.max(1),
-        max_per_address: l.max_connections_per_address.max(1),
-        max_in_login: l.max_login_connections.max(1),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stable_id_is_stable_and_distinct() {
-        assert_eq!(stable_id("iqn.a", 0), stable_id("iqn.a", 0));
-        assert_ne!(stable_id("iqn.a", 0), stable_id("iqn.a", 1));
-        assert_ne!(stable_id("iqn.a", 0), stable_id("iqn.b", 0));
-    }
 }

@@ -15,10 +15,31 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::Result;
 use rustgt_port::Port;
 
 use crate::config::Config;
+
+/// Why the iSER portals could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IserPortalError {
+    /// A portal could not be bound.
+    #[cfg(feature = "iser")]
+    #[error("iSER portal {addr} (needs an RDMA device on that address)")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: rustgt_iser::VerbsError,
+    },
+    /// The configuration lists iSER portals but iSER was not built in.
+    #[cfg(not(feature = "iser"))]
+    #[error(
+        "iser_portals ({addr}) need a rustgt built with iSER support: cargo build --features iser"
+    )]
+    NotBuilt { addr: SocketAddr },
+}
+
+type Result<T, E = IserPortalError> = std::result::Result<T, E>;
 
 /// Every distinct iSER portal of `cfg`.
 fn wanted(cfg: &Config) -> BTreeSet<SocketAddr> {
@@ -39,11 +60,11 @@ impl IserPortals {
     /// Bind every iSER portal of `cfg` and serve `port` on them.
     #[cfg(feature = "iser")]
     pub fn start(cfg: &Config, port: &Arc<Port>) -> Result<IserPortals> {
-        use anyhow::Context;
         let addrs: Vec<SocketAddr> = wanted(cfg).into_iter().collect();
         for addr in &addrs {
-            let l = rustgt_iser::bind(*addr).with_context(|| {
-                format!("iSER portal {addr} (needs an RDMA device on that address)")
+            let l = rustgt_iser::bind(*addr).map_err(|source| IserPortalError::Bind {
+                addr: *addr,
+                source,
             })?;
             tracing::info!(%addr, "iSER portal up");
             tokio::spawn(rustgt_iser::serve(
@@ -59,9 +80,7 @@ impl IserPortals {
     #[cfg(not(feature = "iser"))]
     pub fn start(cfg: &Config, _port: &Arc<Port>) -> Result<IserPortals> {
         if let Some(addr) = wanted(cfg).into_iter().next() {
-            anyhow::bail!(
-                "iser_portals ({addr}) need a rustgt built with iSER support: cargo build --features iser"
-            );
+            return Err(IserPortalError::NotBuilt { addr });
         }
         Ok(IserPortals { addrs: Vec::new() })
     }

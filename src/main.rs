@@ -8,6 +8,7 @@ mod cli;
 mod config;
 mod daemon;
 mod iser_portals;
+mod wiring;
 
 use clap::Parser;
 
@@ -25,7 +26,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(colour)
         .init();
     if let Some(cli::Command::Bench(cmd)) = &cli.command {
-        return bench::run(cmd);
+        return Ok(bench::run(cmd)?);
     }
     if let Some(cli::Command::Admin(args)) = &cli.command {
         std::process::exit(admin::client::run(
@@ -43,5 +44,5 @@ fn main() -> anyhow::Result<()> {
         file: cli.config.clone(),
         overrides: cli.overrides(),
     };
-    rt.block_on(daemon::run(cfg, source))
+    Ok(rt.block_on(daemon::run(cfg, source))?)
 }

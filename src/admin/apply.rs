@@ -28,7 +28,7 @@ use super::diff::{plan, Plan, TargetPlan};
 use super::lunstore::{Current, LunStore};
 use super::proto::ChangeReport;
 use super::runtime::{AdminError, Listener, Runtime, TargetRt};
-use crate::config::{Config, LunSettings, TargetSettings};
+use crate::config::{ByteSize, Config, LunSettings, TargetSettings};
 
 /// What the prepare step built; dropped (with its files) if anything fails.
 #[derive(Debug, Default)]
@@ -327,10 +327,12 @@ impl Runtime {
                         )))
                     }
                 };
-                crate::daemon::rewrap_lun_store(cfg, &u.lun, engine, cur.faults).map_err(|e| {
+                crate::wiring::rewrap_lun_store(cfg, &u.lun, engine, cur.faults).map_err(|e| {
                     AdminError::Failed(format!(
-                        "target {}: LUN {}: cannot set up its I/O context: {e:#}",
-                        tp.iqn, u.lun.id
+                        "target {}: LUN {}: cannot set up its I/O context: {}",
+                        tp.iqn,
+                        u.lun.id,
+                        crate::wiring::error_chain(&e)
                     ))
                 })?
             };
@@ -397,10 +399,10 @@ impl Runtime {
         // (d) Logins and discovery see the new configuration.
         if plan.portal_config_changed() {
             self.port
-                .set_config(crate::daemon::portal_config(&self.cfg));
+                .set_config(crate::wiring::portal_config(&self.cfg));
         }
         if plan.limits_changed {
-            self.port.set_limits(crate::daemon::conn_limits(&self.cfg));
+            self.port.set_limits(crate::wiring::conn_limits(&self.cfg));
         }
 
         // (e) Serve new portals.
@@ -507,10 +509,7 @@ impl Runtime {
                     }
                 }
                 None => {
-                    if let (Some(ctx), Ok(policy)) = (
-                        store.io_context(),
-                        u.lun.readahead.parse::<ReadaheadPolicy>(),
-                    ) {
+                    if let (Some(ctx), Some(policy)) = (store.io_context(), u.lun.fixed_policy()) {
                         ctx.set_policy(policy);
                     }
                 }
@@ -594,7 +593,7 @@ impl Runtime {
         if l.kind() == Some(EngineKind::File) {
             // Saved configs must reopen the file at the size exported now.
             let mut sized = l.clone();
-            sized.size = Some(after.to_string());
+            sized.size = Some(ByteSize::from_bytes(after));
             replace_lun_settings(&mut self.cfg, iqn, sized);
         }
         if after != before {
@@ -640,7 +639,7 @@ fn can_switch_in_place(store: &LunStore, l: &LunSettings) -> bool {
     let Some(ctx) = store.io_context() else {
         return false;
     };
-    let Ok(policy) = l.readahead.parse::<ReadaheadPolicy>() else {
+    let Some(policy) = l.fixed_policy() else {
         return false;
     };
     !ctx.is_passthrough() && policy != ReadaheadPolicy::Kernel
@@ -658,10 +657,12 @@ fn open_store(
         _ => None,
     };
     let existed = file.as_ref().is_some_and(|p| p.exists());
-    let cur = crate::daemon::open_lun_store(cfg, iqn, l).map_err(|e| {
+    let cur = crate::wiring::open_lun_store(cfg, iqn, l).map_err(|e| {
         AdminError::Failed(format!(
-            "target {iqn}: LUN {}: cannot open its {} backstore: {e:#}",
-            l.id, l.backstore
+            "target {iqn}: LUN {}: cannot open its {} backstore: {}",
+            l.id,
+            l.backstore,
+            crate::wiring::error_chain(&e)
         ))
     })?;
     if let (Some(p), false) = (file, existed) {
@@ -680,7 +681,7 @@ fn add_lun(
     store: &Arc<LunStore>,
 ) -> Result<(), AdminError> {
     let backstore: Arc<dyn Backstore> = store.clone();
-    let lc = crate::daemon::lun_config(cfg, iqn, l, backstore);
+    let lc = crate::wiring::lun_config(cfg, iqn, l, backstore);
     scsi.add_lun(l.id, lc)
         .map_err(|e| AdminError::Failed(format!("target {iqn}: {e}")))?;
     // A store resized from elsewhere (an RBD image) tells the initiators;

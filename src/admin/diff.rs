@@ -148,7 +148,7 @@ impl Plan {
                 let what = match (u.resized, u.policy_only, u.faults_only) {
                     (true, _, _) => format!(
                         "resized to {}",
-                        u.lun.size.as_deref().unwrap_or("its backing size")
+                        u.lun.size.as_ref().map_or("its backing size", |s| s.text())
                     ),
                     (false, true, _) => format!("readahead set to {}", u.lun.readahead),
                     (false, false, true) => "faults changed".to_owned(),
@@ -378,9 +378,9 @@ mod tests {
             .next()
             .expect("default LUN");
         l.id = id;
-        l.backstore = "ram".into();
+        l.backstore = "ram".parse().expect("backstore");
         l.path = None;
-        l.size = Some("16M".into());
+        l.size = Some("16M".parse().expect("size"));
         l
     }
 
@@ -457,9 +457,9 @@ mod tests {
         let a = config(vec![target("a", &[0, 1, 2, 3, 4])]);
         let mut b = a.clone();
         let luns = &mut b.targets[0].luns;
-        luns[0].size = Some("32M".into());
-        luns[1].readahead = "streams".into();
-        luns[2].readahead_max = "8M".into();
+        luns[0].size = Some("32M".parse().expect("size"));
+        luns[1].readahead = "streams".parse().expect("policy");
+        luns[2].readahead_max = "8M".parse().expect("size");
         luns[3].block_size = 4096;
         luns.remove(4);
         let p = plan(&a, &b);
@@ -563,7 +563,7 @@ mod tests {
         assert_eq!(p.restart_needed, vec!["data_dir", "metrics_listen"]);
         // Reactors create their io_uring at start only.
         let mut c = a.clone();
-        c.reactor.io_uring = "off".into();
+        c.reactor.io_uring = "off".parse().expect("mode");
         let p = plan(&a, &c);
         assert!(p.is_empty());
         assert_eq!(p.restart_needed, vec!["reactor"]);

@@ -120,9 +120,9 @@ impl Runtime {
     pub async fn start(cfg: Config, source: ConfigSource) -> Result<Runtime, AdminError> {
         let mut empty = cfg.clone();
         empty.targets.clear();
-        let port = Port::new(crate::daemon::portal_config(&empty));
+        let port = Port::new(crate::wiring::portal_config(&empty));
         port.set_reactors(cfg.reactor.threads);
-        port.set_limits(crate::daemon::conn_limits(&cfg));
+        port.set_limits(crate::wiring::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);
         port.set_busy_poll(std::time::Duration::from_micros(cfg.reactor.busy_poll_us));
         // Before any LUN or reactor starts: both read it.
@@ -323,7 +323,9 @@ impl Runtime {
                 policy,
             } => {
                 let t = find_mut(&mut w, &target)?;
-                lun_mut(t, lun)?.readahead = policy;
+                lun_mut(t, lun)?.readahead = policy
+                    .parse()
+                    .map_err(|m| config::invalid("admin request", "policy", m))?;
             }
             Request::SetFaults { target, lun, fault } => {
                 let t = find_mut(&mut w, &target)?;
@@ -398,7 +400,10 @@ impl Runtime {
         let l = lun_mut(t, lun)?;
         match size {
             Some(s) => {
-                l.size = Some(s);
+                l.size = Some(
+                    s.parse()
+                        .map_err(|m| config::invalid("admin request", "size", m))?,
+                );
                 config::check(&w, "admin request")?;
                 let report = self.apply(w, false, false).await?;
                 if report.changes.is_empty() {
@@ -408,7 +413,8 @@ impl Runtime {
                             .luns
                             .iter()
                             .find(|l| l.id == lun)
-                            .and_then(|l| l.size.clone())
+                            .and_then(|l| l.size.as_ref())
+                            .map(|s| s.text().to_owned())
                             .unwrap_or_default()
                     )));
                 }
@@ -476,7 +482,7 @@ impl Runtime {
         LunView {
             target: t.iqn.clone(),
             id: l.id,
-            backstore: l.backstore.clone(),
+            backstore: l.backstore.text().to_owned(),
             path: l
                 .resolved_path(&self.cfg.data_dir)
                 .map(|p| p.display().to_string()),
@@ -486,7 +492,7 @@ impl Runtime {
             thin: l.thin,
             write_cache: l.write_cache,
             workers: l.effective_workers(&self.cfg.iscsi),
-            serial: crate::daemon::lun_serial(&t.iqn, l),
+            serial: crate::wiring::lun_serial(&t.iqn, l),
             readahead: store.and_then(|s| s.io_context()).map(|c| c.policy_label()),
             faults: store.and_then(|s| s.faults()).map(|f| {
                 let spec = f.spec();

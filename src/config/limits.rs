@@ -1,0 +1,75 @@
+//! `[limits]`: caps on connections, logins and sessions, and their checks.
+
+use serde::{Deserialize, Serialize};
+
+use super::keypath::{Checker, KeyPath};
+
+/// Caps on connections and sessions and the login timeout: what bounds the
+/// memory and descriptors peers can make the daemon hold before they have
+/// logged in (docs/ARCHITECTURE.md, "Memory bounds"). All of them apply
+/// live; connections already open are never closed by a lower cap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Seconds from accept to full feature phase; a connection still
+    /// logging in then (silent, or stopped halfway through a PDU) is
+    /// closed. 1..=3600.
+    pub login_timeout_secs: u64,
+    /// Connections open at once over every portal and transport,
+    /// 1..=1048576; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// Connections open at once from one source address,
+    /// 1..=max_connections.
+    pub max_connections_per_address: usize,
+    /// Connections open at once that have not reached full feature phase,
+    /// 1..=max_connections.
+    pub max_login_connections: usize,
+    /// Normal sessions one initiator name may hold at once (all ISIDs and
+    /// targets together), 1..=65535; the login of one more fails with
+    /// Out of Resources.
+    pub max_sessions_per_initiator: usize,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        Self {
+            login_timeout_secs: 15,
+            max_connections: 4096,
+            max_connections_per_address: 256,
+            max_login_connections: 256,
+            max_sessions_per_initiator: 64,
+        }
+    }
+}
+
+/// Most connections `[limits] max_connections` may allow (each TCP
+/// connection holds two descriptors).
+pub const MAX_CONNECTIONS: usize = 1 << 20;
+
+pub(super) fn check_limits(c: &mut Checker, key: &KeyPath, s: &LimitSettings) {
+    c.range(key.key("login_timeout_secs"), s.login_timeout_secs, 1, 3600);
+    c.range(
+        key.key("max_connections"),
+        s.max_connections,
+        1,
+        MAX_CONNECTIONS,
+    );
+    let total = s.max_connections.clamp(1, MAX_CONNECTIONS);
+    for (name, value) in [
+        ("max_connections_per_address", s.max_connections_per_address),
+        ("max_login_connections", s.max_login_connections),
+    ] {
+        if value == 0 || value > total {
+            c.fail(
+                key.key(name),
+                format!("{value} is out of range 1..=max_connections ({total})"),
+            );
+        }
+    }
+    c.range(
+        key.key("max_sessions_per_initiator"),
+        s.max_sessions_per_initiator,
+        1,
+        65535,
+    );
+}

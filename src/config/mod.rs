@@ -1,0 +1,62 @@
+//! Daemon configuration: a TOML file (see `etc/rustgt.toml`) merged with
+//! `RUSTGT_*` environment variables and command-line overrides.
+//!
+//! Layer: daemon only. Nothing here touches a socket; the only filesystem
+//! access is reading the config file, checking whether a `file` LUN's
+//! backing file already exists (to know whether `size` is required), and
+//! looking `admin_socket_group` up in the group database.
+//!
+//! Guarantees:
+//! - a misspelt key is an error (`deny_unknown_fields` everywhere);
+//! - a [`Config`] returned by [`load`] has passed every semantic check below,
+//!   so the daemon can build targets from it without re-validating;
+//! - every error names the key path (`targets[0].luns[1].block_size`) and
+//!   where the value came from: the file, the environment variable
+//!   (`RUSTGT_ISCSI__QUEUE_DEPTH`) or the command-line option;
+//! - CHAP secrets never appear in `Debug` output.
+//!
+//! Precedence, lowest first: built-in defaults, the file, the environment
+//! (`RUSTGT_` prefix, `__` between nested keys; only `data_dir`,
+//! `admin_socket`, `admin_socket_group`, `metrics_listen`, `iscsi.*` and `discovery.*` — arrays of
+//! targets are file-only), then [`Overrides`].
+
+//!
+//! Layout: one file per table ([`admin`], [`iscsi`], [`limits`],
+//! [`reactor`], [`auth`], [`targets`], [`luns`], [`fault`]) holding its
+//! settings and their checks; [`values`] the typed values parsed when the
+//! configuration is read; [`load`] the merging of sources and attribution
+//! of problems; [`check`] the walk over a whole configuration; [`error`]
+//! the error types; [`top`] the top-level table; [`keypath`] key paths
+//! and the problem collector.
+
+mod admin;
+mod auth;
+mod check;
+mod error;
+mod fault;
+mod iscsi;
+mod keypath;
+mod limits;
+mod load;
+mod luns;
+mod reactor;
+mod targets;
+mod top;
+mod values;
+
+pub use admin::AdminGroup;
+pub use auth::ChapSettings;
+pub use check::check;
+pub use error::{invalid, ConfigError};
+pub use fault::FaultSettings;
+#[cfg(test)]
+pub use fault::TriggerSettings;
+pub use iscsi::IscsiSettings;
+pub use load::{admin_socket_of, load, load_text};
+pub use luns::LunSettings;
+pub use targets::TargetSettings;
+pub use top::{Config, Overrides};
+pub use values::ByteSize;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,50 @@
+//! `[reactor]`: the data path's threads.
+
+use serde::{Deserialize, Serialize};
+
+use super::values::{IoUringMode, Setting};
+
+/// The data path's threads: reactors that own the connections and run
+/// commands to completion where the LUN allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReactorSettings {
+    /// Reactor threads serving TCP connections; 0 = one per core, 0..=256.
+    pub threads: usize,
+    /// Run a command on its connection's reactor when its LUN can complete
+    /// it without blocking (memory and null stores, page-cache hits of
+    /// buffered files). `false` sends every command to the LUN's workers.
+    pub run_to_completion: bool,
+    /// What a reactor does with a command on a file or block-device LUN
+    /// that cannot complete at once (a read missing the page cache, a
+    /// write, SYNCHRONIZE CACHE): "auto" submits it to the reactor's own
+    /// io_uring when the kernel offers one; "off" sends it to the LUN's
+    /// workers.
+    pub io_uring: Setting<IoUringMode>,
+    /// The longest a connection checks its socket without sleeping before
+    /// its reactor parks, in microseconds, 0..=1000; 0 never polls. The
+    /// window adapts: it grows while waits are shorter than this and
+    /// shrinks to nothing on an idle connection.
+    pub busy_poll_us: u64,
+}
+
+/// `[reactor] busy_poll_us` when not set.
+pub const DEFAULT_BUSY_POLL_US: u64 = 200;
+
+impl Default for ReactorSettings {
+    fn default() -> Self {
+        Self {
+            threads: 0,
+            run_to_completion: true,
+            io_uring: Setting::new(IoUringMode::Auto, "auto"),
+            busy_poll_us: DEFAULT_BUSY_POLL_US,
+        }
+    }
+}
+
+impl ReactorSettings {
+    /// `io_uring = "auto"`.
+    pub fn io_uring_enabled(&self) -> bool {
+        self.io_uring.get() == IoUringMode::Auto
+    }
+}

@@ -1,0 +1,171 @@
+//! `[[targets]]`: one target's name, portals, ACL and CHAP, and their
+//! checks (its LUNs are in [`super::luns`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use rustgt_backstore::EngineKind;
+use serde::{Deserialize, Serialize};
+
+use super::auth::{check_chap, ChapSettings};
+use super::keypath::{Checker, KeyPath};
+use super::luns::{check_lun, LunSettings};
+use super::values::validate_iscsi_name;
+
+pub(super) fn default_portals() -> Vec<SocketAddr> {
+    vec![SocketAddr::from(([127, 0, 0, 1], 3260))]
+}
+
+pub(super) fn default_tpgt() -> u16 {
+    1
+}
+
+/// One target: a name, where it listens, who may log in, and its LUNs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSettings {
+    /// iSCSI name (iqn./eui./naa. form, RFC 7143 §4.2.7).
+    pub iqn: String,
+    /// TargetAlias sent at login (§13.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Network portals (ADDR:PORT); `--listen` replaces them.
+    #[serde(default = "default_portals")]
+    pub portals: Vec<SocketAddr>,
+    /// iSER portals (RFC 7145): ADDR:PORT of an RDMA-capable interface,
+    /// served by a build with `--features iser`. Discovery stays on
+    /// `portals`; give an iSER portal the address of a TCP one so that
+    /// discovered records can switch to iSER.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iser_portals: Vec<SocketAddr>,
+    /// Target portal group tag reported in SendTargets and at login.
+    #[serde(default = "default_tpgt")]
+    pub tpgt: u16,
+    /// Gateways: the `tpgt` of every rustgt daemon that serves this target
+    /// (same name, same LUNs, on the same RBD images), this one's
+    /// included. Each is a target port group of its own in REPORT TARGET
+    /// PORT GROUPS; with more than one, the target's LUNs (all rbd) keep
+    /// their shared SCSI state in Ceph. Empty: this daemon alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub port_groups: Vec<u16>,
+    /// Initiator names allowed to log in; empty allows any initiator.
+    #[serde(default)]
+    pub acl: Vec<String>,
+    /// CHAP required for normal sessions to this target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chap: Option<ChapSettings>,
+    /// Logical units.
+    #[serde(default)]
+    pub luns: Vec<LunSettings>,
+}
+
+pub(super) fn check_target(
+    c: &mut Checker,
+    key: &KeyPath,
+    t: &TargetSettings,
+    data_dir: &Path,
+    backing: &mut HashMap<PathBuf, KeyPath>,
+) {
+    if let Err(msg) = validate_iscsi_name(&t.iqn) {
+        c.fail(key.key("iqn"), msg);
+    }
+    if let Some(alias) = &t.alias {
+        if alias.is_empty() || alias.len() > 255 {
+            c.fail(key.key("alias"), "must be 1..=255 bytes long");
+        } else if alias.chars().any(char::is_control) {
+            c.fail(key.key("alias"), "must not contain control characters");
+        }
+    }
+    if t.portals.is_empty() {
+        c.fail(key.key("portals"), "must list at least one ADDR:PORT");
+    }
+    for (i, p) in t.portals.iter().enumerate() {
+        if t.portals.get(..i).is_some_and(|before| before.contains(p)) {
+            c.fail(key.key("portals").index(i), format!("{p} is listed twice"));
+        }
+    }
+    for (i, p) in t.iser_portals.iter().enumerate() {
+        let at = key.key("iser_portals").index(i);
+        if t.iser_portals.get(..i).is_some_and(|b| b.contains(p)) {
+            c.fail(at, format!("{p} is listed twice"));
+        } else if p.port() == 0 || p.ip().is_unspecified() {
+            c.fail(at, "needs an RDMA interface's address and a port");
+        }
+    }
+    for (i, name) in t.acl.iter().enumerate() {
+        if let Err(msg) = validate_iscsi_name(name) {
+            c.fail(key.key("acl").index(i), msg);
+        } else if t
+            .acl
+            .get(..i)
+            .is_some_and(|before| before.iter().any(|b| b.eq_ignore_ascii_case(name)))
+        {
+            c.fail(key.key("acl").index(i), format!("{name} is listed twice"));
+        }
+    }
+    if let Some(chap) = &t.chap {
+        check_chap(c, &key.key("chap"), chap);
+    }
+    check_port_groups(c, key, t);
+    let mut ids: HashMap<u64, usize> = HashMap::new();
+    for (j, lun) in t.luns.iter().enumerate() {
+        let lkey = key.key("luns").index(j);
+        check_lun(c, &lkey, lun, data_dir, backing);
+        if let Some(first) = ids.insert(lun.id, j) {
+            c.fail(
+                lkey.key("id"),
+                format!("LUN {} is already defined by luns[{first}]", lun.id),
+            );
+        }
+    }
+}
+
+/// `port_groups`: distinct tags that include the target's own; more than
+/// one (gateways) needs every LUN on an RBD image, the one backing whose
+/// state the gateways can share.
+fn check_port_groups(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
+    let pkey = key.key("port_groups");
+    for (i, g) in t.port_groups.iter().enumerate() {
+        if *g == 0 {
+            c.fail(pkey.index(i), "0 is not a portal group tag (1..=65535)");
+        } else if t.port_groups.get(..i).is_some_and(|b| b.contains(g)) {
+            c.fail(pkey.index(i), format!("{g} is listed twice"));
+        }
+    }
+    if t.port_groups.len() > 32 {
+        c.fail(pkey.clone(), "lists more than 32 gateways");
+    }
+    if !t.port_groups.is_empty() && !t.port_groups.contains(&t.tpgt) {
+        c.fail(
+            pkey.clone(),
+            format!("must include this gateway's own tpgt ({})", t.tpgt),
+        );
+    }
+    if t.port_groups.len() > 1 {
+        for (j, lun) in t.luns.iter().enumerate() {
+            if lun.kind() != Some(EngineKind::Rbd) {
+                c.fail(
+                    key.key("luns").index(j).key("backstore"),
+                    format!(
+                        "{:?} cannot be served by several gateways (port_groups); only \"rbd\" can",
+                        lun.backstore.text()
+                    ),
+                );
+            } else if lun.read_only {
+                c.fail(
+                    key.key("luns").index(j).key("read_only"),
+                    "a read-only LUN cannot take part in gateways' shared state; remove port_groups or read_only",
+                );
+            }
+        }
+    }
+}
+
+impl TargetSettings {
+    /// This daemon's target port group when it is one of several gateways
+    /// (`port_groups` lists more than one), else `None`.
+    pub fn gateway(&self) -> Option<u16> {
+        (self.port_groups.len() > 1).then_some(self.tpgt)
+    }
+}

@@ -1,0 +1,261 @@
+//! Typed values of the configuration, parsed once when it is read: the
+//! [`Setting`] wrapper (value plus the text it came from) and the values it
+//! holds, and the iSCSI name check.
+
+use rustgt_backstore::{ContextMode, DeviceSlice, EngineKind, ReadaheadChoice};
+
+/// RFC 7143 §4.2.7.1: an iSCSI name is at most 223 bytes.
+pub const MAX_ISCSI_NAME_LEN: usize = 223;
+
+/// Checks an iSCSI name (RFC 7143 §4.2.7): `iqn.yyyy-mm.reversed.domain[:anything]`,
+/// `eui.` + 16 hex digits, or `naa.` + 16 or 32 hex digits; at most 223 bytes.
+/// `iqn.` names must be lowercase (the RFC 3722 stringprep profile maps to
+/// lowercase, so a configured name must already be in that form to match).
+pub fn validate_iscsi_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_ISCSI_NAME_LEN {
+        return Err(format!(
+            "is {} bytes; iSCSI names are at most {MAX_ISCSI_NAME_LEN} (RFC 7143 §4.2.7.1)",
+            name.len()
+        ));
+    }
+    if let Some(rest) = name.strip_prefix("iqn.") {
+        return validate_iqn(rest).map_err(|m| format!("{name:?}: {m}"));
+    }
+    let (hex, lens): (&str, &[usize]) = if let Some(rest) = name.strip_prefix("eui.") {
+        (rest, &[16])
+    } else if let Some(rest) = name.strip_prefix("naa.") {
+        (rest, &[16, 32])
+    } else {
+        return Err(format!(
+            "{name:?} is not an iSCSI name: expected iqn.yyyy-mm.domain[:id], eui.<16 hex> \
+             or naa.<16|32 hex> (RFC 7143 §4.2.7)"
+        ));
+    };
+    if !lens.contains(&hex.len()) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let want = if lens.len() == 1 { "16" } else { "16 or 32" };
+        return Err(format!(
+            "{name:?}: expected {want} hexadecimal digits after the type prefix"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_iqn(rest: &str) -> Result<(), String> {
+    if let Some(bad) = rest.chars().find(|&ch| !iqn_char_ok(ch)) {
+        return Err(if bad.is_uppercase() {
+            "iqn names must be lowercase (RFC 3722)".into()
+        } else {
+            format!("character {bad:?} is not allowed (letters, digits, '-', '.', ':')")
+        });
+    }
+    // yyyy-mm.
+    let date = rest
+        .get(..7)
+        .ok_or("missing the yyyy-mm date after \"iqn.\"")?;
+    let (year, month) = date
+        .split_once('-')
+        .ok_or("expected a yyyy-mm date after \"iqn.\"")?;
+    let year_ok = year.len() == 4 && year.bytes().all(|b| b.is_ascii_digit());
+    let month_ok = month.len() == 2 && month.parse::<u8>().is_ok_and(|m| (1..=12).contains(&m));
+    if !year_ok || !month_ok {
+        return Err(format!("{date:?} is not a yyyy-mm date"));
+    }
+    let after_date = rest.get(7..).unwrap_or("");
+    let authority = after_date
+        .strip_prefix('.')
+        .ok_or("expected \".\" and a reversed domain name after the date")?;
+    let domain = authority.split(':').next().unwrap_or("");
+    if domain.is_empty() || domain.split('.').any(|label| label.is_empty()) {
+        return Err(
+            "the naming authority must be a reversed domain name such as com.example".into(),
+        );
+    }
+    if domain
+        .split('.')
+        .any(|l| l.starts_with('-') || l.ends_with('-'))
+    {
+        return Err("domain labels must not start or end with '-'".into());
+    }
+    Ok(())
+}
+
+fn iqn_char_ok(ch: char) -> bool {
+    if ch.is_ascii() {
+        ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '-' | '.' | ':')
+    } else {
+        ch.is_alphanumeric() && !ch.is_uppercase()
+    }
+}
+
+/// A value parsed from its text once, when the configuration is read (or
+/// an admin request names it); the text is kept so that the configuration
+/// is written back as it was given. Two settings are equal when their
+/// values are ("64M" and "65536K" are the same size).
+#[derive(Debug, Clone)]
+pub struct Setting<T> {
+    value: T,
+    text: String,
+}
+
+/// A type a [`Setting`] can hold: how its text parses, and the problem's
+/// message when it does not.
+pub trait SettingValue: Sized {
+    fn parse_setting(text: &str) -> Result<Self, String>;
+}
+
+impl<T> Setting<T> {
+    /// A setting whose `text` is known to parse to `value` (built-in defaults).
+    pub fn new(value: T, text: impl Into<String>) -> Self {
+        Self {
+            value,
+            text: text.into(),
+        }
+    }
+
+    /// The parsed value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The text it was parsed from.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<T: Copy> Setting<T> {
+    /// The parsed value, by copy.
+    pub fn get(&self) -> T {
+        self.value
+    }
+}
+
+impl<T: SettingValue> std::str::FromStr for Setting<T> {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Ok(Self::new(T::parse_setting(text)?, text))
+    }
+}
+
+impl<T: PartialEq> PartialEq for Setting<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Eq> Eq for Setting<T> {}
+
+impl<T> std::fmt::Display for Setting<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl<T> serde::Serialize for Setting<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de, T: SettingValue> serde::Deserialize<'de> for Setting<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A number of bytes written as a size such as "64M" (binary units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+/// A size setting: `size`, `readahead_cache`, `sanitize_rate`, ...
+pub type ByteSize = Setting<Bytes>;
+
+impl ByteSize {
+    /// A size of `bytes`, written as the plain number.
+    pub fn from_bytes(bytes: u64) -> Self {
+        Self::new(Bytes(bytes), bytes.to_string())
+    }
+
+    /// The size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.value.0
+    }
+}
+
+impl SettingValue for Bytes {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        rustgt_backstore::parse_size(text)
+            .map(Bytes)
+            .ok_or_else(|| {
+                format!("{text:?} is not a size: use bytes or a K/M/G/T suffix, e.g. \"64M\"")
+            })
+    }
+}
+
+impl SettingValue for ReadaheadChoice {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        text.parse().map_err(|_| {
+            format!(
+                "unknown policy {text:?}: expected \"auto\", \"none\", \"kernel\", \"classic\", \"context\" or \"streams\""
+            )
+        })
+    }
+}
+
+impl SettingValue for ContextMode {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        text.parse()
+            .map_err(|_| format!("unknown mode {text:?}: expected \"shared\" or \"per-worker\""))
+    }
+}
+
+impl SettingValue for DeviceSlice {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        text.parse().map_err(|()| {
+            format!("{text:?}: expected \"auto\", \"off\" or a size of at least 4K such as \"16M\"")
+        })
+    }
+}
+
+impl SettingValue for EngineKind {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        text.parse().map_err(|_| {
+            format!(
+                "unknown backstore {text:?}: expected \"file\", \"mmap\", \"blockdev\", \"ram\", \"null\", \
+                 \"hddsim\" or \"rbd\""
+            )
+        })
+    }
+}
+
+/// `[reactor] io_uring`: whether reactors submit blocking I/O to their own
+/// io_uring ("auto", when the kernel offers one) or not ("off").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoUringMode {
+    Auto,
+    Off,
+}
+
+impl SettingValue for IoUringMode {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Self::Auto),
+            "off" => Ok(Self::Off),
+            _ => Err(format!(
+                "unknown value {text:?}: expected \"auto\" or \"off\""
+            )),
+        }
+    }
+}
+
+impl SettingValue for rustgt_iscsi::negotiate::Digest {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        Self::from_name(text)
+            .ok_or_else(|| format!("unknown digest {text:?}: expected \"None\" or \"CRC32C\""))
+    }
+}
