@@ -26,7 +26,8 @@
 //! see [`rbd`]).
 //! [`open`] builds one from a [`BackstoreSpec`]; [`build`] also wraps it in
 //! the LUN's I/O context ([`ioctx`]: readahead policies, cache, coalescing,
-//! stats). [`bench`] is the readahead benchmark in simulated time.
+//! stats); the readahead benchmark, in simulated time, is the
+//! `rustgt-rabench` crate, which drives [`ioctx::simulation`].
 //! [`nowait`] and [`uring`] serve reactor threads, which must not block:
 //! non-blocking attempts, and a per-thread io_uring driving the file and
 //! block-device engines' fd ([`Backstore::uring_file`]).
@@ -39,7 +40,6 @@
 use std::fmt::Debug;
 
 pub mod aio;
-pub mod bench;
 mod blockdev;
 pub mod buf;
 mod builder;

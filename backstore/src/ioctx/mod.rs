@@ -28,6 +28,7 @@ mod gate;
 mod linux;
 mod policy;
 mod queue;
+pub mod simulation;
 mod stats;
 mod streams;
 
@@ -45,7 +46,6 @@ pub use stats::{IoStats, Log2Histogram};
 pub use streams::{StreamParams, Streams};
 
 pub(crate) use self::core::{Core, CoreConfig, Ticket};
-pub(crate) use gate::TurnState;
 pub(crate) use queue::Batch;
 
 use crate::hddsim::ArrayParams;
