@@ -47,6 +47,7 @@ pub mod cancel;
 mod common;
 pub mod fault;
 mod fdio;
+mod fdstore;
 mod file;
 pub mod hddsim;
 pub mod ioctx;
