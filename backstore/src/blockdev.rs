@@ -21,7 +21,7 @@ use std::path::Path;
 use crate::common::{check_write, geometry_for, validate_block_size};
 use crate::fdio::{is_unsupported, FdIo};
 use crate::fdstore::{config, probe_direct, FdStore, Medium};
-use crate::{BackstoreError, Result};
+use crate::{error::BackstoreError, error::Result};
 
 /// How to open a block device store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -12,7 +12,10 @@ use crate::common::{
     check_pattern, check_range, check_write, is_zero, len_u64, push_extent, AlignedBuf,
 };
 use crate::fdio::FdIo;
-use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
+use crate::{
+    error::BackstoreError, error::Result, geometry::DeviceKey, geometry::Extent,
+    geometry::Geometry, store::Backstore,
+};
 
 /// What a kind of fd-backed store does its own way.
 pub trait Medium: Send + Sync + Sized + 'static {
@@ -147,7 +150,7 @@ impl<M: Medium> Backstore for FdStore<M> {
         Some(self.io.uring_file())
     }
 
-    fn nonblocking(&self) -> crate::Nonblocking {
+    fn nonblocking(&self) -> crate::nowait::Nonblocking {
         self.io.nonblocking()
     }
 }

@@ -20,7 +20,7 @@ use std::path::Path;
 use crate::common::{check_range, geometry_for, push_extent, validate_block_size};
 use crate::fdio::{is_unsupported, FdIo};
 use crate::fdstore::{config, probe_direct, FdStore, Medium};
-use crate::{BackstoreError, Extent, Result};
+use crate::{error::BackstoreError, error::Result, geometry::Extent};
 
 /// How to open or create a file store.
 #[derive(Debug, Clone, PartialEq, Eq)]

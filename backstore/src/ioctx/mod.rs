@@ -49,7 +49,7 @@ pub(crate) use self::core::{Core, CoreConfig, Ticket};
 pub(crate) use queue::Batch;
 
 use crate::hddsim::ArrayParams;
-use crate::{BackstoreError, Result};
+use crate::{error::BackstoreError, error::Result};
 
 thread_local! {
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
@@ -133,7 +133,7 @@ impl std::str::FromStr for DeviceSlice {
         match s {
             "auto" => Ok(Self::Auto),
             "off" => Ok(Self::Off),
-            _ => match crate::parse_size(s) {
+            _ => match crate::spec::parse_size(s) {
                 Some(n) if n >= PAGE => Ok(Self::Bytes(n)),
                 _ => Err(()),
             },

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::BackstoreError;
+use crate::error::BackstoreError;
 
 use super::linux::LinuxReadahead;
 use super::streams::{StreamParams, Streams};
