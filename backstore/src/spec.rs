@@ -194,9 +194,9 @@ pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
             spec.block_size,
             spec.read_only,
         )?),
-        EngineKind::HddSim => Arc::new(crate::hddsim::HddSimBackstore::from_spec(
+        EngineKind::HddSim => Arc::new(crate::hddsim::engine::HddSimBackstore::from_spec(
             spec,
-            &crate::hddsim::HddSimOptions::default(),
+            &crate::hddsim::engine::HddSimOptions::default(),
         )?),
         EngineKind::Rbd => open_rbd(spec)?,
     };

@@ -14,7 +14,8 @@
 //! So once a write has returned, no page read before it can be served.
 
 use super::cache::{PageCache, Slot, PAGE};
-use super::policy::{new_policy, ContextMode, PolicyParams, RaView, Readahead, ReadaheadPolicy};
+use super::planners::new_policy;
+use super::policy::{ContextMode, PolicyParams, RaView, Readahead, ReadaheadPolicy};
 use super::queue::{Batch, Run, SubmitQueue};
 use super::stats::IoStats;
 

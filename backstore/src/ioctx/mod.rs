@@ -26,6 +26,7 @@ mod context;
 mod core;
 mod gate;
 mod linux;
+mod planners;
 mod policy;
 mod queue;
 pub mod simulation;
@@ -38,9 +39,10 @@ pub use cache::PAGE;
 pub use context::IoContext;
 pub use gate::{DeviceGate, GateStats};
 pub use linux::LinuxReadahead;
+pub use planners::new_policy;
 pub use policy::{
-    new_policy, ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadChoice,
-    ReadaheadPolicy, KERNEL_MAX_PAGES,
+    ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadChoice, ReadaheadPolicy,
+    KERNEL_MAX_PAGES,
 };
 pub use stats::{IoStats, Log2Histogram};
 pub use streams::{StreamParams, Streams};
