@@ -1,5 +1,5 @@
 //! `rustgt bench readahead`: the CLI face of the readahead benchmark that
-//! lives in `rustgt_backstore::bench` (simulated time, deterministic).
+//! lives in the `rustgt_rabench` crate (simulated time, deterministic).
 //! Prints the setup, the table and the targets, and writes one SVG
 //! per workload plus `results.md` into the output directory.
 
@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use rustgt_backstore::bench::{parse_workloads, run_readahead, BenchOptions, Link, Workload};
 use rustgt_backstore::{parse_size, ContextMode, ReadaheadPolicy};
+use rustgt_rabench::{parse_workloads, run_readahead, BenchOptions, Link, Workload};
 
 /// Why a benchmark could not run, or missed its targets.
 #[derive(Debug, thiserror::Error)]

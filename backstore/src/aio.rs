@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 
 use crate::buf::IoBuf;
 use crate::uring::{IoKind, IoMeter, Op};
-use crate::{Backstore, Result};
+use crate::{error::Result, store::Backstore};
 
 /// Called once with the outcome and the buffer.
 pub type AioDone = Box<dyn FnOnce(Result<()>, IoBuf) + Send>;

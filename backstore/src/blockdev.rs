@@ -11,16 +11,17 @@
 //!   fallback; devices without it get `BLKZEROOUT`. Plain `BLKDISCARD` does
 //!   not promise zeroed reads, so it is only offered as [`BlockDevBackstore::discard`].
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
-use crate::common::{validate_block_size, AlignedBuf};
+use crate::common::{check_write, geometry_for, validate_block_size};
 use crate::fdio::{is_unsupported, FdIo};
-use crate::{Backstore, BackstoreError, DeviceKey, Geometry, Result};
+use crate::fdstore::{config, probe_direct, FdStore, Medium};
+use crate::{error::BackstoreError, error::Result};
 
 /// How to open a block device store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,13 +41,13 @@ pub struct BlockDevOptions {
 }
 
 /// A backing store on a block device.
+pub type BlockDevBackstore = FdStore<BlockDevice>;
+
+/// The [`Medium`] of a block device: zeroing and deallocation through the
+/// block layer, no allocation map.
 #[derive(Debug)]
-pub struct BlockDevBackstore {
-    path: PathBuf,
-    io: FdIo,
-    geometry: Geometry,
+pub struct BlockDevice {
     device_block_size: u32,
-    thin: bool,
 }
 
 impl BlockDevBackstore {
@@ -93,19 +94,14 @@ impl BlockDevBackstore {
             path: path.to_owned(),
             io,
             geometry,
-            device_block_size,
             thin: opts.thin,
+            medium: BlockDevice { device_block_size },
         })
-    }
-
-    /// The device path as given.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The device's own logical block size (`BLKSSZGET`).
     pub fn device_block_size(&self) -> u32 {
-        self.device_block_size
+        self.medium.device_block_size
     }
 
     /// `BLKDISCARD`: tells the device the range is unused. Unlike
@@ -124,10 +120,7 @@ impl BlockDevBackstore {
     fn zero_out(&self, offset: u64, len: u64) -> Result<()> {
         match ioctl_range(self.io.file(), BLKZEROOUT, offset, len) {
             Ok(()) => Ok(()),
-            Err(e) if is_unsupported(&e) => {
-                let block = vec![0u8; self.geometry.block_size as usize];
-                self.io.write_pattern(&block, offset, len)
-            }
+            Err(e) if is_unsupported(&e) => self.write_zeros(offset, len),
             Err(e) => Err(BackstoreError::Write(e)),
         }
     }
@@ -143,80 +136,22 @@ impl BlockDevBackstore {
     }
 }
 
-impl Backstore for BlockDevBackstore {
-    fn kind(&self) -> &'static str {
-        "blockdev"
+impl Medium for BlockDevice {
+    const KIND: &'static str = "blockdev";
+    const TYPE_NAME: &'static str = "BlockDevBackstore";
+    const BLOCK_DEVICE: bool = true;
+
+    fn zero(store: &BlockDevBackstore, offset: u64, len: u64) -> Result<()> {
+        store.zero_out(offset, len)
     }
 
-    fn device_key(&self) -> Option<DeviceKey> {
-        self.io.device_key(true)
+    fn deallocate(store: &BlockDevBackstore, offset: u64, len: u64) -> Result<()> {
+        store.deallocate(offset, len)
     }
 
-    fn kernel_readahead(&self, on: bool) -> Result<()> {
-        self.io.kernel_readahead(on)
+    fn debug_fields(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("device_block_size", &self.device_block_size);
     }
-
-    fn geometry(&self) -> Geometry {
-        self.geometry
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        check_range(&self.geometry, offset, len_u64(buf.len()))?;
-        self.io.read(buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
-        check_write(&self.geometry, offset, len_u64(buf.len()))?;
-        self.io.write(buf, offset, fua)
-    }
-
-    fn flush(&self) -> Result<()> {
-        self.io.sync()
-    }
-
-    fn write_same(&self, pattern: &[u8], offset: u64, len: u64) -> Result<()> {
-        check_write(&self.geometry, offset, len)?;
-        check_pattern(pattern)?;
-        if len == 0 {
-            return Ok(());
-        }
-        if is_zero(pattern) {
-            return if self.thin {
-                self.deallocate(offset, len)
-            } else {
-                self.zero_out(offset, len)
-            };
-        }
-        self.io.write_pattern(pattern, offset, len)
-    }
-
-    fn unmap(&self, offset: u64, len: u64) -> Result<()> {
-        check_write(&self.geometry, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.deallocate(offset, len)
-    }
-
-    fn supports_write_same(&self) -> bool {
-        true
-    }
-
-    fn supports_unmap(&self) -> bool {
-        true
-    }
-
-    fn uring_file(&self) -> Option<crate::uring::UringFile> {
-        Some(self.io.uring_file())
-    }
-
-    fn nonblocking(&self) -> crate::Nonblocking {
-        self.io.nonblocking()
-    }
-}
-
-fn config(path: &Path, msg: &str) -> BackstoreError {
-    BackstoreError::Config(format!("{}: {msg}", path.display()))
 }
 
 fn open_exclusive(path: &Path, opts: &BlockDevOptions) -> Result<File> {
@@ -273,18 +208,6 @@ fn choose_size(path: &Path, wanted: Option<u64>, device_size: u64, block_size: u
             ),
         )),
         Some(w) => Ok(w),
-    }
-}
-
-fn probe_direct(path: &Path, io: &FdIo, block_size: u32) -> Result<()> {
-    let mut buf = AlignedBuf::zeroed(block_size as usize, block_size as usize)?;
-    match io.read(buf.as_mut_slice(), 0) {
-        Ok(()) => Ok(()),
-        Err(BackstoreError::Read(e)) if e.raw_os_error() == Some(libc::EINVAL) => Err(config(
-            path,
-            &format!("O_DIRECT I/O is refused at block size {block_size}"),
-        )),
-        Err(e) => Err(e),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use crate::{BackstoreError, Extent, Geometry, Result};
+use crate::{error::BackstoreError, error::Result, geometry::Extent, geometry::Geometry};
 
 /// Batch size for pattern writes, bounce buffers and the RAM engine's chunks.
 pub(crate) const BATCH: usize = 1 << 20;

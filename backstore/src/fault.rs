@@ -43,8 +43,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::{cancel, nowait, uring, Backstore, BackstoreError, Extent, Geometry, IoBuf};
-use crate::{Nonblocking, Result};
+use crate::{
+    buf::IoBuf, cancel, error::BackstoreError, geometry::Extent, geometry::Geometry, nowait,
+    store::Backstore, uring,
+};
+use crate::{error::Result, nowait::Nonblocking};
 
 /// Longest `delay` accepted.
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -522,7 +525,7 @@ impl Backstore for FaultBackstore {
         self.inner.kernel_readahead(on)
     }
 
-    fn device_key(&self) -> Option<crate::DeviceKey> {
+    fn device_key(&self) -> Option<crate::geometry::DeviceKey> {
         self.inner.device_key()
     }
 
@@ -592,7 +595,7 @@ impl Backstore for FaultBackstore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RamBackstore;
+    use crate::ram::RamBackstore;
 
     fn store(spec: FaultSpec) -> FaultBackstore {
         let ram: Arc<dyn Backstore> =

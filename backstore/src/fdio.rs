@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::common::{fill_pattern, invalid_input, len_u64, AlignedBuf, BATCH};
-use crate::{BackstoreError, DeviceKey, Result};
+use crate::{error::BackstoreError, error::Result, geometry::DeviceKey};
 
 /// One open file or device plus how it must be driven.
 #[derive(Debug)]
@@ -286,11 +286,11 @@ fn check_direct(align: usize, offset: u64, len: usize) -> Result<()> {
 impl FdIo {
     /// How a reactor may use this fd: buffered reads can be tried from the
     /// page cache; O_DIRECT reads always wait for the device.
-    pub(crate) fn nonblocking(&self) -> crate::Nonblocking {
+    pub(crate) fn nonblocking(&self) -> crate::nowait::Nonblocking {
         if self.is_direct() || self.nowait_unsupported.load(Ordering::Relaxed) {
-            crate::Nonblocking::Never
+            crate::nowait::Nonblocking::Never
         } else {
-            crate::Nonblocking::TryReads
+            crate::nowait::Nonblocking::TryReads
         }
     }
 

@@ -15,13 +15,12 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::common::push_extent;
-use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
-use crate::common::{validate_block_size, AlignedBuf};
+use crate::common::{check_range, geometry_for, push_extent, validate_block_size};
 use crate::fdio::{is_unsupported, FdIo};
-use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
+use crate::fdstore::{config, probe_direct, FdStore, Medium};
+use crate::{error::BackstoreError, error::Result, geometry::Extent};
 
 /// How to open or create a file store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,13 +53,11 @@ impl Default for FileOptions {
 }
 
 /// A backing store on a regular file.
+pub type FileBackstore = FdStore<RegularFile>;
+
+/// The [`Medium`] of a regular file: holes punched and reported.
 #[derive(Debug)]
-pub struct FileBackstore {
-    path: PathBuf,
-    io: FdIo,
-    geometry: Geometry,
-    thin: bool,
-}
+pub struct RegularFile;
 
 impl FileBackstore {
     /// Opens `path`, creating it (sparse) when missing and a size is given.
@@ -116,12 +113,8 @@ impl FileBackstore {
             io,
             geometry,
             thin: opts.thin,
+            medium: RegularFile,
         })
-    }
-
-    /// The file's path as given.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Whether all-zero WRITE SAME punches holes.
@@ -178,71 +171,24 @@ impl FileBackstore {
         }
         Ok(runs)
     }
-
-    fn write_zeros(&self, offset: u64, len: u64) -> Result<()> {
-        let block = vec![0u8; self.geometry.block_size as usize];
-        self.io.write_pattern(&block, offset, len)
-    }
 }
 
-impl Backstore for FileBackstore {
-    fn kernel_readahead(&self, on: bool) -> Result<()> {
-        self.io.kernel_readahead(on)
+impl Medium for RegularFile {
+    const KIND: &'static str = "file";
+    const TYPE_NAME: &'static str = "FileBackstore";
+    const BLOCK_DEVICE: bool = false;
+
+    fn zero(store: &FileBackstore, offset: u64, len: u64) -> Result<()> {
+        store.zero_range(offset, len)
     }
 
-    fn kind(&self) -> &'static str {
-        "file"
+    fn deallocate(store: &FileBackstore, offset: u64, len: u64) -> Result<()> {
+        store.punch_hole(offset, len)
     }
 
-    fn device_key(&self) -> Option<DeviceKey> {
-        self.io.device_key(false)
-    }
-
-    fn geometry(&self) -> Geometry {
-        self.geometry
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        check_range(&self.geometry, offset, len_u64(buf.len()))?;
-        self.io.read(buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
-        check_write(&self.geometry, offset, len_u64(buf.len()))?;
-        self.io.write(buf, offset, fua)
-    }
-
-    fn flush(&self) -> Result<()> {
-        self.io.sync()
-    }
-
-    fn write_same(&self, pattern: &[u8], offset: u64, len: u64) -> Result<()> {
-        check_write(&self.geometry, offset, len)?;
-        check_pattern(pattern)?;
-        if len == 0 {
-            return Ok(());
-        }
-        if is_zero(pattern) {
-            return if self.thin {
-                self.punch_hole(offset, len)
-            } else {
-                self.zero_range(offset, len)
-            };
-        }
-        self.io.write_pattern(pattern, offset, len)
-    }
-
-    fn unmap(&self, offset: u64, len: u64) -> Result<()> {
-        check_write(&self.geometry, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.punch_hole(offset, len)
-    }
-
-    fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
-        check_range(&self.geometry, offset, len)?;
-        match self.map_holes(offset, len) {
+    fn extents(store: &FileBackstore, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        check_range(&store.geometry, offset, len)?;
+        match store.map_holes(offset, len) {
             Ok(runs) => Ok(runs),
             // Filesystems without hole reporting: everything is data.
             Err(e) if is_unsupported(&e) || e.raw_os_error() == Some(libc::EINVAL) => {
@@ -253,26 +199,6 @@ impl Backstore for FileBackstore {
             Err(e) => Err(BackstoreError::Read(e)),
         }
     }
-
-    fn supports_write_same(&self) -> bool {
-        true
-    }
-
-    fn supports_unmap(&self) -> bool {
-        true
-    }
-
-    fn uring_file(&self) -> Option<crate::uring::UringFile> {
-        Some(self.io.uring_file())
-    }
-
-    fn nonblocking(&self) -> crate::Nonblocking {
-        self.io.nonblocking()
-    }
-}
-
-fn config(path: &Path, msg: &str) -> BackstoreError {
-    BackstoreError::Config(format!("{}: {msg}", path.display()))
 }
 
 fn not_regular(path: &Path) -> BackstoreError {
@@ -366,18 +292,4 @@ fn resolve_size(
         ));
     }
     Ok(current)
-}
-
-/// One aligned block read proves the filesystem accepts O_DIRECT at this
-/// block size (a 512-byte LUN on a 4 KiB-sector disk does not).
-fn probe_direct(path: &Path, io: &FdIo, block_size: u32) -> Result<()> {
-    let mut buf = AlignedBuf::zeroed(block_size as usize, block_size as usize)?;
-    match io.read(buf.as_mut_slice(), 0) {
-        Ok(()) => Ok(()),
-        Err(BackstoreError::Read(e)) if e.raw_os_error() == Some(libc::EINVAL) => Err(config(
-            path,
-            &format!("O_DIRECT I/O is refused at block size {block_size}"),
-        )),
-        Err(e) => Err(e),
-    }
 }

@@ -65,7 +65,10 @@ use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::common::{check_range, check_write, invalid_input, len_u64};
 use crate::file::{FileBackstore, FileOptions};
-use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, Result};
+use crate::{
+    error::BackstoreError, error::Result, geometry::DeviceKey, geometry::Extent,
+    geometry::Geometry, store::Backstore,
+};
 
 /// A backing store on a memory-mapped regular file.
 #[derive(Debug)]
@@ -439,8 +442,8 @@ impl Backstore for MmapBackstore {
     /// Reads can run on a reactor when their pages are resident
     /// (`mincore`); writes may wait for dirty-page writeback, so they go
     /// to the workers.
-    fn nonblocking(&self) -> crate::Nonblocking {
-        crate::Nonblocking::TryReads
+    fn nonblocking(&self) -> crate::nowait::Nonblocking {
+        crate::nowait::Nonblocking::TryReads
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {

@@ -17,7 +17,7 @@
 
 use std::cell::Cell;
 
-use crate::BackstoreError;
+use crate::error::BackstoreError;
 
 /// How a store behaves when called on a thread that must not block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

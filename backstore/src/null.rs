@@ -3,7 +3,7 @@
 //! exercise the same paths.
 
 use crate::common::{check_pattern, check_range, check_write, geometry_for, len_u64};
-use crate::{Backstore, Geometry, IoBuf, Result};
+use crate::{buf::IoBuf, error::Result, geometry::Geometry, store::Backstore};
 
 /// A store that holds nothing.
 #[derive(Debug)]
@@ -65,7 +65,7 @@ impl Backstore for NullBackstore {
         true
     }
 
-    fn nonblocking(&self) -> crate::Nonblocking {
-        crate::Nonblocking::Always
+    fn nonblocking(&self) -> crate::nowait::Nonblocking {
+        crate::nowait::Nonblocking::Always
     }
 }

@@ -14,7 +14,9 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::common::{check_pattern, check_range, check_write, geometry_for, is_zero, len_u64};
 use crate::common::{push_extent, tile, BATCH};
-use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
+use crate::{
+    error::BackstoreError, error::Result, geometry::Extent, geometry::Geometry, store::Backstore,
+};
 
 type Chunk = RwLock<Option<Box<[u8]>>>;
 
@@ -245,8 +247,8 @@ impl Backstore for RamBackstore {
         true
     }
 
-    fn nonblocking(&self) -> crate::Nonblocking {
-        crate::Nonblocking::Always
+    fn nonblocking(&self) -> crate::nowait::Nonblocking {
+        crate::nowait::Nonblocking::Always
     }
 }
 

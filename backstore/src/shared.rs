@@ -22,7 +22,7 @@
 
 use std::fmt::Debug;
 
-use crate::Result;
+use crate::error::Result;
 
 /// One version of the shared record.
 #[derive(Debug, Clone, PartialEq, Eq)]

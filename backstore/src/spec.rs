@@ -15,7 +15,7 @@ use crate::mmap::MmapBackstore;
 use crate::null::NullBackstore;
 use crate::ram::RamBackstore;
 use crate::rbd::RbdOptions;
-use crate::{Backstore, BackstoreError, Result};
+use crate::{error::BackstoreError, error::Result, store::Backstore};
 
 /// Which engine backs a LUN.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,9 +194,9 @@ pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
             spec.block_size,
             spec.read_only,
         )?),
-        EngineKind::HddSim => Arc::new(crate::HddSimBackstore::from_spec(
+        EngineKind::HddSim => Arc::new(crate::hddsim::engine::HddSimBackstore::from_spec(
             spec,
-            &crate::HddSimOptions::default(),
+            &crate::hddsim::engine::HddSimOptions::default(),
         )?),
         EngineKind::Rbd => open_rbd(spec)?,
     };
@@ -218,7 +218,7 @@ fn open_rbd(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
         read_only: spec.read_only,
         ..opts.clone()
     };
-    Ok(Arc::new(crate::RbdBackstore::open(&opts)?))
+    Ok(Arc::new(crate::rbd::RbdBackstore::open(&opts)?))
 }
 
 #[cfg(not(feature = "rbd"))]

@@ -2,8 +2,7 @@
 //! their wire form ([`Histogram`]) shared by the stats command and the
 //! Prometheus exposition.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use rustgt_histogram::AtomicLog2Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Buckets of an [`AtomicLog2`]: bucket `i` counts values in
@@ -13,42 +12,18 @@ pub const BUCKETS: usize = 40;
 
 /// A histogram of `u64` values in power-of-two buckets, updated without
 /// locks from any worker thread.
-#[derive(Debug)]
-pub struct AtomicLog2 {
-    counts: [AtomicU64; BUCKETS],
-    sum: AtomicU64,
-}
-
-impl Default for AtomicLog2 {
-    fn default() -> Self {
-        Self {
-            counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            sum: AtomicU64::new(0),
-        }
-    }
-}
+#[derive(Debug, Default)]
+pub struct AtomicLog2(AtomicLog2Histogram<BUCKETS>);
 
 impl AtomicLog2 {
     pub fn record(&self, value: u64) {
-        if let Some(c) = self.counts.get(bucket_of(value)) {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-        self.sum.fetch_add(value, Ordering::Relaxed);
+        self.0.record(value);
     }
 
     /// A snapshot in wire form, values in `unit`.
     pub fn snapshot(&self, unit: &str) -> Histogram {
-        let counts: Vec<u64> = self
-            .counts
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect();
-        Histogram::from_log2(unit, &counts, self.sum.load(Ordering::Relaxed))
+        Histogram::from_log2(unit, &self.0.counts(), self.0.sum())
     }
-}
-
-fn bucket_of(value: u64) -> usize {
-    (63 - (value | 1).leading_zeros() as usize).min(BUCKETS - 1)
 }
 
 /// A histogram as the admin protocol carries it: only non-empty buckets,

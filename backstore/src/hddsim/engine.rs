@@ -18,7 +18,10 @@ use super::model::{ArrayParams, ArrayState};
 use crate::common::{check_range, check_write, len_u64};
 use crate::file::{FileBackstore, FileOptions};
 use crate::ram::RamBackstore;
-use crate::{Backstore, BackstoreError, BackstoreSpec, DeviceKey, Extent, Geometry, Result};
+use crate::{
+    error::BackstoreError, error::Result, geometry::DeviceKey, geometry::Extent,
+    geometry::Geometry, spec::BackstoreSpec, store::Backstore,
+};
 
 /// Where an hddsim LUN sits and on what.
 #[derive(Debug, Clone, PartialEq)]

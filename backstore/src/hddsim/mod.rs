@@ -9,7 +9,7 @@
 //!   done. LUNs that name the same device share its actuators, so two LUNs
 //!   on one simulated md0 compete for the heads as the seed's partitions did.
 
-mod engine;
+pub(crate) mod engine;
 pub mod model;
 
 pub use engine::{HddSimBackstore, HddSimOptions, SimDevice};

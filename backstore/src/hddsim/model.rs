@@ -245,7 +245,24 @@ impl fmt::Display for ArrayParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::rng::SplitMix64;
+
+    /// SplitMix64, as the benchmark's generator (`rustgt-rabench`), so
+    /// the random offsets are the same as before it moved out.
+    struct SplitMix64(u64);
+
+    impl SplitMix64 {
+        fn new(seed: u64) -> Self {
+            Self(seed)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) % n
+        }
+    }
 
     #[test]
     fn sequential_1mib_reads_reach_about_118_mb_s_at_the_outer_edge() {

@@ -27,7 +27,10 @@ use super::{
     set_readahead_io, worker_index, Batch, Core, IoContextOptions, IoStats, ReadaheadPolicy, Ticket,
 };
 use crate::common::{check_range, check_write, len_u64};
-use crate::{Backstore, BackstoreError, DeviceKey, Extent, Geometry, IoBuf, Result};
+use crate::{
+    buf::IoBuf, error::BackstoreError, error::Result, geometry::DeviceKey, geometry::Extent,
+    geometry::Geometry, store::Backstore,
+};
 
 /// Attempts to get a read's pages cached before reading directly.
 const MAX_RETRIES: u32 = 3;
@@ -538,13 +541,13 @@ impl Backstore for IoContext {
     /// so a stream that readahead keeps ahead does not wait for a worker
     /// behind other readers' misses; a miss goes to the workers. In
     /// per-worker mode (the pre-fix emulation) every read goes to a worker.
-    fn nonblocking(&self) -> crate::Nonblocking {
+    fn nonblocking(&self) -> crate::nowait::Nonblocking {
         if self.shared.passthrough {
             self.shared.inner.nonblocking()
         } else if self.shared.inline_hits {
-            crate::Nonblocking::TryReads
+            crate::nowait::Nonblocking::TryReads
         } else {
-            crate::Nonblocking::Never
+            crate::nowait::Nonblocking::Never
         }
     }
 }

@@ -14,7 +14,8 @@
 //! So once a write has returned, no page read before it can be served.
 
 use super::cache::{PageCache, Slot, PAGE};
-use super::policy::{new_policy, ContextMode, PolicyParams, RaView, Readahead, ReadaheadPolicy};
+use super::planners::new_policy;
+use super::policy::{ContextMode, PolicyParams, RaView, Readahead, ReadaheadPolicy};
 use super::queue::{Batch, Run, SubmitQueue};
 use super::stats::IoStats;
 
@@ -35,14 +36,14 @@ pub(crate) struct CoreConfig {
 
 /// A demand read in progress: its pages and whose state served it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
+pub struct Ticket {
     pub(crate) first: u64,
     pub(crate) end: u64,
     pub(crate) owner: usize,
 }
 
 #[derive(Debug)]
-pub(crate) struct Core<D> {
+pub struct Core<D> {
     cfg: CoreConfig,
     num_pages: u64,
     planners: Vec<Box<dyn Readahead>>,
@@ -95,13 +96,7 @@ impl<D> Core<D> {
     /// A demand read of `len` bytes at `offset` arrives from `worker`: the
     /// policy plans readahead, the missing requested pages are queued as
     /// synchronous reads, and the pages count as used.
-    pub(crate) fn start_read(
-        &mut self,
-        now: u64,
-        worker: Option<usize>,
-        offset: u64,
-        len: u64,
-    ) -> Ticket {
+    pub fn start_read(&mut self, now: u64, worker: Option<usize>, offset: u64, len: u64) -> Ticket {
         let (first, end) = pages_of(offset, len);
         let owner = self.owner(worker);
         let present = (first..end).filter(|&p| self.cache.present(p)).count() as u64;
@@ -140,7 +135,7 @@ impl<D> Core<D> {
     /// Caches `len` bytes from `offset` as if a read had used them (a warm
     /// cache before a benchmark run), without counting them; stops at the
     /// cache's budget. Returns the pages cached.
-    pub(crate) fn prewarm(&mut self, offset: u64, len: u64, mut data: impl FnMut(u64) -> D) -> u64 {
+    pub fn prewarm(&mut self, offset: u64, len: u64, mut data: impl FnMut(u64) -> D) -> u64 {
         let (first, end) = pages_of(offset, len);
         let end = end.min(self.num_pages);
         let mut cached = 0;
@@ -163,7 +158,7 @@ impl<D> Core<D> {
 
     /// Queues synchronous reads for the ticket's absent pages (evicted or
     /// dropped by a write since); true when it queued any.
-    pub(crate) fn ensure(&mut self, t: &Ticket) -> bool {
+    pub fn ensure(&mut self, t: &Ticket) -> bool {
         let mut view = View {
             cache: &mut self.cache,
             queue: &mut self.queue,
@@ -180,18 +175,18 @@ impl<D> Core<D> {
 
     /// Whether a read of `len` bytes at `offset` would find all its pages
     /// ready (and no write in its way): it can be served without waiting.
-    pub(crate) fn ready_now(&self, offset: u64, len: u64) -> bool {
+    pub fn ready_now(&self, offset: u64, len: u64) -> bool {
         let (first, end) = pages_of(offset, len);
         !self.write_blocked(offset, len) && (first..end).all(|p| self.cache.ready(p).is_some())
     }
 
     /// All of the ticket's pages are ready.
-    pub(crate) fn all_ready(&self, t: &Ticket) -> bool {
+    pub fn all_ready(&self, t: &Ticket) -> bool {
         (t.first..t.end).all(|p| self.cache.ready(p).is_some())
     }
 
     /// Some of the ticket's pages are neither cached nor being read.
-    pub(crate) fn any_absent(&self, t: &Ticket) -> bool {
+    pub fn any_absent(&self, t: &Ticket) -> bool {
         (t.first..t.end).any(|p| !self.cache.present(p))
     }
 
@@ -200,12 +195,12 @@ impl<D> Core<D> {
         self.cache.ready(page)
     }
 
-    pub(crate) fn has_queued(&self) -> bool {
+    pub fn has_queued(&self) -> bool {
         !self.queue.is_empty()
     }
 
     /// Takes the next coalesced backing read.
-    pub(crate) fn pop_batch(&mut self) -> Option<Batch> {
+    pub fn pop_batch(&mut self) -> Option<Batch> {
         let batch = self.queue.pop()?;
         let bytes = self.batch_bytes(&batch);
         self.stats.backing_requests += 1;
@@ -215,7 +210,7 @@ impl<D> Core<D> {
     }
 
     /// Byte range of a backing read, clipped to the LUN.
-    pub(crate) fn batch_range(&self, batch: &Batch) -> (u64, u64) {
+    pub fn batch_range(&self, batch: &Batch) -> (u64, u64) {
         let start = batch.first.saturating_mul(PAGE);
         let end = batch.end().saturating_mul(PAGE).min(self.cfg.size);
         (start, end.saturating_sub(start))
@@ -227,7 +222,7 @@ impl<D> Core<D> {
 
     /// A backing read finished: its pages become ready with `data(page)`,
     /// except those a write overlaps now or overlapped meanwhile.
-    pub(crate) fn complete(&mut self, batch: &Batch, mut data: impl FnMut(u64) -> D) {
+    pub fn complete(&mut self, batch: &Batch, mut data: impl FnMut(u64) -> D) {
         for page in batch.first..batch.end() {
             let Some(id) = self.inflight_id(page, batch) else {
                 continue;
@@ -298,7 +293,7 @@ impl<D> Core<D> {
         self.stats.latency_ns.record(ns);
     }
 
-    pub(crate) fn stats(&self) -> IoStats {
+    pub fn stats(&self) -> IoStats {
         let mut s = self.stats.clone();
         s.wasted_bytes = self.cache.wasted_pages() * PAGE;
         s
@@ -306,7 +301,7 @@ impl<D> Core<D> {
 
     /// Readahead bytes wasted so far plus those cached and still unused (the
     /// benchmark's end-of-run count).
-    pub(crate) fn wasted_including_unused(&self) -> u64 {
+    pub fn wasted_including_unused(&self) -> u64 {
         (self.cache.wasted_pages() + self.cache.unused_readahead_pages()) * PAGE
     }
 

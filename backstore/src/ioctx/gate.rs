@@ -54,7 +54,7 @@ pub struct GateStats {
 /// The rules of the module docs, with no threads or clocks: the
 /// threaded [`DeviceGate`] and the benchmark's simulation both run them.
 #[derive(Debug, Default)]
-pub(crate) struct TurnState {
+pub struct TurnState {
     owner: Option<u64>,
     /// Backing reads of the owner in flight.
     inflight: usize,
@@ -82,14 +82,14 @@ impl TurnState {
         self.inflight = 0;
     }
 
-    pub(crate) fn stats(&self) -> GateStats {
+    pub fn stats(&self) -> GateStats {
         self.stats
     }
 
     /// Context `id` wants to start a backing read of `bytes`: true when it
     /// may (the read then counts in flight and against the budget); else
     /// `id` is in line, and should ask again when a turn ends.
-    pub(crate) fn try_enter(&mut self, id: u64, budget: u64, bytes: u64) -> bool {
+    pub fn try_enter(&mut self, id: u64, budget: u64, bytes: u64) -> bool {
         // An owner over budget with nothing in flight yields here (its
         // last read ended before anyone waited).
         if self.owner == Some(id) && self.spent(id) && self.inflight == 0 {
@@ -118,7 +118,7 @@ impl TurnState {
     /// A read of `id` started by [`try_enter`](Self::try_enter) ended, and
     /// `queued` says whether `id` has more readahead waiting. True when
     /// the turn ended.
-    pub(crate) fn leave(&mut self, id: u64, queued: bool) -> bool {
+    pub fn leave(&mut self, id: u64, queued: bool) -> bool {
         if self.owner != Some(id) {
             return false;
         }
@@ -129,7 +129,7 @@ impl TurnState {
     /// Ends `id`'s turn if it owns the device with nothing in flight and
     /// either nothing `queued` or its budget spent while others wait. True
     /// when the turn ended.
-    pub(crate) fn settle(&mut self, id: u64, queued: bool) -> bool {
+    pub fn settle(&mut self, id: u64, queued: bool) -> bool {
         if self.owner != Some(id) || self.inflight > 0 {
             return false;
         }

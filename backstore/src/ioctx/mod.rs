@@ -26,8 +26,10 @@ mod context;
 mod core;
 mod gate;
 mod linux;
+mod planners;
 mod policy;
 mod queue;
+pub mod simulation;
 mod stats;
 mod streams;
 
@@ -37,19 +39,19 @@ pub use cache::PAGE;
 pub use context::IoContext;
 pub use gate::{DeviceGate, GateStats};
 pub use linux::LinuxReadahead;
+pub use planners::new_policy;
 pub use policy::{
-    new_policy, ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadChoice,
-    ReadaheadPolicy, KERNEL_MAX_PAGES,
+    ContextMode, NoReadahead, PolicyParams, RaView, Readahead, ReadaheadChoice, ReadaheadPolicy,
+    KERNEL_MAX_PAGES,
 };
 pub use stats::{IoStats, Log2Histogram};
 pub use streams::{StreamParams, Streams};
 
 pub(crate) use self::core::{Core, CoreConfig, Ticket};
-pub(crate) use gate::TurnState;
 pub(crate) use queue::Batch;
 
 use crate::hddsim::ArrayParams;
-use crate::{BackstoreError, Result};
+use crate::{error::BackstoreError, error::Result};
 
 thread_local! {
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
@@ -133,7 +135,7 @@ impl std::str::FromStr for DeviceSlice {
         match s {
             "auto" => Ok(Self::Auto),
             "off" => Ok(Self::Off),
-            _ => match crate::parse_size(s) {
+            _ => match crate::spec::parse_size(s) {
                 Some(n) if n >= PAGE => Ok(Self::Bytes(n)),
                 _ => Err(()),
             },

@@ -7,10 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::BackstoreError;
-
-use super::linux::LinuxReadahead;
-use super::streams::{StreamParams, Streams};
+use crate::error::BackstoreError;
 
 /// What a policy sees of the cache, and how it asks for reads.
 pub trait RaView {
@@ -205,17 +202,6 @@ pub struct PolicyParams {
     /// The largest backing read: `streams` ends its top-ups on multiples
     /// of it, so that they split into whole backing reads.
     pub io_pages: u64,
-}
-
-/// Makes a fresh state machine for `policy`.
-pub fn new_policy(policy: ReadaheadPolicy, p: &PolicyParams) -> Box<dyn Readahead> {
-    match policy {
-        ReadaheadPolicy::None => Box::new(NoReadahead),
-        ReadaheadPolicy::Kernel => Box::new(LinuxReadahead::modern(KERNEL_MAX_PAGES)),
-        ReadaheadPolicy::Classic => Box::new(LinuxReadahead::classic(p.max_pages)),
-        ReadaheadPolicy::Context => Box::new(LinuxReadahead::context(p.max_pages)),
-        ReadaheadPolicy::Streams => Box::new(Streams::new(StreamParams::new(p))),
-    }
 }
 
 /// `none`: nothing beyond what is asked.

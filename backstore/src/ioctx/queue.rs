@@ -30,7 +30,7 @@ pub(crate) struct Run {
 
 /// One backing read: a contiguous page range made of one or more runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Batch {
+pub struct Batch {
     pub(crate) first: u64,
     pub(crate) count: u64,
     /// The ids whose pages this read fills.
@@ -39,6 +39,11 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    /// A demand read (someone waits for it), not readahead.
+    pub fn is_sync(&self) -> bool {
+        self.sync
+    }
+
     pub(crate) fn end(&self) -> u64 {
         self.first + self.count
     }

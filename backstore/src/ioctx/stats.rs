@@ -4,72 +4,8 @@
 //! are fixed-size and cheap to update under the context's lock.
 
 /// Counts of values in power-of-two buckets: bucket `i` holds values in
-/// `[2^i, 2^(i+1))` (bucket 0 also holds 0).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Log2Histogram {
-    counts: [u64; 64],
-    total: u64,
-    sum: u128,
-}
-
-impl Default for Log2Histogram {
-    fn default() -> Self {
-        Self {
-            counts: [0; 64],
-            total: 0,
-            sum: 0,
-        }
-    }
-}
-
-impl Log2Histogram {
-    pub fn record(&mut self, value: u64) {
-        let bucket = 63 - (value | 1).leading_zeros() as usize;
-        if let Some(c) = self.counts.get_mut(bucket) {
-            *c += 1;
-        }
-        self.total += 1;
-        self.sum += u128::from(value);
-    }
-
-    pub fn count(&self) -> u64 {
-        self.total
-    }
-
-    pub fn mean(&self) -> f64 {
-        if self.total == 0 {
-            0.0
-        } else {
-            self.sum as f64 / self.total as f64
-        }
-    }
-
-    /// Upper bound of the bucket holding quantile `q` (0..=1); 0 when empty.
-    pub fn quantile(&self, q: f64) -> u64 {
-        if self.total == 0 {
-            return 0;
-        }
-        let rank = ((self.total as f64) * q.clamp(0.0, 1.0)).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return if i >= 63 { u64::MAX } else { (2u64 << i) - 1 };
-            }
-        }
-        u64::MAX
-    }
-
-    /// Non-empty buckets as `(lower bound, count)`.
-    pub fn buckets(&self) -> Vec<(u64, u64)> {
-        self.counts
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, c)| (if i == 0 { 0 } else { 1u64 << i }, *c))
-            .collect()
-    }
-}
+/// `[2^i, 2^(i+1))` (bucket 0 also holds 0), 64 buckets so none saturates.
+pub type Log2Histogram = rustgt_histogram::Log2Histogram<64>;
 
 /// A snapshot of one LUN's I/O context statistics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

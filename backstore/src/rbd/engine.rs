@@ -19,7 +19,9 @@ use crate::common::{
     check_pattern, check_range, check_write, is_zero, len_u64, push_extent, validate_block_size,
 };
 use crate::uring::Op;
-use crate::{Backstore, BackstoreError, Extent, Geometry, Result};
+use crate::{
+    error::BackstoreError, error::Result, geometry::Extent, geometry::Geometry, store::Backstore,
+};
 
 /// The librados and librbd handles of one open image, closed in reverse
 /// order on drop.

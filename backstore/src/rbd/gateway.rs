@@ -32,7 +32,7 @@ use rados_sys as rados;
 use rbd_sys as rbd;
 
 use crate::shared::{EventHook, Exclusion, Record, SharedState};
-use crate::{BackstoreError, Result};
+use crate::{error::BackstoreError, error::Result};
 
 /// Largest record accepted back from the object (persistent reservation
 /// state of 256 registrations is well under 100 KiB).

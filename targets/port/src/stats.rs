@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rustgt_histogram::AtomicLog2Histogram;
 use rustgt_scsi::Response;
 
 /// Buckets of [`LatencyHistogram`]: bucket `i` counts values in
@@ -12,38 +13,19 @@ use rustgt_scsi::Response;
 pub const LATENCY_BUCKETS: usize = 32;
 
 /// A lock-free log2 histogram of durations in microseconds.
-#[derive(Debug)]
-pub struct LatencyHistogram {
-    buckets: [AtomicU64; LATENCY_BUCKETS],
-    sum_us: AtomicU64,
-}
-
-impl Default for LatencyHistogram {
-    fn default() -> Self {
-        Self {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            sum_us: AtomicU64::new(0),
-        }
-    }
-}
+#[derive(Debug, Default)]
+pub struct LatencyHistogram(AtomicLog2Histogram<LATENCY_BUCKETS>);
 
 impl LatencyHistogram {
     /// Counts one duration.
     pub fn record(&self, d: Duration) {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let bucket = (63 - (us | 1).leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
-        if let Some(b) = self.buckets.get(bucket) {
-            b.fetch_add(1, Ordering::Relaxed);
-        }
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.0
+            .record(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     }
 
     /// Counts per bucket and the sum of all values in microseconds.
     pub fn snapshot(&self) -> ([u64; LATENCY_BUCKETS], u64) {
-        (
-            std::array::from_fn(|i| self.buckets.get(i).map_or(0, |b| b.load(Ordering::Relaxed))),
-            self.sum_us.load(Ordering::Relaxed),
-        )
+        (self.0.counts(), self.0.sum())
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use super::BenchReport;
-use crate::ioctx::{ContextMode, ReadaheadPolicy};
+use rustgt_backstore::ioctx::{ContextMode, ReadaheadPolicy};
 
 const SHARED: RGBColor = RGBColor(31, 119, 180);
 const PER_WORKER: RGBColor = RGBColor(255, 127, 14);

@@ -1,7 +1,7 @@
 //! The "done when" targets, checked on a benchmark report.
 
 use super::BenchReport;
-use crate::ioctx::{ContextMode, ReadaheadPolicy};
+use rustgt_backstore::ioctx::{ContextMode, ReadaheadPolicy};
 
 /// One target and whether the report meets it.
 #[derive(Debug, Clone, PartialEq)]

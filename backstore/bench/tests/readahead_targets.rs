@@ -2,8 +2,8 @@
 //! simulation runs in virtual time: these are deterministic computations,
 //! not timings, and give the same numbers on any machine.
 
-use rustgt_backstore::bench::{run_readahead, BenchOptions, BenchReport};
 use rustgt_backstore::{ContextMode, ReadaheadPolicy};
+use rustgt_rabench::{run_readahead, BenchOptions, BenchReport};
 
 fn report(only: &[&str], policies: &[ReadaheadPolicy], modes: &[ContextMode]) -> BenchReport {
     run_readahead(&options(only, policies, modes))
@@ -142,14 +142,14 @@ fn device_turns_lift_two_luns_on_one_disk() {
 /// serves them), so they no longer queue behind the random readers' misses.
 #[test]
 fn sequential_streams_beside_random_readers_keep_their_readahead() {
-    use rustgt_backstore::bench::{parse_workloads, MIX_FILE};
+    use rustgt_rabench::{parse_workloads, MIX_FILE};
     use ReadaheadPolicy::*;
     let mut o = options(&[], &[None, Context, Streams], &[ContextMode::Shared]);
     o.seconds = 10.0;
     let (name, text) = MIX_FILE;
     o.custom = Some(parse_workloads(text, name, &o.array, o.workers).expect("mix parses"));
     let rep = run_readahead(&o);
-    let iops = |r: &rustgt_backstore::bench::SimResult, streams: std::ops::Range<usize>| -> f64 {
+    let iops = |r: &rustgt_rabench::SimResult, streams: std::ops::Range<usize>| -> f64 {
         streams
             .map(|i| r.stream_bytes[i] as f64 / 4096.0)
             .sum::<f64>()
@@ -193,7 +193,7 @@ fn sequential_streams_beside_random_readers_keep_their_readahead() {
 /// The standard set and the workloads of issue 13 the policies were not
 /// tuned on (docs/readahead/workloads/*.toml), every policy, shared mode.
 fn everything(seconds: f64) -> BenchReport {
-    use rustgt_backstore::bench::{parse_workloads, standard, UNTUNED_FILES};
+    use rustgt_rabench::{parse_workloads, standard, UNTUNED_FILES};
     let mut o = options(&[], &ReadaheadPolicy::ALL, &[ContextMode::Shared]);
     o.seconds = seconds;
     let mut all = standard(&o.array, o.workers);
@@ -268,10 +268,9 @@ fn strided_and_reverse_readers_are_prefetched() {
     use ReadaheadPolicy::{None, Streams};
     let shared = ContextMode::Shared;
     let mut o = options(&[], &[None, Streams], &[shared]);
-    let (name, text) = rustgt_backstore::bench::UNTUNED_FILES[1];
-    o.custom = Some(
-        rustgt_backstore::bench::parse_workloads(text, name, &o.array, o.workers).expect("stride"),
-    );
+    let (name, text) = rustgt_rabench::UNTUNED_FILES[1];
+    o.custom =
+        Some(rustgt_rabench::parse_workloads(text, name, &o.array, o.workers).expect("stride"));
     let rep = run_readahead(&o);
     let mb = |id: &str, p, i| rep.get(id, p, shared).expect(id).stream_mb_s(i);
     for id in ["S-stride", "S-stride-0", "S-reverse"] {
@@ -300,7 +299,7 @@ fn strided_and_reverse_readers_are_prefetched() {
 /// 5% of the bytes read wasted.
 #[test]
 fn many_streams_and_small_caches_degrade_gracefully() {
-    use rustgt_backstore::bench::{parse_workloads, UNTUNED_FILES};
+    use rustgt_rabench::{parse_workloads, UNTUNED_FILES};
     use ReadaheadPolicy::{None, Streams};
     let shared = ContextMode::Shared;
     let mut o = options(&[], &[None, Streams], &[shared]);

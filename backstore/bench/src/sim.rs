@@ -31,8 +31,9 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::rng::SplitMix64;
 use super::workload::{Direction, Pattern, Stream, Workload};
-use crate::hddsim::{ArrayParams, ArrayState};
-use crate::ioctx::{Batch, ContextMode, Core, IoContextOptions, Ticket, TurnState};
+use rustgt_backstore::hddsim::{ArrayParams, ArrayState};
+use rustgt_backstore::ioctx::simulation::{Batch, SimCore, Ticket, TurnState};
+use rustgt_backstore::ioctx::{ContextMode, IoContextOptions};
 
 /// The front-end link between initiator and target.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -261,7 +262,7 @@ struct Waiter {
 struct Lun {
     /// Byte offset of the LUN on the device.
     base: u64,
-    core: Core<()>,
+    core: SimCore,
     idle: VecDeque<usize>,
     queue: VecDeque<usize>,
     waiters: Vec<Waiter>,
@@ -307,7 +308,7 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
         .iter()
         .map(|&(base, len)| Lun {
             base,
-            core: Core::new(cfg.ctx.core_config(len)),
+            core: SimCore::for_simulation(&cfg.ctx, len),
             idle: (0..workload.workers.max(1)).collect(),
             queue: VecDeque::new(),
             waiters: Vec::new(),
@@ -370,7 +371,7 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
             Event::Issue(s) => sim.issue_next(s),
         }
     }
-    let mut totals = crate::ioctx::IoStats::default();
+    let mut totals = rustgt_backstore::ioctx::IoStats::default();
     let mut wasted = 0;
     for lun in &sim.luns {
         let st = lun.core.stats();
@@ -545,7 +546,7 @@ impl Sim {
                 return started;
             };
             match self.turns.as_mut() {
-                Some((turns, budget)) if !batch.sync => {
+                Some((turns, budget)) if !batch.is_sync() => {
                     let (_, len) = l.core.batch_range(&batch);
                     if turns.try_enter(turn_id(lun), *budget, len) {
                         self.submit(lun, batch, true);
@@ -690,8 +691,8 @@ impl Sim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::workload::standard;
-    use crate::ioctx::{ContextMode, ReadaheadPolicy};
+    use crate::workload::standard;
+    use rustgt_backstore::ioctx::{ContextMode, ReadaheadPolicy};
 
     fn cfg(policy: ReadaheadPolicy, mode: ContextMode, seconds: u64) -> SimConfig {
         SimConfig {
@@ -734,7 +735,7 @@ mod tests {
     }
 
     fn parsed(text: &str) -> Workload {
-        crate::bench::workload::parse_workloads(text, "t.toml", &ArrayParams::default(), 8)
+        crate::workload::parse_workloads(text, "t.toml", &ArrayParams::default(), 8)
             .expect("parses")
             .remove(0)
     }

@@ -23,8 +23,8 @@ pub use workload::{
     BUILTIN_FILES, MIX_FILE, UNTUNED_FILES,
 };
 
-use crate::hddsim::ArrayParams;
-use crate::ioctx::{ContextMode, DeviceHints, IoContextOptions, ReadaheadPolicy};
+use rustgt_backstore::hddsim::ArrayParams;
+use rustgt_backstore::ioctx::{ContextMode, DeviceHints, IoContextOptions, ReadaheadPolicy};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]

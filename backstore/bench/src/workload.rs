@@ -26,7 +26,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::hddsim::ArrayParams;
+use rustgt_backstore::hddsim::ArrayParams;
 
 /// Which way a sequential stream walks its region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -713,7 +713,7 @@ fn not_a_position(v: &Value) -> String {
 fn size(v: &Value) -> Option<u64> {
     match v {
         Value::Int(n) => Some(*n),
-        Value::Text(s) => crate::parse_size(s),
+        Value::Text(s) => rustgt_backstore::parse_size(s),
     }
 }
 
