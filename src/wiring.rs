@@ -14,12 +14,11 @@ use rustgt_backstore::{
     IoContextOptions, LunStoreSpec, ReadaheadChoice, ReadaheadPolicy,
 };
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
-use rustgt_iscsi::negotiate::Limits;
 use rustgt_iscsi::{PortalConfig, TargetInfo};
 use rustgt_scsi::LunConfig;
 
 use crate::admin::lunstore::Current;
-use crate::config::{ChapSettings, Config, IscsiSettings, LunSettings};
+use crate::config::{ChapSettings, Config, LunSettings};
 
 /// Why a LUN's store could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -245,22 +244,6 @@ fn chap_policy(c: Option<&ChapSettings>) -> ChapPolicy {
     }
 }
 
-fn limits(s: &IscsiSettings) -> Limits {
-    Limits {
-        max_recv_data_segment_length: s.max_recv_data_segment_length,
-        max_burst_length: s.max_burst_length,
-        first_burst_length: s.first_burst_length,
-        initial_r2t: s.initial_r2t,
-        immediate_data: s.immediate_data,
-        max_outstanding_r2t: s.max_outstanding_r2t,
-        header_digest: s.header_digest.digests(),
-        data_digest: s.data_digest.digests(),
-        default_time2wait: s.default_time2wait,
-        default_time2retain: s.default_time2retain,
-        ..Limits::default()
-    }
-}
-
 /// The iSCSI protocol configuration of `cfg` (whose portals are bound
 /// addresses).
 pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
@@ -281,7 +264,7 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
     PortalConfig {
         targets,
         discovery_chap: chap_policy(cfg.discovery.chap.as_ref()),
-        limits: limits(&cfg.iscsi),
+        limits: cfg.iscsi.limits(),
         queue_depth: cfg.iscsi.queue_depth.max(1),
         nop_interval: (nop > 0).then(|| Duration::from_secs(nop)),
         nop_timeout: Duration::from_secs(cfg.iscsi.nop_in_timeout_secs.max(1)),

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::auth::ChapSettings;
-use rustgt_iscsi::negotiate::Digest;
+use rustgt_iscsi::negotiate::{Digest, Limits};
 
 use super::keypath::{Checker, KeyPath};
 use super::values::Setting;
@@ -106,7 +106,6 @@ pub struct DiscoverySettings {
 }
 
 pub(super) fn check_iscsi(c: &mut Checker, key: &KeyPath, s: &IscsiSettings) {
-    const MAX_24BIT: u32 = (1 << 24) - 1;
     c.range(key.key("queue_depth"), s.queue_depth, 1, 65535);
     if s.nop_in_interval_secs > 0 {
         c.range(
@@ -122,58 +121,37 @@ pub(super) fn check_iscsi(c: &mut Checker, key: &KeyPath, s: &IscsiSettings) {
         0,
         86400,
     );
-    c.range(
-        key.key("max_recv_data_segment_length"),
-        s.max_recv_data_segment_length,
-        512,
-        MAX_24BIT,
-    );
-    c.range(
-        key.key("max_burst_length"),
-        s.max_burst_length,
-        512,
-        MAX_24BIT,
-    );
-    c.range(
-        key.key("first_burst_length"),
-        s.first_burst_length,
-        512,
-        MAX_24BIT,
-    );
-    if s.first_burst_length > s.max_burst_length {
-        c.fail(
-            key.key("first_burst_length"),
-            format!(
-                "{} exceeds max_burst_length {} (RFC 7143 §13.14)",
-                s.first_burst_length, s.max_burst_length
-            ),
-        );
+    // The negotiation limits' ranges are the iSCSI crate's, checked once
+    // there; each problem names its field, which is its key here.
+    for p in s.limits().problems() {
+        c.fail(key.key(p.field()), p.message());
     }
-    c.range(
-        key.key("max_outstanding_r2t"),
-        s.max_outstanding_r2t,
-        1,
-        65535,
-    );
     check_digests(c, &key.key("header_digest"), &s.header_digest);
     check_digests(c, &key.key("data_digest"), &s.data_digest);
-    c.range(key.key("default_time2wait"), s.default_time2wait, 0, 3600);
-    c.range(
-        key.key("default_time2retain"),
-        s.default_time2retain,
-        0,
-        3600,
-    );
     c.range(key.key("workers_per_lun"), s.workers_per_lun, 1, 1024);
 }
 
-fn check_digests(c: &mut Checker, key: &KeyPath, list: &DigestList) {
-    if list.0.is_empty() {
-        c.fail(
-            key.clone(),
-            "must list at least one of \"None\", \"CRC32C\"",
-        );
+impl IscsiSettings {
+    /// The negotiation limits these settings declare (the rest at the
+    /// iSCSI crate's defaults).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_recv_data_segment_length: self.max_recv_data_segment_length,
+            max_burst_length: self.max_burst_length,
+            first_burst_length: self.first_burst_length,
+            initial_r2t: self.initial_r2t,
+            immediate_data: self.immediate_data,
+            max_outstanding_r2t: self.max_outstanding_r2t,
+            header_digest: self.header_digest.digests(),
+            data_digest: self.data_digest.digests(),
+            default_time2wait: self.default_time2wait,
+            default_time2retain: self.default_time2retain,
+            ..Limits::default()
+        }
     }
+}
+
+fn check_digests(c: &mut Checker, key: &KeyPath, list: &DigestList) {
     for (i, d) in list.0.iter().enumerate() {
         if list.0.get(..i).is_some_and(|before| before.contains(d)) {
             c.fail(key.index(i), format!("{:?} is listed twice", d.text()));

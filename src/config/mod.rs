@@ -51,6 +51,7 @@ pub use error::{invalid, ConfigError};
 pub use fault::FaultSettings;
 #[cfg(test)]
 pub use fault::TriggerSettings;
+#[cfg(test)]
 pub use iscsi::IscsiSettings;
 pub use load::{admin_socket_of, load, load_text};
 pub use luns::LunSettings;

@@ -72,45 +72,116 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Every way these limits leave the RFC ranges, each naming its field
+    /// (the config key of the same name). The one place the ranges are
+    /// checked: the config loader reports these at their keys, and
+    /// [`Limits::validate`] refuses the first.
+    pub fn problems(&self) -> Vec<LimitProblem> {
+        let mut out = Vec::new();
+        let mut range = |field: &'static str, key: &'static str, value: u64, min: u64, max: u64| {
+            if !(min..=max).contains(&value) {
+                out.push(LimitProblem::OutOfRange {
+                    field,
+                    key,
+                    value,
+                    min,
+                    max,
+                });
+            }
+        };
+        let dsl = (u64::from(DSL_MIN), u64::from(DSL_MAX));
+        range(
+            "max_recv_data_segment_length",
+            "MaxRecvDataSegmentLength",
+            self.max_recv_data_segment_length.into(),
+            dsl.0,
+            dsl.1,
+        );
+        range(
+            "max_burst_length",
+            "MaxBurstLength",
+            self.max_burst_length.into(),
+            dsl.0,
+            dsl.1,
+        );
+        range(
+            "first_burst_length",
+            "FirstBurstLength",
+            self.first_burst_length.into(),
+            dsl.0,
+            dsl.1,
+        );
+        range(
+            "max_outstanding_r2t",
+            "MaxOutstandingR2T",
+            self.max_outstanding_r2t.into(),
+            1,
+            65_535,
+        );
+        range(
+            "default_time2wait",
+            "DefaultTime2Wait",
+            self.default_time2wait.into(),
+            0,
+            3600,
+        );
+        range(
+            "default_time2retain",
+            "DefaultTime2Retain",
+            self.default_time2retain.into(),
+            0,
+            3600,
+        );
+        range(
+            "max_connections",
+            "MaxConnections",
+            self.max_connections.into(),
+            1,
+            65_535,
+        );
+        range(
+            "error_recovery_level",
+            "ErrorRecoveryLevel",
+            self.error_recovery_level.into(),
+            0,
+            2,
+        );
+        range(
+            "target_recv_data_segment_length",
+            "TargetRecvDataSegmentLength",
+            self.target_recv_data_segment_length.into(),
+            dsl.0,
+            dsl.1,
+        );
+        if self.first_burst_length > self.max_burst_length {
+            out.push(LimitProblem::FirstBurstOverMaxBurst {
+                first: self.first_burst_length,
+                max: self.max_burst_length,
+            });
+        }
+        if self.header_digest.is_empty() {
+            out.push(LimitProblem::NoDigest {
+                field: "header_digest",
+            });
+        }
+        if self.data_digest.is_empty() {
+            out.push(LimitProblem::NoDigest {
+                field: "data_digest",
+            });
+        }
+        if self.max_outstanding_unexpected_pdus == 1 {
+            out.push(LimitProblem::UnexpectedPdusOne);
+        }
+        out
+    }
+
     /// Check the configuration against the RFC ranges (for the config
     /// loader; [`Negotiator::new`](super::Negotiator::new) clamps silently).
     pub fn validate(&self) -> Result<(), NegotiationError> {
-        let bad = |what: &str| Err(NegotiationError::InvalidLimits(what.to_owned()));
-        let dsl = DSL_MIN..=DSL_MAX;
-        if !dsl.contains(&self.max_recv_data_segment_length) {
-            return bad("MaxRecvDataSegmentLength out of 512..=16777215");
+        match self.problems().first() {
+            Some(p) => Err(NegotiationError::InvalidLimits(p.to_string())),
+            None => Ok(()),
         }
-        if !dsl.contains(&self.max_burst_length) {
-            return bad("MaxBurstLength out of 512..=16777215");
-        }
-        if !dsl.contains(&self.first_burst_length) {
-            return bad("FirstBurstLength out of 512..=16777215");
-        }
-        if self.first_burst_length > self.max_burst_length {
-            return bad("FirstBurstLength exceeds MaxBurstLength");
-        }
-        if !(1..=65_535).contains(&self.max_outstanding_r2t) {
-            return bad("MaxOutstandingR2T out of 1..=65535");
-        }
-        if self.header_digest.is_empty() || self.data_digest.is_empty() {
-            return bad("empty digest list");
-        }
-        if self.default_time2wait > 3600 || self.default_time2retain > 3600 {
-            return bad("DefaultTime2Wait/DefaultTime2Retain out of 0..=3600");
-        }
-        if self.max_connections == 0 {
-            return bad("MaxConnections is 0");
-        }
-        if self.error_recovery_level > 2 {
-            return bad("ErrorRecoveryLevel out of 0..=2");
-        }
-        if !dsl.contains(&self.target_recv_data_segment_length) {
-            return bad("TargetRecvDataSegmentLength out of 512..=16777215");
-        }
-        if self.max_outstanding_unexpected_pdus == 1 {
-            return bad("MaxOutstandingUnexpectedPDUs must be 0 or >= 2");
-        }
-        Ok(())
     }
 
     /// The same limits forced into the RFC ranges.
@@ -139,5 +210,82 @@ impl Limits {
             self.max_outstanding_unexpected_pdus = 2;
         }
         self
+    }
+}
+
+/// One way a [`Limits`] leaves the RFC ranges ([`Limits::problems`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitProblem {
+    /// A numeric field outside its range.
+    OutOfRange {
+        /// The field (and config key) name.
+        field: &'static str,
+        /// The RFC 7143 / RFC 7145 key it declares.
+        key: &'static str,
+        /// Its value.
+        value: u64,
+        /// The smallest value allowed.
+        min: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
+    /// FirstBurstLength above MaxBurstLength (RFC 7143 §13.14).
+    FirstBurstOverMaxBurst {
+        /// first_burst_length.
+        first: u32,
+        /// max_burst_length.
+        max: u32,
+    },
+    /// An empty digest list.
+    NoDigest {
+        /// `header_digest` or `data_digest`.
+        field: &'static str,
+    },
+    /// MaxOutstandingUnexpectedPDUs of 1 (RFC 7145 §6.7: 0 or at least 2).
+    UnexpectedPdusOne,
+}
+
+impl LimitProblem {
+    /// The field (config key) the problem is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            LimitProblem::OutOfRange { field, .. } | LimitProblem::NoDigest { field } => field,
+            LimitProblem::FirstBurstOverMaxBurst { .. } => "first_burst_length",
+            LimitProblem::UnexpectedPdusOne => "max_outstanding_unexpected_pdus",
+        }
+    }
+
+    /// What is wrong, in the words of a config problem (without the key).
+    pub fn message(&self) -> String {
+        match self {
+            LimitProblem::OutOfRange {
+                value, min, max, ..
+            } => format!("{value} is out of range {min}..={max}"),
+            LimitProblem::FirstBurstOverMaxBurst { first, max } => {
+                format!("{first} exceeds max_burst_length {max} (RFC 7143 §13.14)")
+            }
+            LimitProblem::NoDigest { .. } => {
+                "must list at least one of \"None\", \"CRC32C\"".to_owned()
+            }
+            LimitProblem::UnexpectedPdusOne => "must be 0 or >= 2 (RFC 7145 §6.7)".to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for LimitProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitProblem::OutOfRange { key, min, max, .. } => {
+                write!(f, "{key} out of {min}..={max}")
+            }
+            LimitProblem::FirstBurstOverMaxBurst { .. } => {
+                f.write_str("FirstBurstLength exceeds MaxBurstLength")
+            }
+            LimitProblem::NoDigest { .. } => f.write_str("empty digest list"),
+            LimitProblem::UnexpectedPdusOne => {
+                f.write_str("MaxOutstandingUnexpectedPDUs must be 0 or >= 2")
+            }
+        }
     }
 }

@@ -60,7 +60,7 @@ mod types;
 mod values;
 
 pub use error::NegotiationError;
-pub use limits::Limits;
+pub use limits::{LimitProblem, Limits};
 pub use negotiator::Negotiator;
 pub use params::SessionParams;
 pub use types::{Digest, SessionType, Transport};
