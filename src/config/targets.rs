@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::{check_chap, ChapSettings};
 use super::keypath::{Checker, KeyPath};
 use super::luns::{check_lun, LunSettings};
-use super::values::validate_iscsi_name;
+use rustgt_iscsi::IscsiName;
 
 pub(super) fn default_portals() -> Vec<SocketAddr> {
     vec![SocketAddr::from(([127, 0, 0, 1], 3260))]
@@ -67,8 +67,8 @@ pub(super) fn check_target(
     data_dir: &Path,
     backing: &mut HashMap<PathBuf, KeyPath>,
 ) {
-    if let Err(msg) = validate_iscsi_name(&t.iqn) {
-        c.fail(key.key("iqn"), msg);
+    if let Err(msg) = IscsiName::parse(&t.iqn) {
+        c.fail(key.key("iqn"), msg.to_string());
     }
     if let Some(alias) = &t.alias {
         if alias.is_empty() || alias.len() > 255 {
@@ -94,8 +94,8 @@ pub(super) fn check_target(
         }
     }
     for (i, name) in t.acl.iter().enumerate() {
-        if let Err(msg) = validate_iscsi_name(name) {
-            c.fail(key.key("acl").index(i), msg);
+        if let Err(msg) = IscsiName::parse(name) {
+            c.fail(key.key("acl").index(i), msg.to_string());
         } else if t
             .acl
             .get(..i)

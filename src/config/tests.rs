@@ -11,7 +11,13 @@ use rustgt_backstore::EngineKind;
 use super::iscsi::DiscoverySettings;
 use super::limits::LimitSettings;
 use super::targets::default_portals;
-use super::values::validate_iscsi_name;
+use rustgt_iscsi::IscsiName;
+
+fn validate_iscsi_name(name: &str) -> Result<(), String> {
+    IscsiName::parse(name)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
 
 /// Every test that calls [`load`] runs in a figment `Jail`: the jail
 /// serializes those tests, so one test's `RUSTGT_*` variables never leak

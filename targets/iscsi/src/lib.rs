@@ -31,6 +31,7 @@ pub mod discovery;
 pub mod iser;
 mod login;
 mod login_failure;
+pub mod name;
 pub mod negotiate;
 pub mod pdu;
 mod refusal;
@@ -44,5 +45,6 @@ pub use conn::{
     SessionInfo,
 };
 pub use directory::Directory;
+pub use name::{IscsiName, NameError};
 pub use session::SessionTable;
 pub use task::ReadDest;

@@ -1,6 +1,7 @@
 //! Parsing and formatting of key values (§6.1): numbers within a range,
 //! Yes/No, lists, iSCSI names, SessionType, and the special answers of §6.2.
 
+use crate::name::IscsiName;
 use crate::text::parse_number;
 
 use super::error::NegotiationError;
@@ -9,8 +10,6 @@ use super::types::SessionType;
 
 /// The iSCSIProtocolLevel this implementation speaks (RFC 7143 is level 1).
 pub(super) const PROTOCOL_LEVEL: u64 = 1;
-/// Longest iSCSI name (RFC 3722 §6: 223 bytes).
-const MAX_ISCSI_NAME_LEN: usize = 223;
 
 /// The special answer values of §6.2.
 pub(super) fn is_answer_constant(v: &str) -> bool {
@@ -74,15 +73,9 @@ pub(super) fn parse_session_type(value: &str) -> Result<SessionType, Negotiation
 
 /// An iSCSI name (§4.2.7.1): iqn., eui. or naa. type, at most 223 bytes.
 pub(super) fn parse_iscsi_name(key: Key, value: &str) -> Result<String, NegotiationError> {
-    let typed = ["iqn.", "eui.", "naa."].iter().any(|p| {
-        value
-            .get(..p.len())
-            .is_some_and(|h| h.eq_ignore_ascii_case(p))
-    });
-    if !typed || value.len() > MAX_ISCSI_NAME_LEN || value.contains(char::is_whitespace) {
-        return Err(invalid(key, value));
-    }
-    Ok(value.to_owned())
+    IscsiName::from_peer(value)
+        .map(IscsiName::into_string)
+        .ok_or_else(|| invalid(key, value))
 }
 
 /// A list value (§6.1 list-of-values): comma-separated, no empty items.
