@@ -4,7 +4,7 @@
 //! never a panic, and a request it accepts encodes to a line that parses
 //! to the same request.
 #![no_main]
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 mod admin {
     /// Mirrors `rustgt::admin::DEFAULT_SOCKET_NAME` (src/admin/mod.rs).
@@ -28,7 +28,7 @@ mod proto;
 #[path = "../../src/admin/stats.rs"]
 mod stats;
 
-#[path = "../../src/config.rs"]
+#[path = "../../src/config/mod.rs"]
 mod config;
 
 use libfuzzer_sys::fuzz_target;

@@ -1,10 +1,10 @@
-//! The TOML config loader (`src/config.rs` of the daemon, which is a binary
-//! crate with no library target: the file is compiled into this target as
+//! The TOML config loader (`src/config/` of the daemon, which is a binary
+//! crate with no library target: the module is compiled into this target as
 //! a module, with the one item of `crate::admin` it names). Any text gives a
 //! config or an error, never a panic; a config it accepts passes `check`
 //! again and survives a TOML round trip.
 #![no_main]
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 mod admin {
     /// Mirrors `rustgt::admin::DEFAULT_SOCKET_NAME` (src/admin/mod.rs).
@@ -20,7 +20,7 @@ mod admin {
     }
 }
 
-#[path = "../../src/config.rs"]
+#[path = "../../src/config/mod.rs"]
 mod config;
 
 use std::path::Path;
