@@ -16,8 +16,9 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use crate::buf::IoBuf;
+use crate::error::Result;
+use crate::hold::Keepalive;
 use crate::uring::{IoKind, IoMeter, Op};
-use crate::{error::Result, store::Backstore};
 
 /// Called once with the outcome and the buffer.
 pub type AioDone = Box<dyn FnOnce(Result<()>, IoBuf) + Send>;
@@ -31,7 +32,7 @@ pub trait AsyncIo: Send + Sync + Debug {
 }
 
 /// What a store hands the SCSI core for asynchronous I/O
-/// ([`Backstore::async_io`]): the interface, and the layers above the
+/// ([`crate::Backstore::async_io`]): the interface, and the layers above the
 /// engine that count its I/O or must see it in flight, as for io_uring
 /// ([`crate::uring::UringFile`]).
 #[derive(Clone)]
@@ -41,7 +42,7 @@ pub struct AsyncStore {
     /// command allocates nothing.
     pub meters: SmallVec<[Arc<dyn IoMeter>; 2]>,
     /// Stores kept alive while an op is in flight.
-    pub holds: SmallVec<[Arc<dyn Backstore>; 1]>,
+    pub holds: SmallVec<[Arc<dyn Keepalive>; 1]>,
 }
 
 impl AsyncStore {

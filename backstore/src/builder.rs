@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use crate::hddsim::{HddSimBackstore, HddSimOptions};
 use crate::ioctx::{DeviceHints, IoContext, IoContextOptions, ReadaheadPolicy};
-use crate::{error::Result, spec::open, spec::BackstoreSpec, spec::EngineKind, store::Backstore};
+use crate::open::open;
+use crate::{error::Result, spec::BackstoreSpec, spec::EngineKind, store::Backstore};
 
 /// Everything that makes one LUN's store.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,10 +50,12 @@ mod fdstore;
 mod file;
 mod geometry;
 pub mod hddsim;
+pub mod hold;
 pub mod ioctx;
 mod mmap;
 pub mod nowait;
 mod null;
+mod open;
 mod ram;
 pub mod rbd;
 pub mod shared;
@@ -76,9 +78,10 @@ pub use ioctx::{
 pub use mmap::{MappedRange, MmapBackstore};
 pub use nowait::Nonblocking;
 pub use null::NullBackstore;
+pub use open::open;
 pub use ram::RamBackstore;
 #[cfg(feature = "rbd")]
 pub use rbd::RbdBackstore;
 pub use rbd::RbdOptions;
-pub use spec::{open, parse_size, BackstoreSpec, EngineKind};
+pub use spec::{parse_size, BackstoreSpec, EngineKind};
 pub use store::Backstore;

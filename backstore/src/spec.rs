@@ -1,34 +1,27 @@
-//! Engine factory: turns a configuration record ([`BackstoreSpec`]) into an
-//! open, shared store, and parses human sizes ("64M", "1GiB") for the
+//! The configuration record of a store ([`BackstoreSpec`], opened by
+//! [`crate::open`]) and its engine kinds, and parses human sizes ("64M", "1GiB") for the
 //! daemon's configuration. Every problem is a [`BackstoreError::Config`]
 //! that says what to fix.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::Arc;
 
-use crate::blockdev::{BlockDevBackstore, BlockDevOptions};
-use crate::common::validate_block_size;
-use crate::file::{FileBackstore, FileOptions};
-use crate::mmap::MmapBackstore;
-use crate::null::NullBackstore;
-use crate::ram::RamBackstore;
+use crate::error::{BackstoreError, Result};
 use crate::rbd::RbdOptions;
-use crate::{error::BackstoreError, error::Result, store::Backstore};
 
 /// Which engine backs a LUN.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EngineKind {
-    /// A regular file ([`FileBackstore`]).
+    /// A regular file ([`crate::FileBackstore`]).
     File,
-    /// A regular file, memory-mapped ([`MmapBackstore`]).
+    /// A regular file, memory-mapped ([`crate::MmapBackstore`]).
     Mmap,
-    /// A block device ([`BlockDevBackstore`]).
+    /// A block device ([`crate::BlockDevBackstore`]).
     BlockDev,
-    /// Memory ([`RamBackstore`]).
+    /// Memory ([`crate::RamBackstore`]).
     Ram,
-    /// Zeros in, nothing kept ([`NullBackstore`]).
+    /// Zeros in, nothing kept ([`crate::NullBackstore`]).
     Null,
     /// A simulated 7200 rpm disk ([`crate::HddSimBackstore`]); data in RAM,
     /// or in a sparse file when a path is given.
@@ -146,105 +139,6 @@ impl BackstoreSpec {
             rbd: None,
         }
     }
-}
-
-/// The file engine's options for a spec (buffered I/O), shared by the
-/// file and mmap engines.
-fn file_options(spec: &BackstoreSpec) -> FileOptions {
-    FileOptions {
-        size: spec.size,
-        block_size: spec.block_size,
-        read_only: spec.read_only,
-        thin: spec.thin,
-        direct: false,
-    }
-}
-
-/// Opens the store `spec` describes, ready to share between worker threads.
-pub fn open(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
-    if !(spec.kind == EngineKind::BlockDev && spec.block_size == 0) {
-        validate_block_size(spec.block_size)?;
-    }
-    if spec.size == Some(0) {
-        return Err(BackstoreError::Config(format!(
-            "{} backstore: size must not be zero",
-            spec.kind
-        )));
-    }
-    let store: Arc<dyn Backstore> = match spec.kind {
-        EngineKind::File => Arc::new(FileBackstore::open(need_path(spec)?, &file_options(spec))?),
-        EngineKind::Mmap => Arc::new(MmapBackstore::open(need_path(spec)?, &file_options(spec))?),
-        EngineKind::BlockDev => Arc::new(BlockDevBackstore::open(
-            need_path(spec)?,
-            &BlockDevOptions {
-                block_size: (spec.block_size != 0).then_some(spec.block_size),
-                size: spec.size,
-                read_only: spec.read_only,
-                thin: spec.thin,
-                direct: false,
-            },
-        )?),
-        EngineKind::Ram => Arc::new(RamBackstore::new(
-            need_size(spec)?,
-            spec.block_size,
-            spec.read_only,
-        )?),
-        EngineKind::Null => Arc::new(NullBackstore::new(
-            need_size(spec)?,
-            spec.block_size,
-            spec.read_only,
-        )?),
-        EngineKind::HddSim => Arc::new(crate::hddsim::engine::HddSimBackstore::from_spec(
-            spec,
-            &crate::hddsim::engine::HddSimOptions::default(),
-        )?),
-        EngineKind::Rbd => open_rbd(spec)?,
-    };
-    Ok(store)
-}
-
-#[cfg(feature = "rbd")]
-fn open_rbd(spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
-    let opts = spec.rbd.as_ref().ok_or_else(|| {
-        BackstoreError::Config("rbd backstore: the image (pool, image) is required".into())
-    })?;
-    if spec.path.is_some() || spec.size.is_some() {
-        return Err(BackstoreError::Config(
-            "rbd backstore takes no path and no size: the image's size is the LUN's".into(),
-        ));
-    }
-    let opts = RbdOptions {
-        block_size: spec.block_size,
-        read_only: spec.read_only,
-        ..opts.clone()
-    };
-    Ok(Arc::new(crate::rbd::RbdBackstore::open(&opts)?))
-}
-
-#[cfg(not(feature = "rbd"))]
-fn open_rbd(_spec: &BackstoreSpec) -> Result<Arc<dyn Backstore>> {
-    Err(BackstoreError::Config(
-        "this rustgt was built without RBD support (build with the cargo feature `rbd`)".into(),
-    ))
-}
-
-fn need_path(spec: &BackstoreSpec) -> Result<&Path> {
-    spec.path.as_deref().ok_or_else(|| {
-        BackstoreError::Config(format!("{} backstore: a path is required", spec.kind))
-    })
-}
-
-fn need_size(spec: &BackstoreSpec) -> Result<u64> {
-    if let Some(path) = &spec.path {
-        return Err(BackstoreError::Config(format!(
-            "{} backstore takes no path (got {})",
-            spec.kind,
-            path.display()
-        )));
-    }
-    spec.size.ok_or_else(|| {
-        BackstoreError::Config(format!("{} backstore: a size is required", spec.kind))
-    })
 }
 
 /// Parses a byte count: plain digits, or digits and a binary unit

@@ -8,6 +8,7 @@ use crate::buf::IoBuf;
 use crate::common;
 use crate::error::{BackstoreError, Result};
 use crate::geometry::{DeviceKey, Extent, Geometry};
+use crate::hold::Keepalive;
 use crate::nowait::Nonblocking;
 use crate::shared;
 use crate::uring;
@@ -15,7 +16,7 @@ use crate::uring;
 /// A backing store shared by all the workers of one LUN.
 ///
 /// Offsets and lengths are in bytes and are multiples of the block size.
-pub trait Backstore: Send + Sync + Debug {
+pub trait Backstore: Keepalive + Send + Sync + Debug {
     /// Engine name for logs and stats ("file", "mmap", "blockdev", "ram",
     /// "null", "hddsim", "rbd").
     fn kind(&self) -> &'static str;

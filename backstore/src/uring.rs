@@ -100,7 +100,7 @@ pub struct UringFile {
     /// Stores kept alive while an op is in flight, so that a layer that
     /// waits for the calls on a store before swapping it (the daemon's
     /// LUN store) waits for the ring's ops too.
-    pub holds: SmallVec<[Arc<dyn crate::store::Backstore>; 1]>,
+    pub holds: SmallVec<[Arc<dyn crate::hold::Keepalive>; 1]>,
 }
 
 impl fmt::Debug for UringFile {

@@ -22,10 +22,13 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::cache::PAGE;
+use super::core::{Core, Ticket};
 use super::gate::{next_context_id, DeviceGate, GateStats};
-use super::{
-    set_readahead_io, worker_index, Batch, Core, IoContextOptions, IoStats, ReadaheadPolicy, Ticket,
-};
+use super::options::IoContextOptions;
+use super::policy::{ContextMode, ReadaheadPolicy};
+use super::queue::Batch;
+use super::stats::IoStats;
+use super::thread::{set_readahead_io, worker_index};
 use crate::common::{check_range, check_write, len_u64};
 use crate::{
     buf::IoBuf, error::BackstoreError, error::Result, geometry::DeviceKey, geometry::Extent,
@@ -120,7 +123,7 @@ impl IoContext {
             gate,
             stop: AtomicBool::new(false),
             auto: AtomicBool::new(false),
-            inline_hits: opts.mode == super::ContextMode::Shared,
+            inline_hits: opts.mode == ContextMode::Shared,
             inner,
         });
         let ctx = IoContext {

@@ -12,7 +12,7 @@ use rados_sys as rados;
 use rbd_sys as rbd;
 
 use super::gateway::Gateway;
-use super::RbdOptions;
+use super::options::RbdOptions;
 use crate::aio::{AioDone, AsyncIo, AsyncStore};
 use crate::buf::IoBuf;
 use crate::common::{

@@ -1,0 +1,179 @@
+//! The options of an I/O context ([`IoContextOptions`]) and what it knows
+//! of the device under it ([`DeviceHints`], [`DeviceSlice`]).
+
+use super::cache::PAGE;
+use super::core::CoreConfig;
+use super::policy::{ContextMode, PolicyParams, ReadaheadPolicy};
+use crate::error::{BackstoreError, Result};
+use crate::hddsim::ArrayParams;
+
+/// What the context knows of the backing device, for the competitive rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceHints {
+    /// Mean positioning time of a random access (seek + rotation), ns.
+    pub positioning_ns: u64,
+    /// Streaming bandwidth, bytes per second.
+    pub bandwidth: u64,
+}
+
+impl DeviceHints {
+    /// The hints of a simulated device.
+    pub fn of_array(params: &ArrayParams) -> Self {
+        Self {
+            positioning_ns: params.disk.mean_positioning_ns(),
+            bandwidth: params.outer_rate() as u64,
+        }
+    }
+
+    /// Bytes the device transfers in one positioning time.
+    pub fn competitive_bytes(&self) -> u64 {
+        (u128::from(self.positioning_ns) * u128::from(self.bandwidth) / 1_000_000_000)
+            .try_into()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for DeviceHints {
+    /// A rotating disk pair like the seed's md0.
+    fn default() -> Self {
+        Self::of_array(&ArrayParams::default())
+    }
+}
+
+/// How a context takes turns with the other LUNs' contexts on its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSlice {
+    /// Take turns on a device that seeks (a rotating disk, hddsim), with a
+    /// budget of four positioning times of transfer per turn.
+    #[default]
+    Auto,
+    /// Never take turns.
+    Off,
+    /// Take turns on any device the engine can name, this many bytes each.
+    Bytes(u64),
+}
+
+impl std::str::FromStr for DeviceSlice {
+    type Err = ();
+
+    /// "auto", "off", or a size such as "16M".
+    fn from_str(s: &str) -> std::result::Result<Self, ()> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "off" => Ok(Self::Off),
+            _ => match crate::spec::parse_size(s) {
+                Some(n) if n >= PAGE => Ok(Self::Bytes(n)),
+                _ => Err(()),
+            },
+        }
+    }
+}
+
+/// Configuration of one LUN's I/O context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoContextOptions {
+    pub policy: ReadaheadPolicy,
+    pub mode: ContextMode,
+    /// Memory bound of the readahead cache, bytes.
+    pub cache_bytes: u64,
+    /// Largest readahead window of `classic` and `context`, and the floor of
+    /// `streams`' maximum distance, bytes.
+    pub max_readahead: u64,
+    /// Largest backing read after coalescing, bytes.
+    pub max_io: u64,
+    /// Threads issuing backing reads (the context's I/O depth).
+    pub io_threads: usize,
+    pub device: DeviceHints,
+    /// Turns at a device shared with other LUNs.
+    pub device_slice: DeviceSlice,
+}
+
+impl Default for IoContextOptions {
+    /// `streams`, shared, 64 MiB cache, 4 MiB readahead, 1 MiB backing
+    /// reads, 4 I/O threads, turns on seeking devices.
+    fn default() -> Self {
+        Self {
+            policy: ReadaheadPolicy::Streams,
+            mode: ContextMode::Shared,
+            cache_bytes: 64 << 20,
+            max_readahead: 4 << 20,
+            max_io: 1 << 20,
+            io_threads: 4,
+            device: DeviceHints::default(),
+            device_slice: DeviceSlice::Auto,
+        }
+    }
+}
+
+impl IoContextOptions {
+    /// Refuses sizes that cannot work.
+    pub fn validate(&self) -> Result<()> {
+        let problem = if self.cache_bytes < 1 << 20 {
+            Some("readahead cache must be at least 1 MiB")
+        } else if self.max_readahead < PAGE {
+            Some("maximum readahead must be at least 4 KiB")
+        } else if self.max_io < PAGE {
+            Some("maximum backing read must be at least 4 KiB")
+        } else if self.io_threads == 0 || self.io_threads > 256 {
+            Some("I/O threads must be 1..=256")
+        } else if matches!(self.device_slice, DeviceSlice::Bytes(n) if n < PAGE) {
+            Some("device slice must be at least 4 KiB")
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => Err(BackstoreError::Config(p.into())),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes per turn at a shared device that `seeks` (or not), or `None`
+    /// when the context should not take turns there.
+    pub fn turn_budget(&self, seeks: bool) -> Option<u64> {
+        match self.device_slice {
+            DeviceSlice::Off => None,
+            DeviceSlice::Auto if !seeks => None,
+            DeviceSlice::Auto => Some(4 * self.device.competitive_bytes().max(PAGE)),
+            DeviceSlice::Bytes(n) => Some(n),
+        }
+    }
+
+    /// The policy sizes in pages.
+    pub fn policy_params(&self) -> PolicyParams {
+        PolicyParams {
+            max_pages: (self.max_readahead / PAGE).max(1),
+            cache_pages: (self.cache_bytes / PAGE).max(1),
+            competitive_pages: self.device.competitive_bytes() / PAGE,
+            io_pages: (self.max_io / PAGE).max(1),
+        }
+    }
+
+    pub(crate) fn core_config(&self, size: u64) -> CoreConfig {
+        CoreConfig {
+            size,
+            policy: self.policy,
+            mode: self.mode,
+            params: self.policy_params(),
+            max_io_pages: (self.max_io / PAGE).max(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn competitive_rule_of_the_seed_array() {
+        let h = DeviceHints::default();
+        // 8.48 ms seek + 4.17 ms half turn at 240 MB/s: about 3 MB.
+        let b = h.competitive_bytes();
+        assert!((2_900_000..3_200_000).contains(&b), "{b}");
+        assert!(IoContextOptions::default().validate().is_ok());
+        let bad = IoContextOptions {
+            io_threads: 0,
+            ..IoContextOptions::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+}
