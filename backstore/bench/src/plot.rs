@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::BenchReport;
+use crate::report::BenchReport;
 use rustgt_backstore::ioctx::{ContextMode, ReadaheadPolicy};
 
 const SHARED: RGBColor = RGBColor(31, 119, 180);
@@ -125,4 +125,11 @@ fn draw(rep: &BenchReport, id: &str, path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+impl BenchReport {
+    /// Writes one SVG per workload into `dir`; returns the paths.
+    pub fn write_plots(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        write_all(self, dir)
+    }
 }

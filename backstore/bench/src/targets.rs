@@ -1,6 +1,6 @@
 //! The "done when" targets, checked on a benchmark report.
 
-use super::BenchReport;
+use crate::report::BenchReport;
 use rustgt_backstore::ioctx::{ContextMode, ReadaheadPolicy};
 
 /// One target and whether the report meets it.
@@ -187,5 +187,12 @@ fn better(rep: &BenchReport, mode: ContextMode, out: &mut Vec<TargetCheck>) {
                 format!("{a:.1} vs {b:.1} MB/s"),
             );
         }
+    }
+}
+
+impl BenchReport {
+    /// Checks the targets on these results.
+    pub fn targets(&self) -> Vec<TargetCheck> {
+        check_targets(self)
     }
 }
