@@ -1,6 +1,6 @@
 //! The librbd engine itself (cargo feature `rbd`); see the parent module.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void};
 use std::fmt;
 use std::io;
 use std::ptr;
@@ -11,90 +11,19 @@ use std::thread::JoinHandle;
 use rados_sys as rados;
 use rbd_sys as rbd;
 
+use super::async_io::RbdAio;
+use super::completion::{run, Aio};
+use super::errors::{cstr, io_error, os_error, setup_error, OpKind};
 use super::gateway::Gateway;
+use super::image::{CapacityHook, Handles, Shared, Watch, WatchState};
 use super::options::RbdOptions;
-use crate::aio::{AioDone, AsyncIo, AsyncStore};
-use crate::buf::IoBuf;
+use crate::aio::{AsyncIo, AsyncStore};
 use crate::common::{
     check_pattern, check_range, check_write, is_zero, len_u64, push_extent, validate_block_size,
 };
-use crate::uring::Op;
 use crate::{
     error::BackstoreError, error::Result, geometry::Extent, geometry::Geometry, store::Backstore,
 };
-
-/// The librados and librbd handles of one open image, closed in reverse
-/// order on drop.
-struct Handles {
-    cluster: rados::rados_t,
-    ioctx: rados::rados_ioctx_t,
-    image: rbd::rbd_image_t,
-}
-
-// SAFETY: librados cluster and pool handles and librbd image handles are
-// documented thread-safe: any thread may issue requests on them
-// concurrently. Closing happens only in `Drop`, when no other reference is
-// left.
-unsafe impl Send for Handles {}
-// SAFETY: as for `Send`; every method used through `&Handles` is one of
-// librbd's thread-safe request or query calls.
-unsafe impl Sync for Handles {}
-
-impl Drop for Handles {
-    fn drop(&mut self) {
-        // SAFETY: each handle was opened once by `connect`/`open` and is
-        // closed once here, image before pool context before cluster, as
-        // librbd requires; a null handle was never opened.
-        unsafe {
-            if !self.image.is_null() {
-                rbd::rbd_close(self.image);
-            }
-            if !self.ioctx.is_null() {
-                rados::rados_ioctx_destroy(self.ioctx);
-            }
-            if !self.cluster.is_null() {
-                rados::rados_shutdown(self.cluster);
-            }
-        }
-    }
-}
-
-/// State shared with librbd's update-watch callback and the resize thread.
-struct Watch {
-    /// Set by the callback, taken by the resize thread.
-    pending: Mutex<WatchState>,
-    wake: Condvar,
-}
-
-#[derive(Default)]
-struct WatchState {
-    updated: bool,
-    stop: bool,
-}
-
-/// What the resize thread needs.
-struct Shared {
-    handles: Handles,
-    size: AtomicU64,
-    block_size: u32,
-    watch: Watch,
-    notify: Mutex<Option<CapacityHook>>,
-    spec: String,
-}
-
-type CapacityHook = Box<dyn Fn(u64) + Send + Sync>;
-
-impl Shared {
-    /// The image's geometry at its current size.
-    fn geometry(&self, read_only: bool) -> Geometry {
-        Geometry {
-            block_size: self.block_size,
-            num_blocks: self.size.load(Ordering::Acquire) / u64::from(self.block_size),
-            read_only,
-        }
-    }
-}
-
 /// A LUN backed by a Ceph RBD image.
 pub struct RbdBackstore {
     shared: Arc<Shared>,
@@ -117,105 +46,6 @@ impl fmt::Debug for RbdBackstore {
             .field("read_only", &self.read_only)
             .finish()
     }
-}
-
-fn cstr(what: &str, s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| BackstoreError::Config(format!("rbd {what} {s:?} contains a NUL")))
-}
-
-fn os_error(ret: i64) -> io::Error {
-    let errno = i32::try_from(ret.unsigned_abs()).unwrap_or(libc::EIO);
-    io::Error::from_raw_os_error(errno)
-}
-
-/// A librados setup call that failed: a configuration error naming it.
-fn setup_error(what: &str, spec: &str, ret: c_int) -> BackstoreError {
-    BackstoreError::Config(format!(
-        "rbd image {spec}: {what} failed: {}",
-        os_error(i64::from(ret))
-    ))
-}
-
-/// Which operation failed, for [`io_error`].
-#[derive(Clone, Copy)]
-enum OpKind {
-    Read,
-    Write,
-    Flush,
-}
-
-/// The one mapping from librbd's return codes to backstore errors.
-fn io_error(kind: OpKind, ret: i64) -> BackstoreError {
-    let errno = i32::try_from(ret.unsigned_abs()).unwrap_or(libc::EIO);
-    match errno {
-        // Another client holds the exclusive lock, or this one was
-        // fenced: its lock broken, its address blocklisted (Ceph's
-        // EBLOCKLISTED is ESHUTDOWN on Linux).
-        libc::EROFS | libc::ESHUTDOWN => {
-            BackstoreError::Fenced(io::Error::from_raw_os_error(errno))
-        }
-        // A pool quota is out of space too.
-        libc::EDQUOT => BackstoreError::Write(io::Error::from_raw_os_error(libc::ENOSPC)),
-        libc::EINVAL => BackstoreError::Io(io::Error::from_raw_os_error(errno)),
-        _ => {
-            let e = io::Error::from_raw_os_error(errno);
-            match kind {
-                OpKind::Read => BackstoreError::Read(e),
-                OpKind::Write => BackstoreError::Write(e),
-                OpKind::Flush => BackstoreError::Flush(e),
-            }
-        }
-    }
-}
-
-/// One librbd asynchronous request, released on drop.
-struct Aio(rbd::rbd_completion_t);
-
-impl Aio {
-    fn new() -> io::Result<Self> {
-        let mut c: rbd::rbd_completion_t = ptr::null_mut();
-        // SAFETY: a completion without callback; `c` receives the handle.
-        let r = unsafe { rbd::rbd_aio_create_completion(ptr::null_mut(), None, &mut c) };
-        if r < 0 || c.is_null() {
-            return Err(os_error(i64::from(r.min(-1))));
-        }
-        Ok(Self(c))
-    }
-
-    /// Waits for the request the completion was handed to, and returns
-    /// librbd's result (bytes transferred, 0, or a negative errno).
-    fn wait(self) -> i64 {
-        // SAFETY: the completion is live (released only by drop) and was
-        // passed to exactly one successful rbd_aio_* call.
-        unsafe {
-            rbd::rbd_aio_wait_for_complete(self.0);
-            rbd::rbd_aio_get_return_value(self.0) as i64
-        }
-    }
-}
-
-impl Drop for Aio {
-    fn drop(&mut self) {
-        // SAFETY: created by rbd_aio_create_completion, released once;
-        // `wait` returned before any drop of a submitted request.
-        unsafe { rbd::rbd_aio_release(self.0) }
-    }
-}
-
-/// Runs one asynchronous request and waits for it: `submit` gets the
-/// completion and returns the submission's result.
-fn run(kind: OpKind, submit: impl FnOnce(rbd::rbd_completion_t) -> i64) -> Result<i64> {
-    let c = Aio::new().map_err(|e| io_error(kind, -i64::from(e.raw_os_error().unwrap_or(5))))?;
-    let r = submit(c.0);
-    if r < 0 {
-        // Not submitted: the completion is released unused.
-        return Err(io_error(kind, r));
-    }
-    let ret = c.wait();
-    if ret < 0 {
-        return Err(io_error(kind, ret));
-    }
-    Ok(ret)
 }
 
 /// librbd's update-watch callback: runs on a librbd thread, only flags
@@ -762,146 +592,6 @@ impl Backstore for RbdBackstore {
                 self.watch_handle.is_some()
             }
             Err(_) => false,
-        }
-    }
-}
-
-/// The asynchronous side of an open image: each op one `rbd_aio_*`
-/// request whose completion callback, on a librbd thread, hands the
-/// result on. The request's state (buffer, callback, a reference on the
-/// image) lives in one box from submission to callback.
-struct RbdAio {
-    shared: Arc<Shared>,
-    read_only: bool,
-}
-
-impl fmt::Debug for RbdAio {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RbdAio")
-            .field("image", &self.shared.spec)
-            .finish()
-    }
-}
-
-/// One request in flight.
-struct InFlight {
-    /// Keeps the image open until the callback has run.
-    _shared: Arc<Shared>,
-    buf: IoBuf,
-    kind: OpKind,
-    /// Bytes a read must return.
-    len: usize,
-    done: AioDone,
-}
-
-/// librbd's completion callback.
-unsafe extern "C" fn on_complete(c: rbd::rbd_completion_t, arg: *mut c_void) {
-    if arg.is_null() {
-        return;
-    }
-    // SAFETY: `arg` is the box `RbdAio::submit` leaked for this request,
-    // reclaimed only here (the request was submitted, so submit no longer
-    // touches it).
-    let st = unsafe { Box::from_raw(arg.cast::<InFlight>()) };
-    // SAFETY: `c` is this request's completion; released once, here.
-    let ret = unsafe {
-        let r = rbd::rbd_aio_get_return_value(c) as i64;
-        rbd::rbd_aio_release(c);
-        r
-    };
-    let st = *st;
-    let result = if ret < 0 {
-        Err(io_error(st.kind, ret))
-    } else if matches!(st.kind, OpKind::Read) && ret != st.len as i64 {
-        Err(BackstoreError::Read(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("rbd read of {} bytes returned {ret}", st.len),
-        )))
-    } else {
-        Ok(())
-    };
-    // Unwinding must not cross into librbd.
-    let call = std::panic::AssertUnwindSafe(move || (st.done)(result, st.buf));
-    if std::panic::catch_unwind(call).is_err() {
-        tracing::error!("rbd completion callback panicked");
-    }
-}
-
-impl AsyncIo for RbdAio {
-    fn submit(&self, op: Op, buf: IoBuf, done: AioDone) {
-        let geometry = self.shared.geometry(self.read_only);
-        let (kind, offset, len) = match op {
-            Op::Read { offset, len } => (OpKind::Read, offset, len),
-            Op::Write { offset, len, .. } => (OpKind::Write, offset, len),
-            Op::Fsync => (OpKind::Flush, 0, 0),
-        };
-        let checked = match kind {
-            OpKind::Read => check_range(&geometry, offset, len_u64(len)),
-            OpKind::Write => check_write(&geometry, offset, len_u64(len)),
-            OpKind::Flush => Ok(()),
-        }
-        .and_then(|()| {
-            if buf.len() < len {
-                Err(crate::common::invalid_input("buffer shorter than the op"))
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = checked {
-            done(Err(e), buf);
-            return;
-        }
-        let raw = Box::into_raw(Box::new(InFlight {
-            _shared: Arc::clone(&self.shared),
-            buf,
-            kind,
-            len,
-            done,
-        }));
-        // The buffer's address, taken before the request can complete
-        // (the box does not move; its heap memory stays put).
-        // SAFETY: `raw` is the live box made above, not yet shared.
-        let data = unsafe {
-            match kind {
-                OpKind::Read => (*raw).buf.as_mut_ptr(),
-                // Only read by librbd: no mutable access (a lent buffer
-                // would be copied for it).
-                _ => (*raw).buf.as_ptr().cast_mut(),
-            }
-        };
-        let mut c: rbd::rbd_completion_t = ptr::null_mut();
-        // SAFETY: the completion carries `raw` to `on_complete`.
-        let r = unsafe {
-            rbd::rbd_aio_create_completion(raw.cast::<c_void>(), Some(on_complete), &mut c)
-        };
-        if r < 0 || c.is_null() {
-            // SAFETY: nothing else has `raw`: reclaimed once, here.
-            let st = unsafe { Box::from_raw(raw) };
-            (st.done)(Err(io_error(kind, i64::from(r.min(-1)))), st.buf);
-            return;
-        }
-        let image = self.shared.handles.image;
-        // SAFETY: a live image and completion; `data` points to at least
-        // `len` bytes owned by the box, which only `on_complete` frees,
-        // after librbd is done with them.
-        let r = unsafe {
-            match kind {
-                OpKind::Read => rbd::rbd_aio_read2(image, offset, len, data.cast::<c_char>(), c, 0),
-                OpKind::Write => {
-                    rbd::rbd_aio_write2(image, offset, len, data.cast::<c_char>(), c, 0)
-                }
-                OpKind::Flush => rbd::rbd_aio_flush(image, c),
-            }
-        };
-        if r < 0 {
-            // Not submitted: the callback will never run.
-            // SAFETY: `c` unused by librbd, released once; `raw` reclaimed
-            // once, here.
-            let st = unsafe {
-                rbd::rbd_aio_release(c);
-                Box::from_raw(raw)
-            };
-            (st.done)(Err(io_error(kind, i64::from(r))), st.buf);
         }
     }
 }

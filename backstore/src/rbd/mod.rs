@@ -33,9 +33,17 @@
 //! so a lost cluster turns into I/O errors instead of hung workers.
 
 #[cfg(feature = "rbd")]
+mod async_io;
+#[cfg(feature = "rbd")]
+mod completion;
+#[cfg(feature = "rbd")]
 mod engine;
 #[cfg(feature = "rbd")]
+mod errors;
+#[cfg(feature = "rbd")]
 mod gateway;
+#[cfg(feature = "rbd")]
+mod image;
 mod options;
 #[cfg(feature = "rbd")]
 pub use engine::RbdBackstore;
