@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::hint::StreamHint;
 use crate::{
     buf::IoBuf, cancel, error::BackstoreError, geometry::Extent, geometry::Geometry, nowait,
     store::Backstore, uring,
@@ -498,13 +499,21 @@ impl Backstore for FaultBackstore {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.before(Op::Read, offset, buf.len() as u64)?;
-        self.inner.read_at(buf, offset)
+        self.read_at_hinted(buf, offset, StreamHint::default())
     }
 
     fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        self.read_buf_hinted(offset, len, StreamHint::default())
+    }
+
+    fn read_at_hinted(&self, buf: &mut [u8], offset: u64, hint: StreamHint) -> Result<()> {
+        self.before(Op::Read, offset, buf.len() as u64)?;
+        self.inner.read_at_hinted(buf, offset, hint)
+    }
+
+    fn read_buf_hinted(&self, offset: u64, len: usize, hint: StreamHint) -> Result<IoBuf> {
         self.before(Op::Read, offset, len as u64)?;
-        self.inner.read_buf(offset, len)
+        self.inner.read_buf_hinted(offset, len, hint)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {

@@ -50,6 +50,7 @@ mod fdstore;
 mod file;
 mod geometry;
 pub mod hddsim;
+mod hint;
 pub mod hold;
 pub mod ioctx;
 mod mmap;
@@ -71,9 +72,10 @@ pub use fault::{FaultBackstore, FaultSpec, Faults};
 pub use file::{FileBackstore, FileOptions};
 pub use geometry::{DeviceKey, Extent, Geometry};
 pub use hddsim::{HddSimBackstore, HddSimOptions};
+pub use hint::StreamHint;
 pub use ioctx::{
-    set_worker_index, ContextMode, DeviceSlice, IoContext, IoContextOptions, IoStats,
-    ReadaheadChoice, ReadaheadPolicy,
+    ContextMode, DeviceSlice, IoContext, IoContextOptions, IoStats, ReadaheadChoice,
+    ReadaheadPolicy,
 };
 pub use mmap::{MappedRange, MmapBackstore};
 pub use nowait::Nonblocking;

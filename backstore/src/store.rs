@@ -8,6 +8,7 @@ use crate::buf::IoBuf;
 use crate::common;
 use crate::error::{BackstoreError, Result};
 use crate::geometry::{DeviceKey, Extent, Geometry};
+use crate::hint::StreamHint;
 use crate::hold::Keepalive;
 use crate::nowait::Nonblocking;
 use crate::shared;
@@ -39,6 +40,20 @@ pub trait Backstore: Keepalive + Send + Sync + Debug {
             self.read_at(&mut buf, offset)?;
         }
         Ok(buf)
+    }
+
+    /// [`Backstore::read_at`] with what the reader tells about the read;
+    /// a store that keeps per-stream state (the I/O context) or wraps
+    /// another uses or forwards it, the others ignore it.
+    fn read_at_hinted(&self, buf: &mut [u8], offset: u64, hint: StreamHint) -> Result<()> {
+        let _ = hint;
+        self.read_at(buf, offset)
+    }
+
+    /// [`Backstore::read_buf`] with what the reader tells about the read.
+    fn read_buf_hinted(&self, offset: u64, len: usize, hint: StreamHint) -> Result<IoBuf> {
+        let _ = hint;
+        self.read_buf(offset, len)
     }
 
     /// Write `buf` at byte `offset`. With `fua`, the data is durable on return.

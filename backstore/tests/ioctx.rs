@@ -7,8 +7,8 @@ use std::thread;
 
 use rustgt_backstore::ioctx::PAGE;
 use rustgt_backstore::{
-    build, set_worker_index, Backstore, BackstoreSpec, ContextMode, EngineKind, HddSimBackstore,
-    HddSimOptions, IoContext, IoContextOptions, LunStoreSpec, RamBackstore, ReadaheadPolicy,
+    build, Backstore, BackstoreSpec, ContextMode, EngineKind, HddSimBackstore, HddSimOptions,
+    IoContext, IoContextOptions, LunStoreSpec, RamBackstore, ReadaheadPolicy, StreamHint,
 };
 
 const MIB: u64 = 1 << 20;
@@ -93,7 +93,7 @@ fn reads_after_writes_see_the_writes_under_concurrency() {
             for w in 0..writers {
                 let ctx = Arc::clone(&ctx);
                 handles.push(thread::spawn(move || {
-                    set_worker_index(w as usize);
+                    let hint = StreamHint::worker(w as usize);
                     let slots = size / slot;
                     for round in 0..150u64 {
                         // Own slots only: slot index = w (mod writers).
@@ -101,7 +101,8 @@ fn reads_after_writes_see_the_writes_under_concurrency() {
                         let data = pattern(slot as usize, w + 1, round, s * slot);
                         ctx.write_at(&data, s * slot, false).expect("write");
                         let mut back = vec![0u8; slot as usize];
-                        ctx.read_at(&mut back, s * slot).expect("read back");
+                        ctx.read_at_hinted(&mut back, s * slot, hint)
+                            .expect("read back");
                         assert!(back == data, "writer {w} round {round} slot {s}");
                     }
                 }));
@@ -109,12 +110,13 @@ fn reads_after_writes_see_the_writes_under_concurrency() {
             for r in 0..3u64 {
                 let ctx = Arc::clone(&ctx);
                 handles.push(thread::spawn(move || {
-                    set_worker_index((writers + r) as usize);
+                    let hint = StreamHint::worker((writers + r) as usize);
                     let mut buf = vec![0u8; 65536];
                     for pass in 0..3u64 {
                         for i in 0..size / 65536 {
                             let off = ((i + pass * 5 + r * 11) % (size / 65536)) * 65536;
-                            ctx.read_at(&mut buf, off).expect("stream read");
+                            ctx.read_at_hinted(&mut buf, off, hint)
+                                .expect("stream read");
                         }
                     }
                 }));
@@ -317,7 +319,15 @@ impl Backstore for Probe {
         self.inner.geometry()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> rustgt_backstore::Result<()> {
-        let ahead = rustgt_backstore::ioctx::is_readahead_io();
+        self.read_at_hinted(buf, offset, StreamHint::default())
+    }
+    fn read_at_hinted(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        hint: StreamHint,
+    ) -> rustgt_backstore::Result<()> {
+        let ahead = hint.readahead;
         if ahead {
             let mut b = self.busy.lock().expect("probe lock");
             b.0[self.lun] += 1;
@@ -479,8 +489,8 @@ fn turns_never_strand_a_reader() {
                             let mut buf = vec![0u8; 65536];
                             for k in 0..n {
                                 // As workers taking a QD1 stream in turn.
-                                set_worker_index(i * 4 + (k % 4) as usize);
-                                ctx.read_at(&mut buf, k * 65536).expect("read");
+                                let hint = StreamHint::worker(i * 4 + (k % 4) as usize);
+                                ctx.read_at_hinted(&mut buf, k * 65536, hint).expect("read");
                             }
                         })
                     })

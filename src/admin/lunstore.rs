@@ -20,6 +20,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use rustgt_backstore::uring::{IoKind, IoMeter, UringFile};
+use rustgt_backstore::StreamHint;
 use rustgt_backstore::{
     Backstore, BackstoreError, Extent, Faults, Geometry, IoBuf, IoContext, Nonblocking, Result,
 };
@@ -221,8 +222,16 @@ impl Backstore for LunStore {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read_at_hinted(buf, offset, StreamHint::default())
+    }
+
+    fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        self.read_buf_hinted(offset, len, StreamHint::default())
+    }
+
+    fn read_at_hinted(&self, buf: &mut [u8], offset: u64, hint: StreamHint) -> Result<()> {
         let started = Instant::now();
-        let r = self.store().read_at(buf, offset);
+        let r = self.store().read_at_hinted(buf, offset, hint);
         if matches!(r, Err(BackstoreError::WouldBlock)) {
             // A reactor's attempt, run again on a worker: counted there.
             return r;
@@ -236,9 +245,9 @@ impl Backstore for LunStore {
         self.count(r)
     }
 
-    fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+    fn read_buf_hinted(&self, offset: u64, len: usize, hint: StreamHint) -> Result<IoBuf> {
         let started = Instant::now();
-        let r = self.store().read_buf(offset, len);
+        let r = self.store().read_buf_hinted(offset, len, hint);
         if matches!(r, Err(BackstoreError::WouldBlock)) {
             return r;
         }

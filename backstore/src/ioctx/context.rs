@@ -28,8 +28,8 @@ use super::options::IoContextOptions;
 use super::policy::{ContextMode, ReadaheadPolicy};
 use super::queue::Batch;
 use super::stats::IoStats;
-use super::thread::{set_readahead_io, worker_index};
 use crate::common::{check_range, check_write, len_u64};
+use crate::hint::StreamHint;
 use crate::{
     buf::IoBuf, error::BackstoreError, error::Result, geometry::DeviceKey, geometry::Extent,
     geometry::Geometry, store::Backstore,
@@ -216,7 +216,7 @@ impl IoContext {
     /// its pages are cached and the lock is free, with the policy seeing it
     /// as any read; otherwise it refuses before changing anything, and the
     /// caller runs it again on a worker.
-    fn inline_read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+    fn inline_read(&self, buf: &mut [u8], offset: u64, hint: StreamHint) -> Result<()> {
         let sh = &*self.shared;
         let len = len_u64(buf.len());
         let mut st = match sh.state.try_lock() {
@@ -227,9 +227,7 @@ impl IoContext {
         if !sh.inline_hits || !st.core.ready_now(offset, len) {
             return Err(crate::nowait::would_block());
         }
-        let ticket = st
-            .core
-            .start_read(self.now_ns(), worker_index(), offset, len);
+        let ticket = st.core.start_read(self.now_ns(), hint.worker, offset, len);
         if st.core.has_queued() {
             sh.work.notify_all();
         }
@@ -240,9 +238,9 @@ impl IoContext {
         }
     }
 
-    fn cached_read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+    fn cached_read(&self, buf: &mut [u8], offset: u64, hint: StreamHint) -> Result<()> {
         if crate::nowait::active() {
-            return self.inline_read(buf, offset);
+            return self.inline_read(buf, offset, hint);
         }
         let sh = &*self.shared;
         let len = len_u64(buf.len());
@@ -250,9 +248,7 @@ impl IoContext {
         while st.core.write_blocked(offset, len) {
             st = sh.done.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
-        let ticket = st
-            .core
-            .start_read(self.now_ns(), worker_index(), offset, len);
+        let ticket = st.core.start_read(self.now_ns(), hint.worker, offset, len);
         if st.core.has_queued() {
             sh.work.notify_all();
         }
@@ -275,7 +271,7 @@ impl IoContext {
             st = sh.done.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
         drop(st);
-        sh.inner.read_at(buf, offset)
+        sh.inner.read_at_hinted(buf, offset, hint)
     }
 
     /// Runs a write-like operation on the engine with the cache kept coherent.
@@ -362,9 +358,7 @@ fn io_loop(sh: &Shared) {
                 return;
             }
         }
-        set_readahead_io(!batch.sync);
         let result = read_batch(sh, &batch, start, len);
-        set_readahead_io(false);
         let mut st = lock(&sh.state);
         match result {
             Ok(data) => st.core.complete(&batch, |page| {
@@ -389,10 +383,14 @@ fn io_loop(sh: &Shared) {
     }
 }
 
-fn read_batch(sh: &Shared, _batch: &Batch, start: u64, len: u64) -> Result<Vec<u8>> {
+fn read_batch(sh: &Shared, batch: &Batch, start: u64, len: u64) -> Result<Vec<u8>> {
     let n = usize::try_from(len).map_err(|_| BackstoreError::OutOfRange { offset: start, len })?;
     let mut data = vec![0u8; n];
-    sh.inner.read_at(&mut data, start)?;
+    let hint = StreamHint {
+        worker: None,
+        readahead: !batch.sync,
+    };
+    sh.inner.read_at_hinted(&mut data, start, hint)?;
     Ok(data)
 }
 
@@ -424,18 +422,26 @@ impl Backstore for IoContext {
     }
 
     fn read_buf(&self, offset: u64, len: usize) -> Result<IoBuf> {
+        self.read_buf_hinted(offset, len, StreamHint::default())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read_at_hinted(buf, offset, StreamHint::default())
+    }
+
+    fn read_buf_hinted(&self, offset: u64, len: usize, hint: StreamHint) -> Result<IoBuf> {
         let sh = &*self.shared;
         if !sh.passthrough || len == 0 {
             let mut buf = IoBuf::for_overwrite(len);
-            self.read_at(&mut buf, offset)?;
+            self.read_at_hinted(&mut buf, offset, hint)?;
             return Ok(buf);
         }
         let n = len_u64(len);
         check_range(&sh.inner.geometry(), offset, n)?;
-        passthrough_read(sh, n, || sh.inner.read_buf(offset, len))
+        passthrough_read(sh, n, || sh.inner.read_buf_hinted(offset, len, hint))
     }
 
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+    fn read_at_hinted(&self, buf: &mut [u8], offset: u64, hint: StreamHint) -> Result<()> {
         let sh = &*self.shared;
         let len = len_u64(buf.len());
         check_range(&sh.inner.geometry(), offset, len)?;
@@ -443,10 +449,10 @@ impl Backstore for IoContext {
             return Ok(());
         }
         if sh.passthrough {
-            return passthrough_read(sh, len, || sh.inner.read_at(buf, offset));
+            return passthrough_read(sh, len, || sh.inner.read_at_hinted(buf, offset, hint));
         }
         let t0 = Instant::now();
-        let result = self.cached_read(buf, offset);
+        let result = self.cached_read(buf, offset, hint);
         if matches!(result, Err(BackstoreError::WouldBlock)) {
             return result;
         }

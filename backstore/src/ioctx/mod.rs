@@ -33,7 +33,6 @@ mod queue;
 pub mod simulation;
 mod stats;
 mod streams;
-mod thread;
 
 pub use cache::PAGE;
 pub use context::IoContext;
@@ -48,4 +47,3 @@ pub use stats::{IoStats, Log2Histogram};
 pub use streams::{StreamParams, Streams};
 
 pub use options::{DeviceHints, DeviceSlice, IoContextOptions};
-pub use thread::{is_readahead_io, set_worker_index, worker_index};

@@ -7,6 +7,7 @@ use crate::cmd::Command;
 use crate::lun::LogicalUnit;
 use crate::sense::{Asc, Sense};
 use crate::target_state::TargetShared;
+use rustgt_backstore::StreamHint;
 
 /// Everything a handler may look at.
 #[derive(Debug)]
@@ -16,6 +17,9 @@ pub(crate) struct Ctx<'a> {
     /// The addressed logical unit; `None` only for `table::NO_LU` commands.
     pub lu: Option<&'a LogicalUnit>,
     pub target: &'a TargetShared,
+    /// What the store is told about this command's reads (the worker
+    /// serving it).
+    pub hint: StreamHint,
 }
 
 impl<'a> Ctx<'a> {

@@ -23,12 +23,18 @@ use crate::pr_cmd;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
 use crate::table::{self, Lookup};
 use crate::target_state::TargetShared;
+use rustgt_backstore::StreamHint;
 
 /// Executes one command and builds its response. `lu` is `None` when the
 /// addressed LUN does not exist.
-pub(crate) fn execute(cmd: &Command, lu: Option<&LogicalUnit>, target: &TargetShared) -> Response {
+pub(crate) fn execute(
+    cmd: &Command,
+    lu: Option<&LogicalUnit>,
+    target: &TargetShared,
+    hint: StreamHint,
+) -> Response {
     let format = lu.map_or(SenseFormat::Fixed, LogicalUnit::sense_format);
-    match run(cmd, lu, target) {
+    match run(cmd, lu, target, hint) {
         Ok((dir, outcome)) => good(cmd, dir, outcome),
         Err(sense) => check_condition(cmd.tag, &sense, format),
     }
@@ -46,6 +52,7 @@ fn run(
     cmd: &Command,
     lu: Option<&LogicalUnit>,
     target: &TargetShared,
+    hint: StreamHint,
 ) -> Result<(DataDir, Outcome), Sense> {
     let desc = match admit(cmd, lu)? {
         Admit::Run(desc) => desc,
@@ -56,6 +63,7 @@ fn run(
         cdb: Cdb::new(&cmd.cdb),
         lu,
         target,
+        hint,
     };
     tracing::trace!(command = desc.name, lun = cmd.lun, tag = cmd.tag, "execute");
     let outcome = (desc.handler)(&ctx).inspect_err(|sense| {

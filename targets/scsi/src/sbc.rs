@@ -17,6 +17,7 @@
 //! ORWRITE and WRITE ATOMIC stay atomic against these commands.
 
 use rustgt_backstore::IoBuf;
+use rustgt_backstore::StreamHint;
 
 use crate::cdb::Cdb;
 use crate::ctx::Ctx;
@@ -113,9 +114,14 @@ pub(crate) fn whole_blocks(data: &[u8], bytes: u64, bs: u64) -> &[u8] {
 /// Reads `len` bytes at `offset` from the medium.
 /// The buffer comes from the pool unzeroed: the store fills all of it or
 /// fails, and a failed read's buffer is never sent.
-pub(crate) fn read_medium(lu: &LogicalUnit, offset: u64, len: u64) -> Result<IoBuf, Sense> {
+pub(crate) fn read_medium(
+    lu: &LogicalUnit,
+    offset: u64,
+    len: u64,
+    hint: StreamHint,
+) -> Result<IoBuf, Sense> {
     let len = usize::try_from(len).map_err(|_| lba_out_of_range())?;
-    Ok(lu.backstore.read_buf(offset, len)?)
+    Ok(lu.backstore.read_buf_hinted(offset, len, hint)?)
 }
 
 /// MISCOMPARE DURING VERIFY OPERATION, INFORMATION = offset into Data-Out.
@@ -124,8 +130,13 @@ pub(crate) fn miscompare(at: usize) -> Sense {
 }
 
 /// Compares `expected` with the medium at `offset` (SBC-3 §5.30, BYTCHK=01b).
-fn compare_medium(lu: &LogicalUnit, offset: u64, expected: &[u8]) -> Result<(), Sense> {
-    let medium = read_medium(lu, offset, expected.len() as u64)?;
+fn compare_medium(
+    lu: &LogicalUnit,
+    offset: u64,
+    expected: &[u8],
+    hint: StreamHint,
+) -> Result<(), Sense> {
+    let medium = read_medium(lu, offset, expected.len() as u64, hint)?;
     match medium.iter().zip(expected).position(|(a, b)| a != b) {
         Some(at) => Err(miscompare(at)),
         None => Ok(()),
@@ -134,13 +145,19 @@ fn compare_medium(lu: &LogicalUnit, offset: u64, expected: &[u8]) -> Result<(), 
 
 /// Compares every block of the extent with one block of `pattern`
 /// (BYTCHK=11b), reading the medium in bounded chunks.
-fn compare_pattern(lu: &LogicalUnit, offset: u64, bytes: u64, pattern: &[u8]) -> Result<(), Sense> {
+fn compare_pattern(
+    lu: &LogicalUnit,
+    offset: u64,
+    bytes: u64,
+    pattern: &[u8],
+    hint: StreamHint,
+) -> Result<(), Sense> {
     let bs = pattern.len().max(1);
     let chunk = (u64::from(MAX_TRANSFER_BYTES) / bs as u64).max(1) * bs as u64;
     let mut done = 0u64;
     while done < bytes {
         let len = chunk.min(bytes - done);
-        let medium = read_medium(lu, offset + done, len)?;
+        let medium = read_medium(lu, offset + done, len, hint)?;
         for (i, block) in medium.chunks(bs).enumerate() {
             if let Some(at) = block.iter().zip(pattern).position(|(a, b)| a != b) {
                 // Offset as if the pattern had been sent once per block.
@@ -164,7 +181,7 @@ pub(crate) fn read(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     // Only what fits the Data-In buffer is transferred, so only that is read.
     let buffer = u64::from(ctx.cmd.data_in_len).div_ceil(bs) * bs;
     let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
-    let data = read_medium(lu, offset, bytes.min(buffer))?;
+    let data = read_medium(lu, offset, bytes.min(buffer), ctx.hint)?;
     lu.stats.count_read(data.len() as u64);
     Ok(Outcome::read(data, bytes))
 }
@@ -201,7 +218,12 @@ pub(crate) fn verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
             check_max_transfer(lu, ext)?;
             let (offset, bytes) = check_range(lu, ext)?;
             let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
-            compare_medium(lu, offset, whole_blocks(&ctx.cmd.data_out, bytes, bs))?;
+            compare_medium(
+                lu,
+                offset,
+                whole_blocks(&ctx.cmd.data_out, bytes, bs),
+                ctx.hint,
+            )?;
             Ok(Outcome::data_out(bytes))
         }
         0b11 => {
@@ -210,7 +232,7 @@ pub(crate) fn verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
             let want = if ext.blocks == 0 { 0 } else { bs };
             if let Some(pattern) = ctx.cmd.data_out.get(..bs as usize).filter(|_| want > 0) {
                 let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
-                compare_pattern(lu, offset, bytes, pattern)?;
+                compare_pattern(lu, offset, bytes, pattern, ctx.hint)?;
             }
             Ok(Outcome::data_out(want))
         }
@@ -230,7 +252,7 @@ pub(crate) fn write_and_verify(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
         lu.backstore.write_at(data, offset, true)?;
         if ctx.cdb.bit(1, 0x02) {
-            compare_medium(lu, offset, data)?;
+            compare_medium(lu, offset, data, ctx.hint)?;
         }
     }
     lu.stats.count_write(data.len() as u64);

@@ -97,7 +97,7 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     }
     // Other gateways' COMPARE AND WRITEs wait meanwhile.
     let _gateways = exclude_gateways(lu)?;
-    let medium = read_medium(lu, offset, bytes)?;
+    let medium = read_medium(lu, offset, bytes, ctx.hint)?;
     if let Some(at) = first_difference(&medium, verify) {
         return Err(miscompare(at));
     }
@@ -120,7 +120,7 @@ pub(crate) fn orwrite(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         let blocks = data.len() as u64 / bs;
         let _range = lu.lba_locks.exclusive(ext.lba, blocks)?;
         let _gateways = exclude_gateways(lu)?;
-        let mut medium = read_medium(lu, offset, data.len() as u64)?;
+        let mut medium = read_medium(lu, offset, data.len() as u64, ctx.hint)?;
         for (m, d) in medium.iter_mut().zip(data) {
             *m |= d;
         }

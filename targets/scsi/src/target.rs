@@ -14,6 +14,7 @@
 //!   [`ScsiTarget::nexus_lost`]; only known nexuses receive unit
 //!   attentions, so a new nexus starts without any.
 
+use rustgt_backstore::StreamHint;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -278,7 +279,7 @@ impl ScsiTarget {
             None => {
                 let shared = Arc::clone(&self.shared);
                 self.control.run(Box::new(move || {
-                    let response = exec::execute(&cmd, None, &shared);
+                    let response = exec::execute(&cmd, None, &shared, StreamHint::default());
                     done(response);
                 }));
             }

@@ -13,6 +13,7 @@
 //!   back untouched for the workers; the io_uring path (`ring`) enters its
 //!   tasks the same way and completes them like a worker does.
 
+use rustgt_backstore::StreamHint;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -44,15 +45,13 @@ pub(crate) fn start(
         let handle = std::thread::Builder::new()
             .name(format!("rustgt-lun{}-w{i}", unit.lun))
             .spawn(move || {
-                // Lets the LUN's I/O context tell its workers apart.
-                rustgt_backstore::set_worker_index(i);
                 // Lets a long wait in the store (fault injection's
                 // hang) end when its task is aborted or the LUN stops.
                 let probe = Arc::clone(&lu);
                 rustgt_backstore::cancel::install(Box::new(move |[nexus, tag]| {
                     probe.tasks.task_cancelled(TaskKey { nexus, tag })
                 }));
-                worker_loop(&lu, &target)
+                worker_loop(&lu, &target, StreamHint::worker(i))
             })
             .map_err(|source| ScsiError::Spawn {
                 lun: unit.lun,
@@ -99,13 +98,14 @@ pub(crate) fn run_inline(
         return Err(cmd);
     }
     let (response, blocked) = rustgt_backstore::nowait::attempt(|| {
-        catch_unwind(AssertUnwindSafe(|| exec::execute(&cmd, Some(lu), target))).unwrap_or_else(
-            |_| {
-                tracing::error!(lun = lu.lun, tag = cmd.tag, "command handler panicked");
-                let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
-                outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
-            },
-        )
+        catch_unwind(AssertUnwindSafe(|| {
+            exec::execute(&cmd, Some(lu), target, StreamHint::default())
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!(lun = lu.lun, tag = cmd.tag, "command handler panicked");
+            let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
+            outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
+        })
     });
     let aborted = lu.tasks.leave_running(key);
     if aborted {
@@ -117,17 +117,20 @@ pub(crate) fn run_inline(
     }
 }
 
-fn worker_loop(lu: &LogicalUnit, target: &TargetShared) {
+/// `hint` tells the LUN's I/O context which worker reads.
+fn worker_loop(lu: &LogicalUnit, target: &TargetShared, hint: StreamHint) {
     lu.tasks.worker_started();
     while let Some((key, pending)) = lu.tasks.next_task() {
         let Pending { cmd, done } = *pending;
         let started = Instant::now();
-        let response = catch_unwind(AssertUnwindSafe(|| run_cancellable(lu, key, &cmd, target)))
-            .unwrap_or_else(|_| {
-                tracing::error!(lun = lu.lun, tag = cmd.tag, "command handler panicked");
-                let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
-                outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
-            });
+        let response = catch_unwind(AssertUnwindSafe(|| {
+            run_cancellable(lu, key, &cmd, target, hint)
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!(lun = lu.lun, tag = cmd.tag, "command handler panicked");
+            let sense = Sense::new(SenseKey::HARDWARE_ERROR, Asc::INTERNAL_TARGET_FAILURE);
+            outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
+        });
         drop(cmd);
         lu.tasks.worker_executed(started.elapsed());
         lu.tasks.complete(key, done, response, true);
@@ -142,9 +145,10 @@ fn run_cancellable(
     key: TaskKey,
     cmd: &Command,
     target: &TargetShared,
+    hint: StreamHint,
 ) -> Response {
     rustgt_backstore::cancel::scope([key.nexus, key.tag], || {
-        exec::execute(cmd, Some(lu), target)
+        exec::execute(cmd, Some(lu), target, hint)
     })
 }
 

@@ -24,6 +24,7 @@
 //!   COPY STATUS reports it, the same list identifier is reused, or the
 //!   nexus is lost.
 
+use rustgt_backstore::StreamHint;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -108,7 +109,12 @@ fn resolve<'a>(
 }
 
 /// Copies one block to block segment; returns the bytes moved.
-fn copy_segment(src: &LogicalUnit, dst: &LogicalUnit, seg: &Segment) -> Result<u64, Sense> {
+fn copy_segment(
+    src: &LogicalUnit,
+    dst: &LogicalUnit,
+    seg: &Segment,
+    hint: StreamHint,
+) -> Result<u64, Sense> {
     let sbs = u64::from(src.geometry().block_size.max(1));
     let dbs = u64::from(dst.geometry().block_size.max(1));
     let unit = if seg.dc { dbs } else { sbs };
@@ -133,7 +139,7 @@ fn copy_segment(src: &LogicalUnit, dst: &LogicalUnit, seg: &Segment) -> Result<u
     let same = std::ptr::eq(src, dst);
     // Like memmove: copy backwards when the destination overlaps ahead.
     let backwards = same && to > from && to < from + bytes;
-    copy_bytes(src, dst, from, to, bytes, backwards)?;
+    copy_bytes(src, dst, from, to, bytes, backwards, hint)?;
     Ok(bytes)
 }
 
@@ -145,6 +151,7 @@ fn copy_bytes(
     to: u64,
     bytes: u64,
     backwards: bool,
+    hint: StreamHint,
 ) -> Result<(), Sense> {
     let chunk = u64::from(MAX_TRANSFER_BYTES).min(bytes);
     let mut buf =
@@ -164,7 +171,7 @@ fn copy_bytes(
         {
             let _range = src.lba_locks.shared((from + at) / sbs, len / sbs)?;
             src.backstore
-                .read_at(part, from + at)
+                .read_at_hinted(part, from + at, hint)
                 .map_err(|_| aborted(THIRD_PARTY_DEVICE_FAILURE))?;
         }
         {
@@ -191,7 +198,7 @@ fn run_segments(
     for seg in &list.segments {
         let src = resolve(ctx, lu, list, seg.src)?;
         let dst = resolve(ctx, lu, list, seg.dst)?;
-        progress.bytes += copy_segment(&src, &dst, seg)?;
+        progress.bytes += copy_segment(&src, &dst, seg, ctx.hint)?;
         progress.segments = progress.segments.saturating_add(1);
         if let Some(t) = ticket {
             lu.copies.update(t, progress, CopyState::Running);
