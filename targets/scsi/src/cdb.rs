@@ -9,6 +9,10 @@
 //! [`check_usage`] validates reserved and unsupported bits against the same
 //! CDB usage data that REPORT SUPPORTED OPERATION CODES reports.
 
+// Parses what a peer sent (or a persisted file): no indexing that could
+// panic (tests may index).
+#![deny(clippy::indexing_slicing)]
+
 use crate::sense::Sense;
 
 /// A read-only, bounds-safe view of a CDB.

@@ -11,6 +11,10 @@
 //! ALL_TG_PT are refused with INVALID FIELD IN PARAMETER LIST), PTPL_C=1
 //! only when the logical unit has a state file, all six types.
 
+// Parses what a peer sent (or a persisted file): no indexing that could
+// panic (tests may index).
+#![deny(clippy::indexing_slicing)]
+
 use crate::cmd::{Nexus, Status};
 use crate::ctx::Ctx;
 use crate::lun::LogicalUnit;

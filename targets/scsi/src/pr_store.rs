@@ -15,6 +15,10 @@
 //! PRgeneration is not saved: it restarts at zero at power on (SPC-4
 //! §6.16.2).
 
+// Parses what a peer sent (or a persisted file): no indexing that could
+// panic (tests may index).
+#![deny(clippy::indexing_slicing)]
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

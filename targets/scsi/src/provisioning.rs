@@ -12,6 +12,10 @@
 //! Every range is validated before anything changes, and each change
 //! holds the exclusive LBA lock of its range ([`crate::lba_lock`]).
 
+// Parses what a peer sent (or a persisted file): no indexing that could
+// panic (tests may index).
+#![deny(clippy::indexing_slicing)]
+
 use rustgt_backstore::Extent;
 
 use crate::cdb::Cdb;

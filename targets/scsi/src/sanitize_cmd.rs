@@ -2,6 +2,10 @@
 //! (and, without IMMED, waits for) the operation run by the logical
 //! unit's [`Sanitizer`](crate::sanitize::Sanitizer).
 
+// Parses what a peer sent (or a persisted file): no indexing that could
+// panic (tests may index).
+#![deny(clippy::indexing_slicing)]
+
 use std::sync::Arc;
 
 use crate::ctx::Ctx;

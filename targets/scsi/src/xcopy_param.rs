@@ -2,6 +2,10 @@
 //! the parser that checks the whole list (lengths, limits, descriptor
 //! types) before any data moves. Parsing never panics on any input.
 
+// Parses what a peer sent (or a persisted file): no indexing that could
+// panic (tests may index).
+#![deny(clippy::indexing_slicing)]
+
 use crate::sense::{Asc, Sense};
 
 /// Most CSCD (target) descriptors in one parameter list.
