@@ -7,6 +7,8 @@
 //! exactly reproducible: `rustgt bench readahead` prints the table, checks
 //! the targets and writes one plot per workload.
 
+#![forbid(unsafe_code)]
+
 mod plot;
 mod report;
 pub mod rng;

@@ -8,6 +8,8 @@
 //! [`AtomicLog2Histogram`] is updated lock-free from any thread.
 //! A leaf crate: it depends on nothing of rustgt.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The bucket of `value` in a histogram of `n` buckets.
