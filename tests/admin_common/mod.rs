@@ -208,7 +208,7 @@ impl Session {
             }
             Reply::AsyncMessage(a) => {
                 self.exp_stat_sn = a.stat_sn.wrapping_add(1);
-                self.async_events.push(a.event);
+                self.async_events.push(a.event.0);
                 true
             }
             _ => false,

@@ -109,7 +109,7 @@ struct TextOut {
 #[derive(Debug)]
 struct PendingLogout {
     itt: u32,
-    response: u8,
+    response: crate::pdu::LogoutResponseCode,
 }
 
 /// Limit on login PDU data segments before MaxRecvDataSegmentLength is

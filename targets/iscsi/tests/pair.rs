@@ -662,7 +662,7 @@ fn unknown_opcodes_and_oversized_pdus_get_rejects(mode: Mode) {
     // SNACK needs ERL > 0.
     let snack = Request {
         header: RequestHeader::Snack(SnackRequest {
-            snack_type: 0,
+            snack_type: SnackType::DATA_R2T,
             lun: 0,
             itt: 0x44,
             ttt: RESERVED_TAG,
@@ -951,7 +951,7 @@ fn logout_closes_after_response(mode: Mode) {
     let req = Request {
         header: RequestHeader::Logout(LogoutRequest {
             immediate: true,
-            reason: 0,
+            reason: LogoutReason::CLOSE_SESSION,
             itt: 0x66,
             cid: 1,
             cmd_sn: p.cmd_sn,
@@ -961,7 +961,9 @@ fn logout_closes_after_response(mode: Mode) {
     };
     p.send(&req);
     match &p.replies()[..] {
-        [Reply::LogoutResponse(l)] => assert_eq!((l.itt, l.response), (0x66, 0)),
+        [Reply::LogoutResponse(l)] => {
+            assert_eq!((l.itt, l.response), (0x66, LogoutResponseCode::CLOSED))
+        }
         other => panic!("{other:?}"),
     }
     assert!(p.conn.is_closing());
@@ -1486,7 +1488,7 @@ fn iser_logout_waits_for_outstanding_reads() {
     let req = Request {
         header: RequestHeader::Logout(LogoutRequest {
             immediate: true,
-            reason: 0,
+            reason: LogoutReason::CLOSE_SESSION,
             itt: 0x66,
             cid: 1,
             cmd_sn: p.cmd_sn,
@@ -1499,7 +1501,9 @@ fn iser_logout_waits_for_outstanding_reads() {
     assert!(!p.conn.is_closing());
     p.release_reads();
     match &p.replies()[..] {
-        [Reply::LogoutResponse(l)] => assert_eq!((l.itt, l.response), (0x66, 0)),
+        [Reply::LogoutResponse(l)] => {
+            assert_eq!((l.itt, l.response), (0x66, LogoutResponseCode::CLOSED))
+        }
         other => panic!("{other:?}"),
     }
     assert!(p.conn.is_closing());

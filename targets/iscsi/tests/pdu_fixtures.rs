@@ -435,7 +435,7 @@ fn logout_request() {
     let req = Request {
         header: RequestHeader::Logout(LogoutRequest {
             immediate: true,
-            reason: 1,
+            reason: LogoutReason::CLOSE_CONNECTION,
             itt: 0x77,
             cid: 1,
             cmd_sn: 0x30,
@@ -464,7 +464,7 @@ fn snack_request() {
     ");
     let req = Request {
         header: RequestHeader::Snack(SnackRequest {
-            snack_type: 1,
+            snack_type: SnackType::STATUS,
             lun: 0,
             itt: 0x60,
             ttt: RESERVED_TAG,
@@ -934,7 +934,7 @@ fn logout_response() {
         00 00 00 00 // reserved
     ");
     let reply = Reply::LogoutResponse(LogoutResponse {
-        response: 2,
+        response: LogoutResponseCode::RECOVERY_NOT_SUPPORTED,
         itt: 0x77,
         stat_sn: 0x12,
         exp_cmd_sn: 0x31,
@@ -1006,7 +1006,7 @@ fn async_message() {
         stat_sn: 0x13,
         exp_cmd_sn: 0x31,
         max_cmd_sn: 0x50,
-        event: 4,
+        event: AsyncEvent::RENEGOTIATE,
         vcode: 7,
         param1: 0x0102,
         param2: 0x0304,

@@ -154,7 +154,7 @@ fn logout() -> impl Strategy<Value = RequestHeader> {
         |(reason, (immediate, itt, cid, cmd_sn, esn))| {
             RequestHeader::Logout(LogoutRequest {
                 immediate,
-                reason,
+                reason: LogoutReason(reason),
                 itt,
                 cid,
                 cmd_sn,
@@ -168,7 +168,7 @@ fn snack() -> impl Strategy<Value = RequestHeader> {
     (0u8..0x10, any::<(u64, u32, u32, u32, u32, u32)>()).prop_map(
         |(snack_type, (lun, itt, ttt, esn, beg_run, run_length))| {
             RequestHeader::Snack(SnackRequest {
-                snack_type,
+                snack_type: SnackType(snack_type),
                 lun,
                 itt,
                 ttt,
@@ -299,7 +299,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         data_in(),
         (any::<(u8, u32, u16, u16)>(), sns()).prop_map(|((response, itt, t2w, t2r), (s, e, m))| {
             Reply::LogoutResponse(LogoutResponse {
-                response,
+                response: LogoutResponseCode(response),
                 itt,
                 stat_sn: s,
                 exp_cmd_sn: e,
@@ -330,7 +330,7 @@ fn reply() -> impl Strategy<Value = Reply> {
                     stat_sn: s,
                     exp_cmd_sn: e,
                     max_cmd_sn: m,
-                    event,
+                    event: AsyncEvent(event),
                     vcode,
                     param1: p1,
                     param2: p2,

@@ -571,7 +571,7 @@ impl Session {
         let req = Request {
             header: RequestHeader::Logout(LogoutRequest {
                 immediate: true,
-                reason: 0,
+                reason: rustgt_iscsi::pdu::LogoutReason::CLOSE_SESSION,
                 itt,
                 cid: 0,
                 cmd_sn: self.cmd_sn,
@@ -583,7 +583,12 @@ impl Session {
         loop {
             match self.recv() {
                 Reply::LogoutResponse(r) => {
-                    assert_eq!(r.response, 0, "{}: logout refused", self.initiator);
+                    assert_eq!(
+                        r.response,
+                        rustgt_iscsi::pdu::LogoutResponseCode::CLOSED,
+                        "{}: logout refused",
+                        self.initiator
+                    );
                     return;
                 }
                 Reply::NopIn(nop) => self.answer_ping(&nop),

@@ -2,7 +2,10 @@
 //! (Async Message, §11.9.1).
 
 use super::{Connection, PendingLogout, Phase};
-use crate::pdu::{AsyncMessage, LogoutRequest, LogoutResponse, Reply};
+use crate::pdu::{
+    AsyncEvent, AsyncMessage, LogoutReason, LogoutRequest, LogoutResponse, LogoutResponseCode,
+    Reply,
+};
 
 impl Connection {
     /// Ask the initiator to log out, e.g. on target shutdown (RFC 7143
@@ -17,7 +20,7 @@ impl Connection {
             stat_sn: self.next_stat_sn(),
             exp_cmd_sn: self.exp_cmd_sn,
             max_cmd_sn: self.max_cmd_sn,
-            event: 1,
+            event: AsyncEvent::LOGOUT_REQUEST,
             vcode: 0,
             param1: 0,
             param2: 0,
@@ -34,12 +37,12 @@ impl Connection {
         self.retire(l.immediate);
         let my_cid = self.session.as_ref().map(|s| s.cid).unwrap_or(0);
         let response = match l.reason {
-            0 => 0,
-            1 if l.cid == my_cid => 0,
-            1 => 1,
+            LogoutReason::CLOSE_SESSION => LogoutResponseCode::CLOSED,
+            LogoutReason::CLOSE_CONNECTION if l.cid == my_cid => LogoutResponseCode::CLOSED,
+            LogoutReason::CLOSE_CONNECTION => LogoutResponseCode::CID_NOT_FOUND,
             // Removing a connection for recovery needs ERL 2.
-            2 => 2,
-            _ => 3,
+            LogoutReason::REMOVE_FOR_RECOVERY => LogoutResponseCode::RECOVERY_NOT_SUPPORTED,
+            _ => LogoutResponseCode::CLEANUP_FAILED,
         };
         self.logout = Some(PendingLogout {
             itt: l.itt,
@@ -69,7 +72,7 @@ impl Connection {
             time2retain: 0,
         };
         self.send(Reply::LogoutResponse(r));
-        if l.response == 0 {
+        if l.response == LogoutResponseCode::CLOSED {
             self.phase = Phase::Closing;
         }
     }

@@ -133,3 +133,44 @@ open_enum! {
 
 /// Reserved Initiator Task Tag value (RFC 7143 §11.18).
 pub const RESERVED_TAG: u32 = 0xffff_ffff;
+
+open_enum! {
+    /// Logout Request reason code (RFC 7143 §11.14.1).
+    pub struct LogoutReason(u8) {
+        CLOSE_SESSION = 0,
+        CLOSE_CONNECTION = 1,
+        REMOVE_FOR_RECOVERY = 2,
+    }
+}
+
+open_enum! {
+    /// Logout Response code (RFC 7143 §11.15.1).
+    pub struct LogoutResponseCode(u8) {
+        CLOSED = 0,
+        CID_NOT_FOUND = 1,
+        RECOVERY_NOT_SUPPORTED = 2,
+        CLEANUP_FAILED = 3,
+    }
+}
+
+open_enum! {
+    /// SNACK Type (RFC 7143 §11.16.1).
+    pub struct SnackType(u8) {
+        DATA_R2T = 0,
+        STATUS = 1,
+        DATA_ACK = 2,
+        R_DATA = 3,
+    }
+}
+
+open_enum! {
+    /// Asynchronous Message AsyncEvent (RFC 7143 §11.9.1).
+    pub struct AsyncEvent(u8) {
+        SCSI_EVENT = 0,
+        LOGOUT_REQUEST = 1,
+        DROP_CONNECTION = 2,
+        DROP_ALL_CONNECTIONS = 3,
+        RENEGOTIATE = 4,
+        VENDOR = 255,
+    }
+}

@@ -2,7 +2,10 @@
 //! [`RequestHeader`]/[`Request`] (initiator to target) and [`Reply`] (target
 //! to initiator). Plain data; the wire form is in the codec.
 
-use super::codes::{LoginStatus, RejectReason, Stage, TaskAttribute, TmfCode, TmfResult};
+use super::codes::{
+    AsyncEvent, LoginStatus, LogoutReason, LogoutResponseCode, RejectReason, SnackType, Stage,
+    TaskAttribute, TmfCode, TmfResult,
+};
 
 // ---------------------------------------------------------------------------
 // Initiator -> target headers (RFC 7143 §11). Data segments are carried
@@ -100,8 +103,7 @@ pub struct DataOut {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogoutRequest {
     pub immediate: bool,
-    /// 0 close session, 1 close connection, 2 remove connection for recovery.
-    pub reason: u8,
+    pub reason: LogoutReason,
     pub itt: u32,
     pub cid: u16,
     pub cmd_sn: u32,
@@ -111,7 +113,7 @@ pub struct LogoutRequest {
 /// SNACK Request (§11.16).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnackRequest {
-    pub snack_type: u8,
+    pub snack_type: SnackType,
     pub lun: u64,
     pub itt: u32,
     pub ttt: u32,
@@ -246,7 +248,7 @@ pub struct DataIn {
 /// Logout Response (§11.15).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogoutResponse {
-    pub response: u8,
+    pub response: LogoutResponseCode,
     pub itt: u32,
     pub stat_sn: u32,
     pub exp_cmd_sn: u32,
@@ -276,9 +278,7 @@ pub struct AsyncMessage {
     pub stat_sn: u32,
     pub exp_cmd_sn: u32,
     pub max_cmd_sn: u32,
-    /// 0 SCSI async event, 1 logout request, 2 drop connection, 3 drop all,
-    /// 4 renegotiate, 255 vendor.
-    pub event: u8,
+    pub event: AsyncEvent,
     pub vcode: u8,
     pub param1: u16,
     pub param2: u16,

@@ -9,7 +9,9 @@ use nom::number::complete::be_u16;
 use nom::IResult;
 
 use crate::pdu::bhs::{self, Bhs, BHS_LEN};
-use crate::pdu::codes::{LoginStatus, Opcode, RejectReason, TmfResult, RESERVED_TAG};
+use crate::pdu::codes::{
+    AsyncEvent, LoginStatus, LogoutResponseCode, Opcode, RejectReason, TmfResult, RESERVED_TAG,
+};
 use crate::pdu::error::PduError;
 use crate::pdu::types::{
     AsyncMessage, DataIn, LoginResponse, LogoutResponse, NopIn, R2t, Reject, Reply, ScsiResponse,
@@ -277,7 +279,7 @@ impl LogoutResponse {
     fn write(&self) -> Bhs<[u8; BHS_LEN]> {
         use bhs::logout::*;
         let mut b = new_bhs(Opcode::LOGOUT_RESPONSE, false, bhs::FINAL_BIT);
-        b.set_u8(RESPONSE, self.response);
+        b.set_u8(RESPONSE, self.response.0);
         b.set_itt(self.itt);
         write_sns(&mut b, self.stat_sn, self.exp_cmd_sn, self.max_cmd_sn);
         b.set_u16(TIME2WAIT, self.time2wait);
@@ -289,7 +291,7 @@ impl LogoutResponse {
         use bhs::logout::*;
         no_data(data)?;
         Ok(LogoutResponse {
-            response: b.u8_at(RESPONSE),
+            response: LogoutResponseCode(b.u8_at(RESPONSE)),
             itt: b.itt(),
             stat_sn: b.u32_at(bhs::STAT_SN),
             exp_cmd_sn: b.u32_at(bhs::EXP_CMD_SN),
@@ -340,7 +342,7 @@ impl AsyncMessage {
         b.set_lun_raw(self.lun);
         b.set_itt(RESERVED_TAG);
         write_sns(&mut b, self.stat_sn, self.exp_cmd_sn, self.max_cmd_sn);
-        b.set_u8(EVENT, self.event);
+        b.set_u8(EVENT, self.event.0);
         b.set_u8(VCODE, self.vcode);
         b.set_u16(PARAM1, self.param1);
         b.set_u16(PARAM2, self.param2);
@@ -355,7 +357,7 @@ impl AsyncMessage {
             stat_sn: b.u32_at(bhs::STAT_SN),
             exp_cmd_sn: b.u32_at(bhs::EXP_CMD_SN),
             max_cmd_sn: b.u32_at(bhs::MAX_CMD_SN),
-            event: b.u8_at(EVENT),
+            event: AsyncEvent(b.u8_at(EVENT)),
             vcode: b.u8_at(VCODE),
             param1: b.u16_at(PARAM1),
             param2: b.u16_at(PARAM2),

@@ -3,7 +3,7 @@
 //! [`Request`] decoding and encoding.
 
 use crate::pdu::bhs::{self, Bhs, BHS_LEN};
-use crate::pdu::codes::{Opcode, TaskAttribute, TmfCode};
+use crate::pdu::codes::{LogoutReason, Opcode, SnackType, TaskAttribute, TmfCode};
 use crate::pdu::error::PduError;
 use crate::pdu::types::{
     DataOut, LoginRequest, LogoutRequest, NopOut, Request, RequestHeader, ScsiCommand,
@@ -227,7 +227,7 @@ impl LogoutRequest {
         use bhs::logout::*;
         LogoutRequest {
             immediate: b.immediate(),
-            reason: b.flags() & REASON_MASK,
+            reason: LogoutReason(b.flags() & REASON_MASK),
             itt: b.itt(),
             cid: b.u16_at(CID),
             cmd_sn: b.u32_at(bhs::CMD_SN),
@@ -237,7 +237,7 @@ impl LogoutRequest {
 
     fn write(&self) -> Bhs<[u8; BHS_LEN]> {
         use bhs::logout::*;
-        let flags = bhs::FINAL_BIT | (self.reason & REASON_MASK);
+        let flags = bhs::FINAL_BIT | (self.reason.0 & REASON_MASK);
         let mut b = new_bhs(Opcode::LOGOUT_REQUEST, self.immediate, flags);
         b.set_itt(self.itt);
         b.set_u16(CID, self.cid);
@@ -251,7 +251,7 @@ impl SnackRequest {
     fn read(b: &BhsRef<'_>) -> Self {
         use bhs::snack::*;
         SnackRequest {
-            snack_type: b.flags() & TYPE_MASK,
+            snack_type: SnackType(b.flags() & TYPE_MASK),
             lun: b.lun_raw(),
             itt: b.itt(),
             ttt: b.u32_at(bhs::TTT),
@@ -263,7 +263,7 @@ impl SnackRequest {
 
     fn write(&self) -> Bhs<[u8; BHS_LEN]> {
         use bhs::snack::*;
-        let flags = bhs::FINAL_BIT | (self.snack_type & TYPE_MASK);
+        let flags = bhs::FINAL_BIT | (self.snack_type.0 & TYPE_MASK);
         let mut b = new_bhs(Opcode::SNACK_REQUEST, false, flags);
         b.set_lun_raw(self.lun);
         b.set_itt(self.itt);
