@@ -41,7 +41,7 @@ pub struct Cli {
     #[arg(short, long, value_name = "FILE", env = "RUSTGT_CONFIG")]
     pub config: Option<PathBuf>,
 
-    /// Admin socket of the daemon [default: <data dir>/admin.sock].
+    /// Admin socket of the daemon [default: DATA_DIR/admin.sock].
     ///
     /// Beats `admin_socket` in the config file and RUSTGT_ADMIN_SOCKET;
     /// `rustgt admin` finds the daemon's socket the same way.

@@ -1,5 +1,5 @@
 //! What an operation in flight keeps alive until it completes: the store
-//! whose file or mapping it uses. Below [`crate::store`], so the submission
+//! whose file or mapping it uses. Below `crate::store`, so the submission
 //! types (`aio`, `uring`) need not name the store trait.
 
 /// Anything shared between threads; every [`crate::Backstore`] is one, so

@@ -4,7 +4,7 @@
 //!
 //! Each reactor thread has at most one ring, thread-local: [`start_thread`]
 //! creates it (when io_uring is [enabled](set_enabled) and the
-//! [probe](probe) passed) and returns an eventfd the kernel signals on
+//! [probe] passed) and returns an eventfd the kernel signals on
 //! every completion; the reactor waits on it and calls [`reap`], which runs
 //! each finished operation's callback on the reactor thread. [`stop_thread`]
 //! waits for every operation still in flight and runs their callbacks

@@ -8,7 +8,7 @@
 //!
 //! Guarantees:
 //! - a misspelt key is an error (`deny_unknown_fields` everywhere);
-//! - a [`Config`] returned by [`load`] has passed every semantic check below,
+//! - a [`Config`] returned by [`load()`] has passed every semantic check below,
 //!   so the daemon can build targets from it without re-validating;
 //! - every error names the key path (`targets[0].luns[1].block_size`) and
 //!   where the value came from: the file, the environment variable
@@ -24,8 +24,8 @@
 //! Layout: one file per table ([`admin`], [`iscsi`], [`limits`],
 //! [`reactor`], [`auth`], [`targets`], [`luns`], [`fault`]) holding its
 //! settings and their checks; [`values`] the typed values parsed when the
-//! configuration is read; [`load`] the merging of sources and attribution
-//! of problems; [`check`] the walk over a whole configuration; [`error`]
+//! configuration is read; [`load`](mod@load) the merging of sources and attribution
+//! of problems; [`check`](mod@check) the walk over a whole configuration; [`error`]
 //! the error types; [`top`] the top-level table; [`keypath`] key paths
 //! and the problem collector.
 

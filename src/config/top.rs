@@ -137,7 +137,7 @@ impl Config {
         self.data_dir.join(name)
     }
 
-    /// The configuration as TOML, loadable again with [`load`]. Secrets are
+    /// The configuration as TOML, loadable again with [`load`](super::load()). Secrets are
     /// included: the output is for a root-only config file.
     pub fn to_toml(&self) -> Result<String, ConfigError> {
         Ok(toml::to_string_pretty(self)?)
@@ -145,7 +145,7 @@ impl Config {
 }
 
 impl Default for Config {
-    /// What [`load`] returns with no file, no environment and no overrides.
+    /// What [`load`](super::load()) returns with no file, no environment and no overrides.
     fn default() -> Self {
         Self {
             data_dir: default_data_dir(),

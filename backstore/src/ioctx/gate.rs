@@ -158,7 +158,7 @@ impl TurnState {
     }
 }
 
-/// The turn-taking of one seeking device (see the [module docs](self)).
+/// The turn-taking of one seeking device (see the `gate` module docs).
 #[derive(Debug)]
 pub struct DeviceGate {
     key: String,

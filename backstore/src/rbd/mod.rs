@@ -20,13 +20,13 @@
 //! - the allocation map comes from `rbd_diff_iterate2` over the image;
 //! - an image whose exclusive lock is held by another client (-EROFS), or
 //!   a client fenced by a lock break (-ESHUTDOWN, -EBLOCKLISTED), gives
-//!   [`BackstoreError::Fenced`], which the SCSI core reports as an ALUA
+//!   [`BackstoreError::Fenced`](crate::BackstoreError::Fenced), which the SCSI core reports as an ALUA
 //!   state transition so that the initiator retries on another path:
 //!   never a silent success;
 //! - a resize made elsewhere (`rbd resize`) is seen through librbd's
 //!   update watch; the new size is read on a thread of the store's own,
 //!   the geometry changes and the callback set by
-//!   [`Backstore::watch_capacity`] tells the layer above.
+//!   [`Backstore::watch_capacity`](crate::Backstore::watch_capacity) tells the layer above.
 //!
 //! The connection is bounded in time: `client_mount_timeout` (connect) and
 //! the OSD and monitor operation timeouts are [`RbdOptions::op_timeout`],

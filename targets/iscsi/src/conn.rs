@@ -13,13 +13,13 @@
 //!
 //! Login, negotiation, sequence numbers, task and Data-Out sequencing are
 //! written once here; the transports differ only in framing and in how
-//! data moves, which the [`stream`] and [`rdma`] submodules hold (wire
+//! data moves, which the `stream` and `rdma` submodules hold (wire
 //! state only, behind one internal enum) and `tcp_ops` and `iser_ops`
 //! drive. This file holds the connection's state, the driver-facing API,
 //! the dispatcher and output; each job has its own submodule: `vet`
 //! (header checks), `window` (CmdSN window, StatSN, TTTs), `nop`, `scsi`
 //! (commands and Data-Out), `tmf`, `text`, `logout` and `login_phase`
-//! (the connection's side of [`crate::login`]). Nothing here blocks,
+//! (the connection's side of `crate::login`). Nothing here blocks,
 //! allocates beyond the negotiated limits, or panics on what a peer sends.
 
 mod ending;

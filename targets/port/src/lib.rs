@@ -7,10 +7,10 @@
 //! requests (verbs); everything else about a connection's life is here,
 //! once for both transports:
 //!
-//! - the [`Directory`] of targets and the protocol configuration, so a
+//! - the [`Directory`](rustgt_iscsi::Directory) of targets and the protocol configuration, so a
 //!   target added, changed or removed at run time reaches every portal of
 //!   every transport at once;
-//! - the one [`SessionTable`]: session reinstatement (RFC 7143 §6.3.5)
+//! - the one [`SessionTable`](rustgt_iscsi::SessionTable): session reinstatement (RFC 7143 §6.3.5)
 //!   sees the sessions of both transports and closes the old connection
 //!   whichever driver owns it;
 //! - the connection registry, one id space for both transports: each
@@ -27,7 +27,7 @@
 //! - the mapping of core [`Event`](rustgt_iscsi::Event)s to SCSI work
 //!   ([`PortConn::on_event`]): commands the LUN can finish without
 //!   blocking run to completion on the calling thread
-//!   ([`ScsiTarget::run_inline`]); the rest go to the LUN's
+//!   ([`ScsiTarget::run_inline`](rustgt_scsi::ScsiTarget::run_inline)); the rest go to the LUN's
 //!   workers, whose completions, like task-management results and control
 //!   requests, come back through [`PortConn::recv`];
 //! - task-management functions run on a small fixed pool of threads

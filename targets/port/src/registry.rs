@@ -133,7 +133,7 @@ impl Port {
     /// the caps, before the driver allocates anything for it. Admitted, it
     /// counts until the [`Admitted`] (which goes into [`ConnInfo`]) is
     /// dropped; refused, the driver closes it at once (the refusal is
-    /// logged here, at most once per [`REFUSAL_LOG_EVERY`]).
+    /// logged here, at most once per [`REFUSAL_LOG_EVERY`](crate::REFUSAL_LOG_EVERY)).
     pub fn admit(&self, peer: SocketAddr) -> Result<Admitted, Refusal> {
         self.admission.admit(peer)
     }
