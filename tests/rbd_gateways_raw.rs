@@ -28,6 +28,11 @@
 //!   block (librbd's own compare-and-write) and eight (the gateways' RADOS
 //!   lock): never both GOOD, the loser MISCOMPARE with the offset of the
 //!   winner's first changed byte, and the blocks hold the winner's data;
+//! - COMPARE AND WRITEs of eight blocks through A, each of the value it
+//!   just read, raced against a plain WRITE through B (rounds): the blocks
+//!   always hold one whole value, a value is replaced by at most one
+//!   COMPARE AND WRITE, and B's acknowledged WRITE is never overwritten
+//!   by a COMPARE AND WRITE that did not see it;
 //! - failover: a WRITE with FUA and a WRITE followed by SYNCHRONIZE CACHE,
 //!   acknowledged by A, read back through B after A got SIGKILL; B then
 //!   writes; A started again serves A's and B's data and can write.
@@ -685,6 +690,168 @@ fn on_ceph_caw_race_across_gateways_never_both_succeed() {
         }
         println!("{blocks} block(s): {CAW_ROUNDS} rounds, A won {wins_a}, B won {wins_b}");
     }
+    sa.logout();
+    sb.logout();
+}
+
+/// A value of the blocks in the CAW-versus-WRITE race: 16 bytes
+/// (who wrote it, round, sequence) repeated over every block, so a mix of
+/// two values, or of two halves of one command, shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Tag {
+    who: u8,
+    round: u32,
+    seq: u32,
+}
+
+impl Tag {
+    fn bytes(self, len: usize) -> Vec<u8> {
+        let mut unit = [0u8; 16];
+        unit[..3].copy_from_slice(b"RGT");
+        unit[3] = self.who;
+        unit[4..8].copy_from_slice(&self.round.to_be_bytes());
+        unit[8..12].copy_from_slice(&self.seq.to_be_bytes());
+        unit[12..16].copy_from_slice(&(self.round ^ self.seq ^ 0x5a5a_5a5a).to_be_bytes());
+        unit.iter().copied().cycle().take(len).collect()
+    }
+
+    /// The one value `data` holds whole; panics on a mix.
+    fn of(data: &[u8], what: &str) -> Tag {
+        let first = data
+            .get(..16)
+            .unwrap_or_else(|| panic!("{what}: short data"));
+        assert!(
+            data.chunks(16).all(|c| c == first),
+            "{what}: the blocks hold a mix of values: {:02x?}",
+            data.chunks(16)
+                .enumerate()
+                .filter(|(_, c)| *c != first)
+                .map(|(i, c)| (i * 16, c.to_vec()))
+                .take(4)
+                .collect::<Vec<_>>()
+        );
+        let tag = Tag {
+            who: first[3],
+            round: u32::from_be_bytes([first[4], first[5], first[6], first[7]]),
+            seq: u32::from_be_bytes([first[8], first[9], first[10], first[11]]),
+        };
+        assert!(
+            tag.bytes(16) == first,
+            "{what}: not a value of this test: {first:02x?}"
+        );
+        tag
+    }
+}
+
+/// Rounds of the CAW-versus-WRITE race, and A's COMPARE AND WRITEs per round.
+const FENCE_ROUNDS: u32 = 30;
+const FENCE_CAWS: u32 = 6;
+
+#[test]
+fn on_ceph_caw_through_one_gateway_is_atomic_against_writes_through_the_other() {
+    let image = Image::create("gwraw-fence", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut sa = login(&a, "iqn.2026-12.test:gw-fence-a", 1);
+    let mut sb = login(&b, "iqn.2026-12.test:gw-fence-b", 2);
+    // Eight blocks across the boundary of the image's first two 4 MiB
+    // objects (each command is then two RADOS writes): the gateways'
+    // read-compare-write, not librbd's one-sector compare-and-write.
+    let (lba, blocks) = (8192u64 - 4, 8u32);
+    let len = blocks as usize * BLOCK;
+    let mut current = Tag {
+        who: b'S',
+        round: 0,
+        seq: 0,
+    };
+    write(&mut sa, lba, &current.bytes(len), "the initial WRITE");
+    let (mut won, mut lost) = (0usize, 0usize);
+    for round in 0..FENCE_ROUNDS {
+        let start = Barrier::new(2);
+        let mine = Tag {
+            who: b'B',
+            round,
+            seq: 0,
+        };
+        let (cas, ()) = thread::scope(|scope| {
+            let ta = scope.spawn(|| {
+                start.wait();
+                // A: read the value, COMPARE AND WRITE it to a new one.
+                let mut cas = Vec::new();
+                for seq in 0..FENCE_CAWS {
+                    let what = format!("round {round}, CAW {seq} through A");
+                    let seen = Tag::of(&read(&mut sa, lba, blocks), &what);
+                    let next = Tag {
+                        who: b'A',
+                        round,
+                        seq,
+                    };
+                    let r = compare_and_write(&mut sa, lba, &seen.bytes(len), &next.bytes(len));
+                    match (r.status, r.sense_code()) {
+                        (GOOD, _) => cas.push((seen, next)),
+                        (CHECK_CONDITION, Some((MISCOMPARE, 0x1d, 0x00))) => {}
+                        _ => panic!("{what}: {r}"),
+                    }
+                }
+                cas
+            });
+            let tb = scope.spawn(|| {
+                start.wait();
+                // B: a few READs (a different place in A's sequence each
+                // round), then one plain WRITE.
+                for _ in 0..round % 4 {
+                    Tag::of(&read(&mut sb, lba, blocks), "a READ through B");
+                }
+                write(&mut sb, lba, &mine.bytes(len), "the WRITE through B");
+            });
+            (
+                ta.join().expect("session through A panicked"),
+                tb.join().expect("session through B panicked"),
+            )
+        });
+        let what = format!("round {round}");
+        let end = Tag::of(&read(&mut sa, lba, blocks), &format!("{what}: through A"));
+        assert_eq!(
+            Tag::of(&read(&mut sb, lba, blocks), &format!("{what}: through B")),
+            end,
+            "{what}: A and B read different data"
+        );
+        // Atomic COMPARE AND WRITEs replace only the value they saw, and
+        // values never repeat: each is replaced by at most one, each saw
+        // the round's first value, B's, or one an earlier one wrote.
+        let mut next = std::collections::HashMap::new();
+        for (seen, wrote) in &cas {
+            assert!(
+                *seen == current || *seen == mine || cas.iter().any(|(_, w)| w == seen),
+                "{what}: a COMPARE AND WRITE succeeded against {seen:?}, never written"
+            );
+            assert!(
+                next.insert(*seen, *wrote).is_none(),
+                "{what}: two COMPARE AND WRITEs both replaced {seen:?}: {cas:?}"
+            );
+        }
+        // B's acknowledged WRITE is never lost: after it, the blocks
+        // changed only by COMPARE AND WRITEs that saw it or their results.
+        let mut v = mine;
+        let mut steps = 0;
+        while let Some(w) = next.get(&v) {
+            v = *w;
+            steps += 1;
+            assert!(steps <= cas.len(), "{what}: a cycle in {cas:?}");
+        }
+        assert_eq!(
+            v, end,
+            "{what}: B's acknowledged WRITE {mine:?} was lost: the blocks went on \
+             to {end:?} through COMPARE AND WRITEs that never saw it ({cas:?})"
+        );
+        won += cas.len();
+        lost += FENCE_CAWS as usize - cas.len();
+        current = end;
+    }
+    println!(
+        "{FENCE_ROUNDS} rounds: {won} COMPARE AND WRITEs through A succeeded, {lost} \
+         miscompared against B's WRITE"
+    );
     sa.logout();
     sb.logout();
 }

@@ -21,6 +21,7 @@
 //! - a gateway does not hear its own events.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use crate::error::Result;
 
@@ -53,6 +54,10 @@ impl Debug for Exclusion {
 pub trait SharedState: Send + Sync + Debug {
     /// This gateway's target port group (its portal group tag).
     fn port_group(&self) -> u16;
+
+    /// The store's operation timeout: how long [`SharedState::announce`]
+    /// waits for an answer, and the lease of an [`Exclusion`].
+    fn timeout(&self) -> Duration;
 
     /// The record as stored now.
     fn load(&self) -> Result<Record>;

@@ -507,6 +507,10 @@ impl SharedState for Gateway {
         self.core.group
     }
 
+    fn timeout(&self) -> Duration {
+        self.core.timeout
+    }
+
     fn load(&self) -> Result<Record> {
         let c = &self.core;
         let mut size = 64 * 1024;

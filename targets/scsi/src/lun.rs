@@ -18,6 +18,7 @@ use rustgt_backstore::{Backstore, Geometry};
 
 use crate::cmd::{Command, Completion};
 use crate::copy_results::CopyResults;
+use crate::fence::Fences;
 use crate::lba_lock::LbaLocks;
 use crate::medium::Medium;
 use crate::pr::Reservations;
@@ -188,6 +189,8 @@ pub(crate) struct LogicalUnit {
     pub unmap_command: bool,
     /// LBA range locks taken by medium reads (shared) and writes (exclusive).
     pub lba_locks: LbaLocks,
+    /// Ranges other gateways fenced off ([`crate::fence`]).
+    pub fences: Fences,
     /// Persistent and SPC-2 reservations.
     pub pr: Reservations,
     /// The medium: present or ejected, removal prevention.
@@ -232,6 +235,7 @@ impl LogicalUnit {
             phys_exp: cfg.physical_block_exponent().unwrap_or(0),
             unmap_command: cfg.unmap_command,
             lba_locks: LbaLocks::default(),
+            fences: Fences::default(),
             pr: match cfg.backstore.shared_state() {
                 Some(sh) => Reservations::new_shared(sh),
                 None => Reservations::new(cfg.pr_state_path.clone()),
