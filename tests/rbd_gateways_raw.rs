@@ -22,6 +22,11 @@
 //!   fresh data directories (so the state is in the cluster, not in a
 //!   gateway's files); a PREEMPT through B removes A's registrant, who
 //!   gets REGISTRATIONS PREEMPTED;
+//! - an SPC-2 reservation (RESERVE(6)) through one gateway is enforced
+//!   through the other (for other initiators, and for the holder's
+//!   initiator on the other path, another I_T nexus); RELEASE through the
+//!   holder's gateway, a LOGICAL UNIT RESET through either, and the
+//!   holder's logout end it everywhere;
 //! - a LOGICAL UNIT RESET through one gateway gives every nexus of the
 //!   other a reset unit attention, in both directions;
 //! - COMPARE AND WRITE racing through A and B on the same blocks, one
@@ -515,6 +520,160 @@ fn on_ceph_preempt_through_one_gateway_reaches_the_registrant_on_the_other() {
     assert_eq!(read(&mut holder_a, PR_LBA, 1), vec![0xb2; BLOCK]);
     holder_a.logout();
     other_b.logout();
+}
+
+// ---------------------------------------------------------------------
+// SPC-2 RESERVE / RELEASE.
+
+const RESERVE_6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+const RELEASE_6: [u8; 6] = [0x17, 0, 0, 0, 0, 0];
+const TEST_UNIT_READY: [u8; 6] = [0x00, 0, 0, 0, 0, 0];
+
+/// Sends `cdb` (no data) and asserts its status.
+fn expect(s: &mut Session, cdb: &[u8], data: &[u8], status: u8, what: &str) {
+    let r = s.command(LUN, cdb, data, if cdb[0] == READ_16 { 512 } else { 0 });
+    assert_eq!(r.status, status, "{what}: {r}");
+}
+
+#[test]
+fn on_ceph_spc2_reservation_through_one_gateway_is_enforced_on_the_other() {
+    let image = Image::create("gwraw-spc2", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let x = "iqn.2026-12.test:gw-spc2-x";
+    let mut x_a = login(&a, x, 1);
+    // The same initiator through the other gateway: another I_T nexus.
+    let mut x_b = login(&b, x, 2);
+    let mut y_b = login(&b, "iqn.2026-12.test:gw-spc2-y", 3);
+    let lba = 64u64;
+    let data = pattern(0x61, 1);
+    let w = rw16(WRITE_16, lba, 1);
+    let r = rw16(READ_16, lba, 1);
+
+    expect(&mut x_a, &RESERVE_6, &[], GOOD, "RESERVE(6) through A");
+    // Enforced through B, on the very next command: every command but
+    // the ones that cannot disturb it conflicts (SPC-2 §5.5.1).
+    for (s, who) in [
+        (&mut y_b, "another initiator"),
+        (&mut x_b, "the holder's initiator on the other path"),
+    ] {
+        let what = format!("{who} through B while reserved through A");
+        expect(
+            s,
+            &w,
+            &data,
+            RESERVATION_CONFLICT,
+            &format!("WRITE(16), {what}"),
+        );
+        expect(
+            s,
+            &r,
+            &[],
+            RESERVATION_CONFLICT,
+            &format!("READ(16), {what}"),
+        );
+        expect(
+            s,
+            &TEST_UNIT_READY,
+            &[],
+            RESERVATION_CONFLICT,
+            &format!("TUR, {what}"),
+        );
+        expect(
+            s,
+            &RESERVE_6,
+            &[],
+            RESERVATION_CONFLICT,
+            &format!("RESERVE(6), {what}"),
+        );
+        inquiry(s, None);
+    }
+    write(&mut x_a, lba, &data, "WRITE(16) by the holder through A");
+    // Someone else's RELEASE has no effect (and is GOOD).
+    expect(
+        &mut y_b,
+        &RELEASE_6,
+        &[],
+        GOOD,
+        "RELEASE(6) by another initiator through B",
+    );
+    expect(
+        &mut y_b,
+        &w,
+        &data,
+        RESERVATION_CONFLICT,
+        "WRITE(16) through B after another's RELEASE",
+    );
+    // The holder's RELEASE through A lets B in at once.
+    expect(&mut x_a, &RELEASE_6, &[], GOOD, "RELEASE(6) through A");
+    write(
+        &mut y_b,
+        lba,
+        &data,
+        "WRITE(16) through B after the RELEASE through A",
+    );
+
+    // Reserved through B, enforced through A; a LOGICAL UNIT RESET
+    // through A releases it everywhere (SPC-2 §5.5.1).
+    expect(&mut y_b, &RESERVE_6, &[], GOOD, "RESERVE(6) through B");
+    expect(
+        &mut x_a,
+        &w,
+        &data,
+        RESERVATION_CONFLICT,
+        "WRITE(16) through A while reserved through B",
+    );
+    let (resp, replies) = x_a.task_mgmt(TmfCode::LOGICAL_UNIT_RESET, LUN, (0, 0));
+    assert_eq!(
+        resp,
+        TmfResult::COMPLETE,
+        "LOGICAL UNIT RESET through A: {replies:?}"
+    );
+    for s in [&mut x_a, &mut x_b, &mut y_b] {
+        s.clear_unit_attentions(LUN);
+    }
+    write(&mut x_a, lba, &data, "WRITE(16) through A after the reset");
+    write(
+        &mut x_b,
+        lba,
+        &data,
+        "WRITE(16) by x through B after the reset",
+    );
+    expect(
+        &mut x_b,
+        &RESERVE_6,
+        &[],
+        GOOD,
+        "RESERVE(6) by x through B after the reset",
+    );
+
+    // The holder's nexus ends (logout through B): the reservation ends
+    // on A too. Nexus loss is handled as the session closes, which may
+    // be just after the logout response: bounded retries (20 x 100 ms).
+    expect(
+        &mut x_a,
+        &w,
+        &data,
+        RESERVATION_CONFLICT,
+        "WRITE(16) through A while x holds it through B",
+    );
+    x_b.logout();
+    let mut last = None;
+    for _ in 0..20 {
+        let r = x_a.command(LUN, &w, &data, 0);
+        if r.status != RESERVATION_CONFLICT && !in_transition(&r) {
+            last = Some(r);
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let r = last.expect("the SPC-2 reservation outlived its nexus's logout on the other gateway");
+    assert_eq!(
+        r.status, GOOD,
+        "WRITE(16) through A after the holder logged out of B: {r}"
+    );
+    x_a.logout();
+    y_b.logout();
 }
 
 // ---------------------------------------------------------------------

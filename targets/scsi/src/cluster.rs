@@ -5,7 +5,9 @@
 //! - A logical unit reset (or target reset) on one gateway is a reset on
 //!   every gateway: tasks aborted, SPC-2 reservation released, mode
 //!   defaults restored, the reset unit attention for every nexus;
-//! - a PERSISTENT RESERVE OUT that changed the shared state makes every
+//! - a PERSISTENT RESERVE OUT, RESERVE or RELEASE (or the loss of the
+//!   nexus holding an SPC-2 reservation) that changed the shared state
+//!   makes every
 //!   other gateway re-read it before the command completes, establish the
 //!   unit attentions it owes to that gateway's nexuses and, for PREEMPT
 //!   AND ABORT, abort their tasks;
@@ -101,6 +103,15 @@ impl Event {
             } else {
                 Vec::new()
             },
+        }
+    }
+
+    /// The reservation state changed with no unit attention or abort to
+    /// pass on (SPC-2 RESERVE, RELEASE, nexus loss).
+    pub(crate) fn reservations_changed() -> Event {
+        Event::Reservations {
+            uas: Vec::new(),
+            abort: Vec::new(),
         }
     }
 

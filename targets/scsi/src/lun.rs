@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use rustgt_backstore::{Backstore, Geometry};
 
-use crate::cmd::{Command, Completion};
+use crate::cmd::{Command, Completion, Nexus};
 use crate::copy_results::CopyResults;
 use crate::fence::Fences;
 use crate::lba_lock::LbaLocks;
@@ -300,11 +300,14 @@ impl LogicalUnit {
         lock(&self.ua).establish_for(nexuses, asc, except);
     }
 
-    pub(crate) fn drop_nexus(&self, nexus: u64) {
-        lock(&self.ua).drop_nexus(nexus);
-        self.pr.nexus_lost(nexus);
-        self.medium.drop_nexus(nexus);
-        self.copies.drop_nexus(nexus);
+    /// Forgets what the unit kept for `nexus`; `true` when that changed
+    /// the reservation state other gateways share (announce it).
+    pub(crate) fn drop_nexus(&self, nexus: &Nexus) -> bool {
+        lock(&self.ua).drop_nexus(nexus.id);
+        let changed = self.pr.nexus_lost(nexus);
+        self.medium.drop_nexus(nexus.id);
+        self.copies.drop_nexus(nexus.id);
+        changed
     }
 
     /// Puts a command on the task set, or says why not.
