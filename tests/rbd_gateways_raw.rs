@@ -37,7 +37,9 @@
 //!   just read, raced against a plain WRITE through B (rounds): the blocks
 //!   always hold one whole value, a value is replaced by at most one
 //!   COMPARE AND WRITE, and B's acknowledged WRITE is never overwritten
-//!   by a COMPARE AND WRITE that did not see it;
+//!   by a COMPARE AND WRITE that did not see it; with B killed, such a
+//!   COMPARE AND WRITE through A still completes (after waiting for B's
+//!   answer, with the exclusion renewed) and still compares;
 //! - failover: a WRITE with FUA and a WRITE followed by SYNCHRONIZE CACHE,
 //!   acknowledged by A, read back through B after A got SIGKILL; B then
 //!   writes; A started again serves A's and B's data and can write.
@@ -1013,6 +1015,87 @@ fn on_ceph_caw_through_one_gateway_is_atomic_against_writes_through_the_other() 
     );
     sa.logout();
     sb.logout();
+}
+
+/// Gateway `tpgt` of a pair on `image` with an operation timeout of
+/// `secs` seconds (the [`gateway`] configuration otherwise).
+fn gateway_with_timeout(image: &Image, tpgt: u16, secs: u64) -> Daemon {
+    let toml = format!(
+        "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
+         port_groups = [1, 2]\n\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
+         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n\
+         op_timeout_secs = {secs}\n",
+        image.name,
+        ceph::ceph_conf()
+    );
+    let d = Daemon::start_with_config(&toml, 1);
+    assert!(
+        d.stderr().contains("rbd gateway mode"),
+        "gateway {tpgt} is not in gateway mode: {}",
+        d.stderr_tail(20)
+    );
+    d
+}
+
+/// Kills `d` with SIGKILL and waits (bounded) until it is gone.
+fn kill(d: &Daemon, what: &str) {
+    let pid = libc::pid_t::try_from(d.pid().expect("the gateway runs")).expect("pid fits");
+    // SAFETY: kill(2) has no memory effects; the pid is a gateway this
+    // test started and which has not been reaped (pid() just polled).
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.pid().is_some() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(d.pid().is_none(), "{what} still runs after SIGKILL");
+}
+
+#[test]
+fn on_ceph_caw_goes_on_when_the_other_gateway_died() {
+    // A dead gateway answers no fence until its watch expires: the
+    // COMPARE AND WRITE waits the operation timeout (2 s) for it, renews
+    // the gateways' exclusion (whose lease that wait used up) and goes on.
+    let image = Image::create("gwraw-fence-dead", 64);
+    let a = gateway_with_timeout(&image, 1, 2);
+    let b = gateway_with_timeout(&image, 2, 2);
+    let mut sa = login(&a, "iqn.2026-12.test:gw-fence-dead", 1);
+    let (lba, blocks) = (8192u64 - 4, 8usize);
+    let old = pattern(0x21, blocks);
+    let new = pattern(0x42, blocks);
+    write(&mut sa, lba, &old, "the initial WRITE");
+    kill(&b, "gateway B");
+    drop(b);
+    let r = compare_and_write(&mut sa, lba, &old, &new);
+    assert_eq!(
+        r.status,
+        GOOD,
+        "COMPARE AND WRITE with B dead: {r}\n{}",
+        a.stderr_tail(20)
+    );
+    assert!(
+        read(&mut sa, lba, 8) == new,
+        "the blocks after the COMPARE AND WRITE"
+    );
+    let r = compare_and_write(&mut sa, lba, &old, &pattern(0x63, blocks));
+    assert_miscompare(
+        &r,
+        0,
+        "a second COMPARE AND WRITE of the old data with B dead",
+    );
+    assert!(
+        read(&mut sa, lba, 8) == new,
+        "the blocks after the miscompare"
+    );
+    assert!(
+        a.stderr()
+            .contains("did not answer a COMPARE AND WRITE fence"),
+        "A did not wait for the dead B: {}",
+        a.stderr_tail(20)
+    );
+    sa.logout();
 }
 
 // ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use rustgt_backstore::shared::SharedState;
+use rustgt_backstore::shared::{Exclusion, SharedState};
 
 use crate::fence::Added;
 use crate::lun::LogicalUnit;
@@ -325,11 +325,19 @@ pub(crate) struct FenceGuard {
 }
 
 /// Fences `blocks` blocks from `lba` off on every other gateway of `lu`
-/// (nothing when the unit has none); returns once each gateway that is
-/// alive holds it. A gateway that does not answer within the store's
-/// timeout is taken for dead (its client can no longer write: librbd
-/// breaks a dead client's lock and blocklists it).
-pub(crate) fn fence(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<Option<FenceGuard>, Sense> {
+/// (nothing when the unit has none; `exclusion` is the gateways'
+/// exclusion the caller holds); returns once each gateway that is alive
+/// holds it. A gateway that does not answer within the store's timeout is
+/// taken for dead (its client can no longer write: librbd breaks a dead
+/// client's lock and blocklists it); waiting that long may have outlived
+/// the exclusion's lease, so the exclusion is then renewed, and the
+/// command fails (retryable) if another gateway took it meanwhile.
+pub(crate) fn fence(
+    lu: &LogicalUnit,
+    exclusion: Option<&Exclusion>,
+    lba: u64,
+    blocks: u64,
+) -> Result<Option<FenceGuard>, Sense> {
     let Some(shared) = lu.backstore.shared_state() else {
         return Ok(None);
     };
@@ -346,18 +354,22 @@ pub(crate) fn fence(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<Option<Fe
         lease: shared.timeout(),
     };
     let missing = shared.announce(&event.encode())?;
+    let guard = FenceGuard {
+        shared,
+        token,
+        lun: lu.lun,
+    };
     if missing > 0 {
         tracing::warn!(
             lun = lu.lun,
             missing,
             "gateways did not answer a COMPARE AND WRITE fence in time; going on without them"
         );
+        if let Some(ex) = exclusion {
+            ex.renew()?;
+        }
     }
-    Ok(Some(FenceGuard {
-        shared,
-        token,
-        lun: lu.lun,
-    }))
+    Ok(Some(guard))
 }
 
 impl Drop for FenceGuard {

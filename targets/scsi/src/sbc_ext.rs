@@ -104,9 +104,9 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     }
     // Other gateways' COMPARE AND WRITEs wait meanwhile; then the range
     // here, then on every other gateway.
-    let _gateways = exclude_gateways(lu)?;
+    let gateways = exclude_gateways(lu)?;
     let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
-    let _fence = crate::cluster::fence(lu, ext.lba, ext.blocks)?;
+    let _fence = crate::cluster::fence(lu, gateways.as_ref(), ext.lba, ext.blocks)?;
     let medium = read_medium(lu, offset, bytes, ctx.hint)?;
     if let Some(at) = first_difference(&medium, verify) {
         return Err(miscompare(at));
@@ -128,9 +128,9 @@ pub(crate) fn orwrite(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let data = whole_blocks(&ctx.cmd.data_out, bytes, bs);
     if !data.is_empty() {
         let blocks = data.len() as u64 / bs;
-        let _gateways = exclude_gateways(lu)?;
+        let gateways = exclude_gateways(lu)?;
         let _range = lu.lba_locks.exclusive(ext.lba, blocks)?;
-        let _fence = crate::cluster::fence(lu, ext.lba, blocks)?;
+        let _fence = crate::cluster::fence(lu, gateways.as_ref(), ext.lba, blocks)?;
         let mut medium = read_medium(lu, offset, data.len() as u64, ctx.hint)?;
         for (m, d) in medium.iter_mut().zip(data) {
             *m |= d;
