@@ -64,7 +64,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ceph::{gateway, Image};
+use ceph::{gateway, gateway_with, Image};
 use common::{Daemon, DEFAULT_IQN};
 use initiator::{
     rw16, CmdResult, Session, CHECK_CONDITION, GOOD, MISCOMPARE, READ_16, RESERVATION_CONFLICT,
@@ -1017,27 +1017,6 @@ fn on_ceph_caw_through_one_gateway_is_atomic_against_writes_through_the_other() 
     sb.logout();
 }
 
-/// Gateway `tpgt` of a pair on `image` with an operation timeout of
-/// `secs` seconds (the [`gateway`] configuration otherwise).
-fn gateway_with_timeout(image: &Image, tpgt: u16, secs: u64) -> Daemon {
-    let toml = format!(
-        "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
-         port_groups = [1, 2]\n\n\
-         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
-         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n\
-         op_timeout_secs = {secs}\n",
-        image.name,
-        ceph::ceph_conf()
-    );
-    let d = Daemon::start_with_config(&toml, 1);
-    assert!(
-        d.stderr().contains("rbd gateway mode"),
-        "gateway {tpgt} is not in gateway mode: {}",
-        d.stderr_tail(20)
-    );
-    d
-}
-
 /// Kills `d` with SIGKILL and waits (bounded) until it is gone.
 fn kill(d: &Daemon, what: &str) {
     let pid = libc::pid_t::try_from(d.pid().expect("the gateway runs")).expect("pid fits");
@@ -1059,8 +1038,8 @@ fn on_ceph_caw_goes_on_when_the_other_gateway_died() {
     // COMPARE AND WRITE waits the operation timeout (2 s) for it, renews
     // the gateways' exclusion (whose lease that wait used up) and goes on.
     let image = Image::create("gwraw-fence-dead", 64);
-    let a = gateway_with_timeout(&image, 1, 2);
-    let b = gateway_with_timeout(&image, 2, 2);
+    let a = gateway_with(&image, 1, "op_timeout_secs = 2\n");
+    let b = gateway_with(&image, 2, "op_timeout_secs = 2\n");
     let mut sa = login(&a, "iqn.2026-12.test:gw-fence-dead", 1);
     let (lba, blocks) = (8192u64 - 4, 8usize);
     let old = pattern(0x21, blocks);
