@@ -13,6 +13,10 @@
 //!   each GOOD or MISCOMPARE);
 //! - the persistent reservation suites pass with registrations made
 //!   through one gateway and access checked through the other;
+//! - the CompareAndWrite, OrWrite and Reserve6 suites pass with the other
+//!   gateway serving the same image (multi-block COMPARE AND WRITE and
+//!   ORWRITE fence their blocks off on it; Reserve6.2Initiators reserves
+//!   through one gateway and is refused through the other);
 //! - REPORT TARGET PORT GROUPS on either gateway lists both groups, the
 //!   group of the gateway that wrote last active/optimized and the other
 //!   active/non-optimized.
@@ -105,6 +109,30 @@ fn on_ceph_two_gateways_share_persistent_reservations() {
             "ProutReserve.OwnershipWE",
             "ProutPreempt.RemoveRegistration",
             "PrinReadKeys.Simple",
+        ],
+    );
+}
+
+#[test]
+fn on_ceph_two_gateways_pass_libiscsi_caw_orwrite_and_reserve6() {
+    // COMPARE AND WRITE of more than one block and ORWRITE fence their
+    // blocks off on the other gateway; RESERVE(6) is enforced there.
+    // CompareAndWrite.InvalidDataOutSize is left out: it needs at least
+    // two logical blocks per physical block, and skips on this LUN.
+    let image = Image::create("gw-caw-r6", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    suites_pass(
+        &a,
+        &b,
+        "ALL.CompareAndWrite.Simple,ALL.CompareAndWrite.DpoFua,ALL.CompareAndWrite.Miscompare,\
+         ALL.CompareAndWrite.Unwritten,ALL.OrWrite,ALL.Reserve6",
+        &[
+            "CompareAndWrite.Simple",
+            "CompareAndWrite.Miscompare",
+            "OrWrite.Simple",
+            "Reserve6.2Initiators",
+            "Reserve6.LUNReset",
         ],
     );
 }

@@ -22,12 +22,24 @@
 //!   fresh data directories (so the state is in the cluster, not in a
 //!   gateway's files); a PREEMPT through B removes A's registrant, who
 //!   gets REGISTRATIONS PREEMPTED;
+//! - an SPC-2 reservation (RESERVE(6)) through one gateway is enforced
+//!   through the other (for other initiators, and for the holder's
+//!   initiator on the other path, another I_T nexus); RELEASE through the
+//!   holder's gateway, a LOGICAL UNIT RESET through either, and the
+//!   holder's logout end it everywhere;
 //! - a LOGICAL UNIT RESET through one gateway gives every nexus of the
 //!   other a reset unit attention, in both directions;
 //! - COMPARE AND WRITE racing through A and B on the same blocks, one
 //!   block (librbd's own compare-and-write) and eight (the gateways' RADOS
 //!   lock): never both GOOD, the loser MISCOMPARE with the offset of the
 //!   winner's first changed byte, and the blocks hold the winner's data;
+//! - COMPARE AND WRITEs of eight blocks through A, each of the value it
+//!   just read, raced against a plain WRITE through B (rounds): the blocks
+//!   always hold one whole value, a value is replaced by at most one
+//!   COMPARE AND WRITE, and B's acknowledged WRITE is never overwritten
+//!   by a COMPARE AND WRITE that did not see it; with B killed, such a
+//!   COMPARE AND WRITE through A still completes (after waiting for B's
+//!   answer, with the exclusion renewed) and still compares;
 //! - failover: a WRITE with FUA and a WRITE followed by SYNCHRONIZE CACHE,
 //!   acknowledged by A, read back through B after A got SIGKILL; B then
 //!   writes; A started again serves A's and B's data and can write.
@@ -52,7 +64,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ceph::{gateway, Image};
+use ceph::{gateway, gateway_with, Image};
 use common::{Daemon, DEFAULT_IQN};
 use initiator::{
     rw16, CmdResult, Session, CHECK_CONDITION, GOOD, MISCOMPARE, READ_16, RESERVATION_CONFLICT,
@@ -513,6 +525,160 @@ fn on_ceph_preempt_through_one_gateway_reaches_the_registrant_on_the_other() {
 }
 
 // ---------------------------------------------------------------------
+// SPC-2 RESERVE / RELEASE.
+
+const RESERVE_6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+const RELEASE_6: [u8; 6] = [0x17, 0, 0, 0, 0, 0];
+const TEST_UNIT_READY: [u8; 6] = [0x00, 0, 0, 0, 0, 0];
+
+/// Sends `cdb` (no data) and asserts its status.
+fn expect(s: &mut Session, cdb: &[u8], data: &[u8], status: u8, what: &str) {
+    let r = s.command(LUN, cdb, data, if cdb[0] == READ_16 { 512 } else { 0 });
+    assert_eq!(r.status, status, "{what}: {r}");
+}
+
+#[test]
+fn on_ceph_spc2_reservation_through_one_gateway_is_enforced_on_the_other() {
+    let image = Image::create("gwraw-spc2", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let x = "iqn.2026-12.test:gw-spc2-x";
+    let mut x_a = login(&a, x, 1);
+    // The same initiator through the other gateway: another I_T nexus.
+    let mut x_b = login(&b, x, 2);
+    let mut y_b = login(&b, "iqn.2026-12.test:gw-spc2-y", 3);
+    let lba = 64u64;
+    let data = pattern(0x61, 1);
+    let w = rw16(WRITE_16, lba, 1);
+    let r = rw16(READ_16, lba, 1);
+
+    expect(&mut x_a, &RESERVE_6, &[], GOOD, "RESERVE(6) through A");
+    // Enforced through B, on the very next command: every command but
+    // the ones that cannot disturb it conflicts (SPC-2 §5.5.1).
+    for (s, who) in [
+        (&mut y_b, "another initiator"),
+        (&mut x_b, "the holder's initiator on the other path"),
+    ] {
+        let what = format!("{who} through B while reserved through A");
+        expect(
+            s,
+            &w,
+            &data,
+            RESERVATION_CONFLICT,
+            &format!("WRITE(16), {what}"),
+        );
+        expect(
+            s,
+            &r,
+            &[],
+            RESERVATION_CONFLICT,
+            &format!("READ(16), {what}"),
+        );
+        expect(
+            s,
+            &TEST_UNIT_READY,
+            &[],
+            RESERVATION_CONFLICT,
+            &format!("TUR, {what}"),
+        );
+        expect(
+            s,
+            &RESERVE_6,
+            &[],
+            RESERVATION_CONFLICT,
+            &format!("RESERVE(6), {what}"),
+        );
+        inquiry(s, None);
+    }
+    write(&mut x_a, lba, &data, "WRITE(16) by the holder through A");
+    // Someone else's RELEASE has no effect (and is GOOD).
+    expect(
+        &mut y_b,
+        &RELEASE_6,
+        &[],
+        GOOD,
+        "RELEASE(6) by another initiator through B",
+    );
+    expect(
+        &mut y_b,
+        &w,
+        &data,
+        RESERVATION_CONFLICT,
+        "WRITE(16) through B after another's RELEASE",
+    );
+    // The holder's RELEASE through A lets B in at once.
+    expect(&mut x_a, &RELEASE_6, &[], GOOD, "RELEASE(6) through A");
+    write(
+        &mut y_b,
+        lba,
+        &data,
+        "WRITE(16) through B after the RELEASE through A",
+    );
+
+    // Reserved through B, enforced through A; a LOGICAL UNIT RESET
+    // through A releases it everywhere (SPC-2 §5.5.1).
+    expect(&mut y_b, &RESERVE_6, &[], GOOD, "RESERVE(6) through B");
+    expect(
+        &mut x_a,
+        &w,
+        &data,
+        RESERVATION_CONFLICT,
+        "WRITE(16) through A while reserved through B",
+    );
+    let (resp, replies) = x_a.task_mgmt(TmfCode::LOGICAL_UNIT_RESET, LUN, (0, 0));
+    assert_eq!(
+        resp,
+        TmfResult::COMPLETE,
+        "LOGICAL UNIT RESET through A: {replies:?}"
+    );
+    for s in [&mut x_a, &mut x_b, &mut y_b] {
+        s.clear_unit_attentions(LUN);
+    }
+    write(&mut x_a, lba, &data, "WRITE(16) through A after the reset");
+    write(
+        &mut x_b,
+        lba,
+        &data,
+        "WRITE(16) by x through B after the reset",
+    );
+    expect(
+        &mut x_b,
+        &RESERVE_6,
+        &[],
+        GOOD,
+        "RESERVE(6) by x through B after the reset",
+    );
+
+    // The holder's nexus ends (logout through B): the reservation ends
+    // on A too. Nexus loss is handled as the session closes, which may
+    // be just after the logout response: bounded retries (20 x 100 ms).
+    expect(
+        &mut x_a,
+        &w,
+        &data,
+        RESERVATION_CONFLICT,
+        "WRITE(16) through A while x holds it through B",
+    );
+    x_b.logout();
+    let mut last = None;
+    for _ in 0..20 {
+        let r = x_a.command(LUN, &w, &data, 0);
+        if r.status != RESERVATION_CONFLICT && !in_transition(&r) {
+            last = Some(r);
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let r = last.expect("the SPC-2 reservation outlived its nexus's logout on the other gateway");
+    assert_eq!(
+        r.status, GOOD,
+        "WRITE(16) through A after the holder logged out of B: {r}"
+    );
+    x_a.logout();
+    y_b.logout();
+}
+
+// ---------------------------------------------------------------------
 // Resets.
 
 #[test]
@@ -687,6 +853,228 @@ fn on_ceph_caw_race_across_gateways_never_both_succeed() {
     }
     sa.logout();
     sb.logout();
+}
+
+/// A value of the blocks in the CAW-versus-WRITE race: 16 bytes
+/// (who wrote it, round, sequence) repeated over every block, so a mix of
+/// two values, or of two halves of one command, shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Tag {
+    who: u8,
+    round: u32,
+    seq: u32,
+}
+
+impl Tag {
+    fn bytes(self, len: usize) -> Vec<u8> {
+        let mut unit = [0u8; 16];
+        unit[..3].copy_from_slice(b"RGT");
+        unit[3] = self.who;
+        unit[4..8].copy_from_slice(&self.round.to_be_bytes());
+        unit[8..12].copy_from_slice(&self.seq.to_be_bytes());
+        unit[12..16].copy_from_slice(&(self.round ^ self.seq ^ 0x5a5a_5a5a).to_be_bytes());
+        unit.iter().copied().cycle().take(len).collect()
+    }
+
+    /// The one value `data` holds whole; panics on a mix.
+    fn of(data: &[u8], what: &str) -> Tag {
+        let first = data
+            .get(..16)
+            .unwrap_or_else(|| panic!("{what}: short data"));
+        assert!(
+            data.chunks(16).all(|c| c == first),
+            "{what}: the blocks hold a mix of values: {:02x?}",
+            data.chunks(16)
+                .enumerate()
+                .filter(|(_, c)| *c != first)
+                .map(|(i, c)| (i * 16, c.to_vec()))
+                .take(4)
+                .collect::<Vec<_>>()
+        );
+        let tag = Tag {
+            who: first[3],
+            round: u32::from_be_bytes([first[4], first[5], first[6], first[7]]),
+            seq: u32::from_be_bytes([first[8], first[9], first[10], first[11]]),
+        };
+        assert!(
+            tag.bytes(16) == first,
+            "{what}: not a value of this test: {first:02x?}"
+        );
+        tag
+    }
+}
+
+/// Rounds of the CAW-versus-WRITE race, and A's COMPARE AND WRITEs per round.
+const FENCE_ROUNDS: u32 = 30;
+const FENCE_CAWS: u32 = 6;
+
+#[test]
+fn on_ceph_caw_through_one_gateway_is_atomic_against_writes_through_the_other() {
+    let image = Image::create("gwraw-fence", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let mut sa = login(&a, "iqn.2026-12.test:gw-fence-a", 1);
+    let mut sb = login(&b, "iqn.2026-12.test:gw-fence-b", 2);
+    // Eight blocks across the boundary of the image's first two 4 MiB
+    // objects (each command is then two RADOS writes): the gateways'
+    // read-compare-write, not librbd's one-sector compare-and-write.
+    let (lba, blocks) = (8192u64 - 4, 8u32);
+    let len = blocks as usize * BLOCK;
+    let mut current = Tag {
+        who: b'S',
+        round: 0,
+        seq: 0,
+    };
+    write(&mut sa, lba, &current.bytes(len), "the initial WRITE");
+    let (mut won, mut lost) = (0usize, 0usize);
+    for round in 0..FENCE_ROUNDS {
+        let start = Barrier::new(2);
+        let mine = Tag {
+            who: b'B',
+            round,
+            seq: 0,
+        };
+        let (cas, ()) = thread::scope(|scope| {
+            let ta = scope.spawn(|| {
+                start.wait();
+                // A: read the value, COMPARE AND WRITE it to a new one.
+                let mut cas = Vec::new();
+                for seq in 0..FENCE_CAWS {
+                    let what = format!("round {round}, CAW {seq} through A");
+                    let seen = Tag::of(&read(&mut sa, lba, blocks), &what);
+                    let next = Tag {
+                        who: b'A',
+                        round,
+                        seq,
+                    };
+                    let r = compare_and_write(&mut sa, lba, &seen.bytes(len), &next.bytes(len));
+                    match (r.status, r.sense_code()) {
+                        (GOOD, _) => cas.push((seen, next)),
+                        (CHECK_CONDITION, Some((MISCOMPARE, 0x1d, 0x00))) => {}
+                        _ => panic!("{what}: {r}"),
+                    }
+                }
+                cas
+            });
+            let tb = scope.spawn(|| {
+                start.wait();
+                // B: a few READs (a different place in A's sequence each
+                // round), then one plain WRITE.
+                for _ in 0..round % 4 {
+                    Tag::of(&read(&mut sb, lba, blocks), "a READ through B");
+                }
+                write(&mut sb, lba, &mine.bytes(len), "the WRITE through B");
+            });
+            (
+                ta.join().expect("session through A panicked"),
+                tb.join().expect("session through B panicked"),
+            )
+        });
+        let what = format!("round {round}");
+        let end = Tag::of(&read(&mut sa, lba, blocks), &format!("{what}: through A"));
+        assert_eq!(
+            Tag::of(&read(&mut sb, lba, blocks), &format!("{what}: through B")),
+            end,
+            "{what}: A and B read different data"
+        );
+        // Atomic COMPARE AND WRITEs replace only the value they saw, and
+        // values never repeat: each is replaced by at most one, each saw
+        // the round's first value, B's, or one an earlier one wrote.
+        let mut next = std::collections::HashMap::new();
+        for (seen, wrote) in &cas {
+            assert!(
+                *seen == current || *seen == mine || cas.iter().any(|(_, w)| w == seen),
+                "{what}: a COMPARE AND WRITE succeeded against {seen:?}, never written"
+            );
+            assert!(
+                next.insert(*seen, *wrote).is_none(),
+                "{what}: two COMPARE AND WRITEs both replaced {seen:?}: {cas:?}"
+            );
+        }
+        // B's acknowledged WRITE is never lost: after it, the blocks
+        // changed only by COMPARE AND WRITEs that saw it or their results.
+        let mut v = mine;
+        let mut steps = 0;
+        while let Some(w) = next.get(&v) {
+            v = *w;
+            steps += 1;
+            assert!(steps <= cas.len(), "{what}: a cycle in {cas:?}");
+        }
+        assert_eq!(
+            v, end,
+            "{what}: B's acknowledged WRITE {mine:?} was lost: the blocks went on \
+             to {end:?} through COMPARE AND WRITEs that never saw it ({cas:?})"
+        );
+        won += cas.len();
+        lost += FENCE_CAWS as usize - cas.len();
+        current = end;
+    }
+    println!(
+        "{FENCE_ROUNDS} rounds: {won} COMPARE AND WRITEs through A succeeded, {lost} \
+         miscompared against B's WRITE"
+    );
+    sa.logout();
+    sb.logout();
+}
+
+/// Kills `d` with SIGKILL and waits (bounded) until it is gone.
+fn kill(d: &Daemon, what: &str) {
+    let pid = libc::pid_t::try_from(d.pid().expect("the gateway runs")).expect("pid fits");
+    // SAFETY: kill(2) has no memory effects; the pid is a gateway this
+    // test started and which has not been reaped (pid() just polled).
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.pid().is_some() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(d.pid().is_none(), "{what} still runs after SIGKILL");
+}
+
+#[test]
+fn on_ceph_caw_goes_on_when_the_other_gateway_died() {
+    // A dead gateway answers no fence until its watch expires: the
+    // COMPARE AND WRITE waits the operation timeout (2 s) for it, renews
+    // the gateways' exclusion (whose lease that wait used up) and goes on.
+    let image = Image::create("gwraw-fence-dead", 64);
+    let a = gateway_with(&image, 1, "op_timeout_secs = 2\n");
+    let b = gateway_with(&image, 2, "op_timeout_secs = 2\n");
+    let mut sa = login(&a, "iqn.2026-12.test:gw-fence-dead", 1);
+    let (lba, blocks) = (8192u64 - 4, 8usize);
+    let old = pattern(0x21, blocks);
+    let new = pattern(0x42, blocks);
+    write(&mut sa, lba, &old, "the initial WRITE");
+    kill(&b, "gateway B");
+    drop(b);
+    let r = compare_and_write(&mut sa, lba, &old, &new);
+    assert_eq!(
+        r.status,
+        GOOD,
+        "COMPARE AND WRITE with B dead: {r}\n{}",
+        a.stderr_tail(20)
+    );
+    assert!(
+        read(&mut sa, lba, 8) == new,
+        "the blocks after the COMPARE AND WRITE"
+    );
+    let r = compare_and_write(&mut sa, lba, &old, &pattern(0x63, blocks));
+    assert_miscompare(
+        &r,
+        0,
+        "a second COMPARE AND WRITE of the old data with B dead",
+    );
+    assert!(
+        read(&mut sa, lba, 8) == new,
+        "the blocks after the miscompare"
+    );
+    assert!(
+        a.stderr()
+            .contains("did not answer a COMPARE AND WRITE fence"),
+        "A did not wait for the dead B: {}",
+        a.stderr_tail(20)
+    );
+    sa.logout();
 }
 
 // ---------------------------------------------------------------------

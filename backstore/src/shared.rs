@@ -21,6 +21,7 @@
 //! - a gateway does not hear its own events.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use crate::error::Result;
 
@@ -39,9 +40,24 @@ pub struct Record {
 /// for it.
 pub type EventHook = Box<dyn Fn(&[u8]) + Send + Sync>;
 
+/// The store's hold on an [`Exclusion`]; dropping it ends the exclusion.
+pub trait ExclusionHold: Send {
+    /// Extends the exclusion to a full lease from now: it is still held,
+    /// or nobody took it since its lease ended (then it is taken again).
+    /// Fails when another gateway holds it now.
+    fn renew(&self) -> Result<()>;
+}
+
 /// Held while other gateways' read-modify-write sequences are excluded;
 /// dropping it ends the exclusion.
-pub struct Exclusion(pub Box<dyn Send>);
+pub struct Exclusion(pub Box<dyn ExclusionHold>);
+
+impl Exclusion {
+    /// See [`ExclusionHold::renew`].
+    pub fn renew(&self) -> Result<()> {
+        self.0.renew()
+    }
+}
 
 impl Debug for Exclusion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,6 +69,10 @@ impl Debug for Exclusion {
 pub trait SharedState: Send + Sync + Debug {
     /// This gateway's target port group (its portal group tag).
     fn port_group(&self) -> u16;
+
+    /// The store's operation timeout: how long [`SharedState::announce`]
+    /// waits for an answer, and the lease of an [`Exclusion`].
+    fn timeout(&self) -> Duration;
 
     /// The record as stored now.
     fn load(&self) -> Result<Record>;

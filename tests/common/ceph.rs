@@ -77,15 +77,29 @@ impl Drop for Image {
 /// Gateway `tpgt` (1 = A, 2 = B) of a pair on `image` (`port_groups =
 /// [1, 2]`), on a fresh data directory; asserts it runs in gateway mode.
 pub fn gateway(image: &Image, tpgt: u16) -> Daemon {
+    gateway_with(image, tpgt, "")
+}
+
+/// [`gateway`] with `rbd_extra` (TOML lines) added to its
+/// `[targets.luns.rbd]` table.
+pub fn gateway_with(image: &Image, tpgt: u16, rbd_extra: &str) -> Daemon {
     let toml = format!(
         "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
          port_groups = [1, 2]\n\n\
          [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
-         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n",
+         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n{rbd_extra}",
         image.name,
         ceph_conf()
     );
     let d = Daemon::start_with_config(&toml, 1);
+    // The daemon logs it before it says it listens, but on stderr, which
+    // another thread of the test collects: wait for that thread (bounded:
+    // 500 x 20 ms), not for the daemon.
+    let mut tries = 0;
+    while !d.stderr().contains("rbd gateway mode") && tries < 500 {
+        std::thread::sleep(Duration::from_millis(20));
+        tries += 1;
+    }
     assert!(
         d.stderr().contains("rbd gateway mode"),
         "gateway {tpgt} is not in gateway mode: {}",

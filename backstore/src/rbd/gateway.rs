@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use rados_sys as rados;
 use rbd_sys as rbd;
 
-use crate::shared::{EventHook, Exclusion, Record, SharedState};
+use crate::shared::{EventHook, Exclusion, ExclusionHold, Record, SharedState};
 use crate::{error::BackstoreError, error::Result};
 
 /// Largest record accepted back from the object (persistent reservation
@@ -280,6 +280,28 @@ impl Core {
         Ok((others, nr_timeouts))
     }
 
+    /// `rados_lock_exclusive` of the exclusion's lock with `cookie`, a
+    /// lease of the operation timeout and `flags`.
+    fn lock_exclusion(&self, cookie: &CStr, flags: u8) -> c_int {
+        let mut tv = rados::timeval {
+            tv_sec: libc::time_t::try_from(self.timeout.as_secs().max(1)).unwrap_or(30),
+            tv_usec: 0,
+        };
+        // SAFETY: a live context; NUL-terminated strings and `tv` outlive
+        // the call.
+        unsafe {
+            rados::rados_lock_exclusive(
+                self.ioctx,
+                self.oid.as_ptr(),
+                LOCK_NAME.as_ptr(),
+                cookie.as_ptr(),
+                c"COMPARE AND WRITE".as_ptr(),
+                &mut tv,
+                flags,
+            )
+        }
+    }
+
     fn xattr_name(group: u16) -> CString {
         CString::new(format!("gw.{group}")).unwrap_or_default()
     }
@@ -484,6 +506,23 @@ struct Held {
     cookie: CString,
 }
 
+impl ExclusionHold for Held {
+    fn renew(&self) -> Result<()> {
+        let flags = u8::try_from(rados::LIBRADOS_LOCK_FLAG_MAY_RENEW).unwrap_or(1);
+        let r = self.core.lock_exclusion(&self.cookie, flags);
+        if r == -libc::EBUSY || r == -libc::EEXIST {
+            return Err(BackstoreError::Fenced(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "rbd gateway: the exclusion's lease ended and another gateway holds it",
+            )));
+        }
+        if r < 0 {
+            return Err(rados_error("renewing the exclusion", i64::from(r)));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         // SAFETY: a live context; the lock was taken with this cookie.
@@ -505,6 +544,10 @@ impl Drop for Held {
 impl SharedState for Gateway {
     fn port_group(&self) -> u16 {
         self.core.group
+    }
+
+    fn timeout(&self) -> Duration {
+        self.core.timeout
     }
 
     fn load(&self) -> Result<Record> {
@@ -607,30 +650,10 @@ impl SharedState for Gateway {
         let c = &self.core;
         let seq = c.lock_seq.fetch_add(1, Ordering::Relaxed);
         let cookie = CString::new(format!("{}-{seq}", c.instance)).unwrap_or_default();
-        let lease = libc::timeval {
-            tv_sec: libc::time_t::try_from(c.timeout.as_secs().max(1)).unwrap_or(30),
-            tv_usec: 0,
-        };
         let deadline = Instant::now() + c.timeout;
         let mut pause = Duration::from_micros(200);
         loop {
-            let mut tv = rados::timeval {
-                tv_sec: lease.tv_sec,
-                tv_usec: lease.tv_usec,
-            };
-            // SAFETY: a live context; NUL-terminated strings and `tv`
-            // outlive the call.
-            let r = unsafe {
-                rados::rados_lock_exclusive(
-                    c.ioctx,
-                    c.oid.as_ptr(),
-                    LOCK_NAME.as_ptr(),
-                    cookie.as_ptr(),
-                    c"COMPARE AND WRITE".as_ptr(),
-                    &mut tv,
-                    0,
-                )
-            };
+            let r = c.lock_exclusion(&cookie, 0);
             if r == 0 {
                 return Ok(Exclusion(Box::new(Held {
                     core: Arc::clone(c),

@@ -352,7 +352,8 @@ impl Port {
     /// Tell the SCSI core that this connection's I_T nexus is gone (once).
     /// Done at once on the connection's own thread: `nexus_lost` only takes
     /// short locks (it aborts the nexus's tasks without waiting for running
-    /// ones), and an initiator that reconnects right away must find the old
+    /// ones; only the loss of an SPC-2 reservation holder on a unit several
+    /// gateways serve costs a write of the shared state and an event), and an initiator that reconnects right away must find the old
     /// nexus's state (reservations, medium prevention) already gone.
     ///
     /// The connection table stays locked until the SCSI core has dropped

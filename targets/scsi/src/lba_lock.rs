@@ -24,6 +24,7 @@
 //! - a release wakes waiters only when there are any.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use crate::sense::Sense;
 
@@ -148,6 +149,59 @@ impl LbaLocks {
         Some(Some(me.id))
     }
 
+    /// Takes the range, waiting in turn (first come, first served) until
+    /// `deadline` at most, for a holder that releases it later from
+    /// elsewhere with [`Self::release_held`]: another gateway's COMPARE
+    /// AND WRITE fencing this gateway's commands off its blocks. While it
+    /// waits, later overlapping requests queue behind it. `None` when the
+    /// deadline passed first (the request is withdrawn); `Some(None)` for
+    /// an empty range.
+    pub(crate) fn hold_until(
+        &self,
+        lba: u64,
+        blocks: u64,
+        exclusive: bool,
+        deadline: Instant,
+    ) -> Option<Option<u64>> {
+        if blocks == 0 {
+            return Some(None);
+        }
+        let mut state = lock(&self.state);
+        let id = state.next_id;
+        let me = Request {
+            id,
+            start: lba,
+            end: lba.saturating_add(blocks),
+            exclusive,
+        };
+        state.next_id = state.next_id.wrapping_add(1);
+        state.requests.push(me);
+        loop {
+            let blocked = state
+                .requests
+                .iter()
+                .take_while(|r| r.id != id)
+                .any(|r| r.conflicts(&me));
+            if !blocked {
+                return Some(Some(id));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(state);
+                // Withdrawn: whoever queued behind it may go now.
+                self.release(id);
+                return None;
+            }
+            state.waiters += 1;
+            state = self
+                .released
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            state.waiters -= 1;
+        }
+    }
+
     /// Releases a range of [`Self::try_hold`].
     pub(crate) fn release_held(&self, id: Option<u64>) {
         if let Some(id) = id {
@@ -186,6 +240,29 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn hold_until_waits_in_turn_and_gives_up_at_the_deadline() {
+        let locks = Arc::new(LbaLocks::default());
+        let held = locks.exclusive(10, 10).expect("no wait outside an attempt");
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(locks.hold_until(15, 1, true, soon), None);
+        assert_eq!(locks.pending(), 1, "a request that gave up is withdrawn");
+        let t = {
+            let locks = Arc::clone(&locks);
+            std::thread::spawn(move || {
+                let later = Instant::now() + Duration::from_secs(600);
+                locks.hold_until(12, 4, true, later)
+            })
+        };
+        drop(held);
+        let id = t.join().expect("holder thread").expect("granted");
+        assert!(id.is_some());
+        assert!(locks.try_hold(13, 1, false).is_none(), "the fence is held");
+        locks.release_held(id);
+        assert_eq!(locks.pending(), 0);
+        assert_eq!(locks.hold_until(0, 0, true, soon), Some(None));
+    }
 
     #[test]
     fn conflict_rules() {

@@ -61,6 +61,7 @@ mod copy_results;
 mod ctx;
 mod error;
 mod exec;
+mod fence;
 mod lba_lock;
 mod limits;
 mod lun;

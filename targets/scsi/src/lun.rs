@@ -16,8 +16,9 @@ use std::thread::JoinHandle;
 
 use rustgt_backstore::{Backstore, Geometry};
 
-use crate::cmd::{Command, Completion};
+use crate::cmd::{Command, Completion, Nexus};
 use crate::copy_results::CopyResults;
+use crate::fence::Fences;
 use crate::lba_lock::LbaLocks;
 use crate::medium::Medium;
 use crate::pr::Reservations;
@@ -188,6 +189,8 @@ pub(crate) struct LogicalUnit {
     pub unmap_command: bool,
     /// LBA range locks taken by medium reads (shared) and writes (exclusive).
     pub lba_locks: LbaLocks,
+    /// Ranges other gateways fenced off ([`crate::fence`]).
+    pub fences: Fences,
     /// Persistent and SPC-2 reservations.
     pub pr: Reservations,
     /// The medium: present or ejected, removal prevention.
@@ -232,6 +235,7 @@ impl LogicalUnit {
             phys_exp: cfg.physical_block_exponent().unwrap_or(0),
             unmap_command: cfg.unmap_command,
             lba_locks: LbaLocks::default(),
+            fences: Fences::default(),
             pr: match cfg.backstore.shared_state() {
                 Some(sh) => Reservations::new_shared(sh),
                 None => Reservations::new(cfg.pr_state_path.clone()),
@@ -296,11 +300,14 @@ impl LogicalUnit {
         lock(&self.ua).establish_for(nexuses, asc, except);
     }
 
-    pub(crate) fn drop_nexus(&self, nexus: u64) {
-        lock(&self.ua).drop_nexus(nexus);
-        self.pr.nexus_lost(nexus);
-        self.medium.drop_nexus(nexus);
-        self.copies.drop_nexus(nexus);
+    /// Forgets what the unit kept for `nexus`; `true` when that changed
+    /// the reservation state other gateways share (announce it).
+    pub(crate) fn drop_nexus(&self, nexus: &Nexus) -> bool {
+        lock(&self.ua).drop_nexus(nexus.id);
+        let changed = self.pr.nexus_lost(nexus);
+        self.medium.drop_nexus(nexus.id);
+        self.copies.drop_nexus(nexus.id);
+        changed
     }
 
     /// Puts a command on the task set, or says why not.

@@ -9,10 +9,15 @@
 //! check. Wire formats live in `pr_cmd`.
 //!
 //! Guarantees:
-//! - registrations are keyed by I_T nexus *names* ([`ItNexus`](crate::pr_state::ItNexus): initiator
+//! - registrations are keyed by I_T nexus *names* ([`ItNexus`]: initiator
 //!   port + target port), never by connection, so they survive reconnects;
-//!   the SPC-2 reservation is held by one connection (nexus id) and ends
-//!   with it, with a logical unit reset or a target reset;
+//!   the SPC-2 reservation is held by one I_T nexus (by name too, so the
+//!   gateways of a shared backing can tell) and ends when that nexus is
+//!   lost, with a logical unit reset or a target reset;
+//! - with a shared backing the SPC-2 reservation lives in the shared state
+//!   as well (compare-and-set like the persistent one): a RESERVE through
+//!   one gateway is enforced on every other once the command that made it
+//!   completes (the caller announces the change).
 //! - a PERSISTENT RESERVE OUT is applied to a copy of the state, persisted
 //!   when APTPL asks for it, and only then committed: a failed save leaves
 //!   the state as it was;
@@ -28,7 +33,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGua
 use rustgt_backstore::shared::SharedState;
 
 use crate::cmd::Nexus;
-use crate::pr_state::{Effects, PrState, Refusal};
+use crate::pr_state::{Effects, ItNexus, PrState, Refusal};
 use crate::pr_store::{self, PrStoreError};
 use crate::sense::{Asc, Sense, SenseKey};
 
@@ -64,8 +69,8 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 #[derive(Debug, Default)]
 struct Inner {
     pr: PrState,
-    /// Nexus id holding an SPC-2 (RESERVE) reservation.
-    spc2: Option<u64>,
+    /// The I_T nexus holding an SPC-2 (RESERVE) reservation.
+    spc2: Option<ItNexus>,
 }
 
 impl Inner {
@@ -129,10 +134,11 @@ impl Reservations {
         self.shared.is_some()
     }
 
-    /// Replaces the cached persistent reservation state.
-    fn commit_local(&self, pr: PrState) {
+    /// Replaces the cached state with the shared state as read.
+    fn commit_shared(&self, pr: PrState, spc2: Option<ItNexus>) {
         let mut inner = write(&self.inner);
         inner.pr = pr;
+        inner.spc2 = spc2;
         self.set_active(&inner);
     }
 
@@ -145,7 +151,8 @@ impl Reservations {
             path: "the shared state".into(),
             reason: e.to_string(),
         })?;
-        self.commit_local(pr_store::from_shared(&rec.data)?);
+        let (pr, spc2) = pr_store::from_shared(&rec.data)?;
+        self.commit_shared(pr, spc2);
         Ok(())
     }
 
@@ -160,19 +167,22 @@ impl Reservations {
         };
         for _ in 0..SHARED_ATTEMPTS {
             let rec = sh.load().map_err(bad)?;
-            let pr = pr_store::from_shared(&rec.data)?;
-            if pr.aptpl || pr == PrState::default() || sh.others_alive().map_err(bad)? {
-                self.commit_local(pr);
+            let (pr, spc2) = pr_store::from_shared(&rec.data)?;
+            let fresh = pr == PrState::default() && spc2.is_none();
+            if fresh || sh.others_alive().map_err(bad)? {
+                self.commit_shared(pr, spc2);
                 return Ok(());
             }
-            let empty = pr_store::to_shared(&PrState::default()).map_err(|reason| {
-                PrStoreError::Invalid {
+            // Power on: SPC-2 reservations end, and so do persistent ones
+            // unless APTPL was set.
+            let kept = if pr.aptpl { pr } else { PrState::default() };
+            let data =
+                pr_store::to_shared(&kept, None).map_err(|reason| PrStoreError::Invalid {
                     path: "the shared state".into(),
                     reason,
-                }
-            })?;
-            if sh.store(rec.version, &empty).map_err(bad)?.is_some() {
-                self.commit_local(PrState::default());
+                })?;
+            if sh.store(rec.version, &data).map_err(bad)?.is_some() {
+                self.commit_shared(kept, None);
                 return Ok(());
             }
         }
@@ -220,8 +230,8 @@ impl Reservations {
             return false;
         }
         let inner = read(&self.inner);
-        if let Some(holder) = inner.spc2 {
-            return spc2_conflict(holder == nexus.id, access);
+        if let Some(holder) = &inner.spc2 {
+            return spc2_conflict(holder.is(nexus), access);
         }
         pr_conflict(&inner.pr, nexus, access)
     }
@@ -259,26 +269,24 @@ impl Reservations {
         mut op: impl FnMut(&mut PrState) -> Result<Effects, Refusal>,
     ) -> Result<Effects, Refusal> {
         let _one = self.updating.lock().unwrap_or_else(PoisonError::into_inner);
-        if read(&self.inner).spc2.is_some() {
-            return Err(Refusal::Conflict);
-        }
-        let failed = |what: &str, e: &dyn std::fmt::Display| {
-            tracing::error!(error = %e, "cannot {what} the shared persistent reservation state");
-            internal_failure()
-        };
         for _ in 0..SHARED_ATTEMPTS {
             let rec = sh.load().map_err(|e| failed("read", &e))?;
-            let cur = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
+            let (cur, spc2) = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
+            if spc2.is_some() {
+                // SPC-2 §5.5.1: no PERSISTENT RESERVE command while reserved.
+                self.commit_shared(cur, spc2);
+                return Err(Refusal::Conflict);
+            }
             let mut next = cur.clone();
             let effects = op(&mut next)?;
             if next == cur {
-                self.commit_local(cur);
+                self.commit_shared(cur, None);
                 return Ok(effects);
             }
-            let data = pr_store::to_shared(&next).map_err(|e| failed("encode", &e))?;
+            let data = pr_store::to_shared(&next, None).map_err(|e| failed("encode", &e))?;
             match sh.store(rec.version, &data) {
                 Ok(Some(_)) => {
-                    self.commit_local(next);
+                    self.commit_shared(next, None);
                     return Ok(effects);
                 }
                 Ok(None) => continue,
@@ -309,48 +317,110 @@ impl Reservations {
         })
     }
 
-    /// RESERVE(6)/(10) (SPC-2 §7.21) with the SPC-4 §5.13.3 exceptions.
-    pub(crate) fn spc2_reserve(&self, nexus: &Nexus) -> Result<(), Refusal> {
-        let mut inner = write(&self.inner);
-        spc2_persistent_exception(&inner.pr, nexus)?;
-        if inner.pr.registrations.is_empty() {
-            match inner.spc2 {
-                Some(holder) if holder != nexus.id => return Err(Refusal::Conflict),
-                _ => inner.spc2 = Some(nexus.id),
+    /// Applies `op` to the SPC-2 reservation holder, given the persistent
+    /// state: here, or for a shared backing on the shared state as stored
+    /// now (compare-and-set, retried from a fresh read). `Ok(true)` when
+    /// the shared state changed: the caller announces it to the other
+    /// gateways.
+    fn update_spc2(
+        &self,
+        op: impl Fn(&PrState, &mut Option<ItNexus>) -> Result<(), Refusal>,
+    ) -> Result<bool, Refusal> {
+        let Some(sh) = &self.shared else {
+            let mut inner = write(&self.inner);
+            let Inner { pr, spc2 } = &mut *inner;
+            let done = op(pr, spc2);
+            self.set_active(&inner);
+            return done.map(|()| false);
+        };
+        let _one = self.updating.lock().unwrap_or_else(PoisonError::into_inner);
+        for _ in 0..SHARED_ATTEMPTS {
+            let rec = sh.load().map_err(|e| failed("read", &e))?;
+            let (pr, cur) = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
+            let mut next = cur.clone();
+            let done = op(&pr, &mut next);
+            if next == cur || done.is_err() {
+                self.commit_shared(pr, cur);
+                return done.map(|()| false);
+            }
+            let data = pr_store::to_shared(&pr, next.as_ref()).map_err(|e| failed("encode", &e))?;
+            match sh.store(rec.version, &data) {
+                Ok(Some(_)) => {
+                    self.commit_shared(pr, next);
+                    return Ok(true);
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(failed("store", &e)),
             }
         }
-        self.set_active(&inner);
-        Ok(())
+        Err(failed("store", &"other gateways kept changing it"))
+    }
+
+    /// RESERVE(6)/(10) (SPC-2 §7.21) with the SPC-4 §5.13.3 exceptions.
+    /// `Ok(true)`: the shared state changed (announce it).
+    pub(crate) fn spc2_reserve(&self, nexus: &Nexus) -> Result<bool, Refusal> {
+        self.update_spc2(|pr, spc2| {
+            spc2_persistent_exception(pr, nexus)?;
+            if pr.registrations.is_empty() {
+                match spc2 {
+                    Some(holder) if !holder.is(nexus) => return Err(Refusal::Conflict),
+                    _ => *spc2 = Some(ItNexus::of(nexus)),
+                }
+            }
+            Ok(())
+        })
     }
 
     /// RELEASE(6)/(10) (SPC-2 §7.23): only the holder's RELEASE has an
-    /// effect; anyone else's completes with GOOD.
-    pub(crate) fn spc2_release(&self, nexus: &Nexus) -> Result<(), Refusal> {
-        let mut inner = write(&self.inner);
-        spc2_persistent_exception(&inner.pr, nexus)?;
-        if inner.spc2 == Some(nexus.id) {
-            inner.spc2 = None;
-        }
-        self.set_active(&inner);
-        Ok(())
+    /// effect; anyone else's completes with GOOD. `Ok(true)`: the shared
+    /// state changed (announce it).
+    pub(crate) fn spc2_release(&self, nexus: &Nexus) -> Result<bool, Refusal> {
+        self.update_spc2(|pr, spc2| {
+            spc2_persistent_exception(pr, nexus)?;
+            if spc2.as_ref().is_some_and(|h| h.is(nexus)) {
+                *spc2 = None;
+            }
+            Ok(())
+        })
     }
 
     /// A logical unit or target reset releases the SPC-2 reservation
-    /// (SPC-2 §5.5.1); persistent reservations are not affected.
+    /// (SPC-2 §5.5.1); persistent reservations are not affected. For a
+    /// shared backing the reset is everywhere (the caller announces it),
+    /// so the shared state is cleared too.
     pub(crate) fn reset(&self) {
-        let mut inner = write(&self.inner);
-        inner.spc2 = None;
-        self.set_active(&inner);
+        if let Err(e) = self.update_spc2(|_, spc2| {
+            *spc2 = None;
+            Ok(())
+        }) {
+            tracing::error!(error = ?e, "a reset could not release the shared SPC-2 reservation");
+        }
     }
 
-    /// I_T nexus loss releases that nexus's SPC-2 reservation.
-    pub(crate) fn nexus_lost(&self, nexus: u64) {
-        let mut inner = write(&self.inner);
-        if inner.spc2 == Some(nexus) {
-            inner.spc2 = None;
+    /// I_T nexus loss releases that nexus's SPC-2 reservation. `true`:
+    /// the shared state changed (announce it).
+    pub(crate) fn nexus_lost(&self, nexus: &Nexus) -> bool {
+        if !read(&self.inner).spc2.as_ref().is_some_and(|h| h.is(nexus)) {
+            // Not the holder as far as this gateway knows (a holder on
+            // another gateway has another target port name).
+            return false;
         }
-        self.set_active(&inner);
+        let changed = self.update_spc2(|_, spc2| {
+            if spc2.as_ref().is_some_and(|h| h.is(nexus)) {
+                *spc2 = None;
+            }
+            Ok(())
+        });
+        changed.unwrap_or_else(|e| {
+            tracing::error!(error = ?e, "the SPC-2 reservation of a lost nexus could not be released");
+            false
+        })
     }
+}
+
+fn failed(what: &str, e: &dyn std::fmt::Display) -> Refusal {
+    tracing::error!(error = %e, "cannot {what} the shared reservation state");
+    internal_failure()
 }
 
 /// SPC-4 §5.13.3: while any I_T nexus is registered, RESERVE and RELEASE
@@ -447,7 +517,7 @@ mod tests {
         let (a, b) = (nexus(1, 1), nexus(2, 1));
         let r = Reservations::new(None);
         assert!(!r.conflicts(&b, Access::Write));
-        r.spc2_reserve(&a).expect("reserve");
+        assert_eq!(r.spc2_reserve(&a), Ok(false), "not shared");
         r.spc2_reserve(&a).expect("again");
         assert_eq!(r.spc2_reserve(&b), Err(Refusal::Conflict));
         assert!(r.conflicts(&b, Access::TestUnitReady));
@@ -463,7 +533,9 @@ mod tests {
         // Someone else's RELEASE is a no-op.
         r.spc2_release(&b).expect("no-op");
         assert!(r.conflicts(&b, Access::Write));
-        r.nexus_lost(1);
+        assert!(!r.nexus_lost(&b), "not the holder");
+        assert!(r.conflicts(&b, Access::Write));
+        assert!(!r.nexus_lost(&a));
         assert!(!r.conflicts(&b, Access::Write));
         r.spc2_reserve(&b).expect("reserve");
         r.reset();

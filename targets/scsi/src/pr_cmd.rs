@@ -477,13 +477,23 @@ fn outcome(result: Result<(), Refusal>) -> Result<Outcome, Sense> {
 /// extent reservations are refused by the CDB usage data.
 pub(crate) fn reserve(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let lu = ctx.lu()?;
-    outcome(lu.pr.spc2_reserve(&ctx.cmd.nexus))
+    spc2_outcome(lu, lu.pr.spc2_reserve(&ctx.cmd.nexus))
 }
 
 /// RELEASE(6) and RELEASE(10) (SPC-2 §7.23, §7.24).
 pub(crate) fn release(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let lu = ctx.lu()?;
-    outcome(lu.pr.spc2_release(&ctx.cmd.nexus))
+    spc2_outcome(lu, lu.pr.spc2_release(&ctx.cmd.nexus))
+}
+
+/// The outcome of RESERVE or RELEASE; a change of the state the gateways
+/// of a shared backing hold is announced first, so every gateway enforces
+/// it before the command completes.
+fn spc2_outcome(lu: &LogicalUnit, done: Result<bool, Refusal>) -> Result<Outcome, Sense> {
+    if done == Ok(true) {
+        crate::cluster::announce(lu, &crate::cluster::Event::reservations_changed());
+    }
+    outcome(done.map(|_| ()))
 }
 
 #[cfg(test)]

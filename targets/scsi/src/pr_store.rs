@@ -58,6 +58,17 @@ struct SavedState {
     generation: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     aptpl: Option<bool>,
+    /// The I_T nexus holding an SPC-2 (RESERVE) reservation: only in the
+    /// state the gateways of one backing share, never in the APTPL file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spc2: Option<SavedSpc2>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedSpc2 {
+    initiator_port: String,
+    target_port: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -113,34 +124,44 @@ fn encode(state: &PrState) -> SavedState {
         }),
         generation: None,
         aptpl: None,
+        spc2: None,
     }
 }
 
 /// The state as the gateways of one backing share it: the APTPL file's
-/// format plus PRgeneration and the APTPL bit.
-pub(crate) fn to_shared(state: &PrState) -> Result<Vec<u8>, String> {
+/// format plus PRgeneration, the APTPL bit and the SPC-2 reservation's
+/// holder.
+pub(crate) fn to_shared(state: &PrState, spc2: Option<&ItNexus>) -> Result<Vec<u8>, String> {
     let mut saved = encode(state);
     saved.generation = Some(state.generation);
     saved.aptpl = Some(state.aptpl);
+    saved.spc2 = spc2.map(|it| SavedSpc2 {
+        initiator_port: it.initiator_port.clone(),
+        target_port: it.target_port.clone(),
+    });
     toml::to_string(&saved)
         .map(String::into_bytes)
         .map_err(|e| e.to_string())
 }
 
 /// Reads what [`to_shared`] wrote; empty data is the state of a new unit.
-pub(crate) fn from_shared(data: &[u8]) -> Result<PrState, PrStoreError> {
+pub(crate) fn from_shared(data: &[u8]) -> Result<(PrState, Option<ItNexus>), PrStoreError> {
     let name = Path::new("the shared state");
     if data.is_empty() {
-        return Ok(PrState::default());
+        return Ok((PrState::default(), None));
     }
     let text = std::str::from_utf8(data).map_err(|e| invalid(name, e.to_string()))?;
-    let saved: SavedState = toml::from_str(text).map_err(|e| invalid(name, e.to_string()))?;
+    let mut saved: SavedState = toml::from_str(text).map_err(|e| invalid(name, e.to_string()))?;
     let generation = saved.generation.unwrap_or(0);
     let aptpl = saved.aptpl.unwrap_or(false);
+    let spc2 = saved.spc2.take().map(|h| ItNexus {
+        initiator_port: h.initiator_port,
+        target_port: h.target_port,
+    });
     let mut state = decode(name, saved)?;
     state.generation = generation;
     state.aptpl = aptpl;
-    Ok(state)
+    Ok((state, spc2))
 }
 
 fn parse_key(s: &str) -> Option<u64> {
@@ -313,6 +334,18 @@ mod tests {
         remove(&path).expect("remove");
         assert!(load(&path).expect("gone").is_none());
         remove(&path).expect("removing twice is fine");
+    }
+
+    #[test]
+    fn shared_state_round_trip_with_the_spc2_holder() {
+        assert_eq!(from_shared(&[]).expect("empty"), (PrState::default(), None));
+        let holder = it("c");
+        for spc2 in [None, Some(&holder)] {
+            let data = to_shared(&sample(), spc2).expect("encode");
+            let (pr, back) = from_shared(&data).expect("decode");
+            assert_eq!(pr, sample());
+            assert_eq!(back.as_ref(), spc2);
+        }
     }
 
     #[test]

@@ -13,10 +13,15 @@
 //!
 //! A unit that several gateways serve: COMPARE AND WRITE uses the store's
 //! own atomic compare-and-write where it has one (RBD: one 512-byte
-//! sector), atomic against every writer; otherwise it, and ORWRITE, hold
-//! the gateways' exclusion ([`rustgt_backstore::shared`]) as well, so
-//! two such commands on different gateways never interleave. A plain WRITE
-//! through another gateway is not excluded by that exclusion.
+//! sector), atomic against every writer; otherwise it, and ORWRITE, take
+//! the gateways' exclusion ([`rustgt_backstore::shared`]) first, so two
+//! such commands on different gateways never interleave, then the range
+//! lock here, then fence the blocks off on every other gateway
+//! ([`crate::cluster::fence`]) for the read-compare-write, so no command
+//! through another gateway (a plain WRITE included) runs on those blocks
+//! meanwhile. The exclusion is taken before any range lock, so a gateway
+//! answering a fence never waits for a command of its own that waits for
+//! the exclusion.
 
 use crate::ctx::Ctx;
 use crate::limits::{self, MAX_COMPARE_AND_WRITE_BLOCKS};
@@ -85,18 +90,23 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         return Err(Sense::invalid_cdb_field(ext.len_at, None));
     }
     let (verify, write) = data.split_at(bytes as usize);
-    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
-    // The store's own atomic compare-and-write where it has one: atomic
-    // against every writer of the backing, other gateways' included.
-    if let Some(done) = lu.backstore.compare_and_write(offset, verify, write) {
-        if let Some(at) = done? {
-            return Err(miscompare(at));
+    {
+        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
+        // The store's own atomic compare-and-write where it has one: atomic
+        // against every writer of the backing, other gateways' included.
+        if let Some(done) = lu.backstore.compare_and_write(offset, verify, write) {
+            if let Some(at) = done? {
+                return Err(miscompare(at));
+            }
+            lu.stats.count_write(bytes);
+            return Ok(Outcome::data_out(bytes * 2));
         }
-        lu.stats.count_write(bytes);
-        return Ok(Outcome::data_out(bytes * 2));
     }
-    // Other gateways' COMPARE AND WRITEs wait meanwhile.
-    let _gateways = exclude_gateways(lu)?;
+    // Other gateways' COMPARE AND WRITEs wait meanwhile; then the range
+    // here, then on every other gateway.
+    let gateways = exclude_gateways(lu)?;
+    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
+    let _fence = crate::cluster::fence(lu, gateways.as_ref(), ext.lba, ext.blocks)?;
     let medium = read_medium(lu, offset, bytes, ctx.hint)?;
     if let Some(at) = first_difference(&medium, verify) {
         return Err(miscompare(at));
@@ -118,8 +128,9 @@ pub(crate) fn orwrite(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let data = whole_blocks(&ctx.cmd.data_out, bytes, bs);
     if !data.is_empty() {
         let blocks = data.len() as u64 / bs;
+        let gateways = exclude_gateways(lu)?;
         let _range = lu.lba_locks.exclusive(ext.lba, blocks)?;
-        let _gateways = exclude_gateways(lu)?;
+        let _fence = crate::cluster::fence(lu, gateways.as_ref(), ext.lba, blocks)?;
         let mut medium = read_medium(lu, offset, data.len() as u64, ctx.hint)?;
         for (m, d) in medium.iter_mut().zip(data) {
             *m |= d;

@@ -405,7 +405,10 @@ impl ScsiTarget {
         lock(&self.shared.nexuses).remove(&nexus.id);
         for lu in self.shared.all_lus() {
             lu.tasks.abort_matching(|k| k.nexus == nexus.id);
-            lu.drop_nexus(nexus.id);
+            if lu.drop_nexus(nexus) {
+                // Its SPC-2 reservation ended on every gateway.
+                crate::cluster::announce(&lu, &crate::cluster::Event::reservations_changed());
+            }
         }
     }
 
