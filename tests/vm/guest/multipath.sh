@@ -138,13 +138,15 @@ mp_layout() {
             for (i = 1; i <= NF; i++) if ($i ~ /^sd[a-z]+$/) print "path " $i " " p " " $(i + 2) }'
 }
 
-# mp_two_groups SDA SDB: true once one map holds both paths, A's group at
-# prio 50 (active/optimized) and B's at 10 (active/non-optimized).
+# mp_two_groups SDA SDB: true once one map holds both paths, one in a group
+# at prio 50 (active/optimized: the gateway that holds the image's
+# exclusive lock) and the other at 10 (active/non-optimized).
 mp_two_groups() {
     local l
     l=$(mp_layout)
-    [ "$(grep -c '^map ' <<<"$l")" = 1 ] &&
-        grep -q "^path $1 50 " <<<"$l" && grep -q "^path $2 10 " <<<"$l"
+    [ "$(grep -c '^map ' <<<"$l")" = 1 ] || return 1
+    { grep -q "^path $1 50 " <<<"$l" && grep -q "^path $2 10 " <<<"$l"; } ||
+        { grep -q "^path $1 10 " <<<"$l" && grep -q "^path $2 50 " <<<"$l"; }
 }
 
 # mp_writer DEV: rewrites /tmp/during at 16 MiB of DEV, pass after pass
@@ -168,7 +170,7 @@ mp_sum() { # mp_sum DEV OFFSET_MB MB
 }
 
 check_mpath_rbd_failover() {
-    local sda sdb map mp l t0 rc=0 wpid waited
+    local sda sdb map mp l t0 rc=0 wpid waited own own_dev other other_dev
     for l in virtio_net dm_multipath dm_round_robin dm_service_time scsi_dh_alua; do
         modprobe "$l" || fail "modprobe $l failed"
     done
@@ -192,7 +194,8 @@ check_mpath_rbd_failover() {
     say "paths: A $sda, B $sdb, wwid $(cat "/sys/block/$sda/device/wwid")"
 
     # One write through A makes A the image's exclusive-lock owner, the
-    # active/optimized group.
+    # active/optimized group (usually: the lock may also have moved to B by
+    # the time multipathd asks; the check then kills B instead).
     dd if=/dev/zero of="/dev/$sda" bs=4k count=1 seek=4096 oflag=direct status=none ||
         fail "a write through gateway A's path failed"
     timeout 60 udevadm settle --timeout=50
@@ -200,9 +203,16 @@ check_mpath_rbd_failover() {
     echo $! >"$STATE/multipathd.pid"
     if ! wait_until 60 mp_two_groups "$sda" "$sdb"; then
         multipath -ll >&2
-        fail "no map with A's path at prio 50 and B's at 10 within 60 s: $(mp_layout | tr '\n' ';')"
+        fail "no map with one path at prio 50 and the other at 10 within 60 s: $(mp_layout | tr '\n' ';')"
     fi
-    map=$(mp_layout | awk '$1 == "map" { print $2; exit }')
+    # The gateway to kill: the lock owner, whose path is active/optimized.
+    if grep -q "^path $sda 50 " <<<"$(mp_layout)"; then
+        own=a own_dev=$sda other=b other_dev=$sdb
+    else
+        own=b own_dev=$sdb other=a other_dev=$sda
+    fi
+    say "gateway $own ($own_dev) is active/optimized, $other ($other_dev) active/non-optimized"
+    map=$(mp_layout | awk '$1 == "map" && m == "" { m = $2 } END { print m }')
     mp=/dev/mapper/$map
     wait_until 10 test -b "$mp" || fail "no $mp"
     multipath -ll >&2
@@ -224,18 +234,20 @@ check_mpath_rbd_failover() {
     wpid=$!
     wait_until 120 test -s /tmp/mp-passes || fail "the writer did not complete a first pass through A"
     t0=$SECONDS
-    mp_sync kill-a 120 || fail "the host did not kill gateway A (no answer on $SYNC_TTY)"
-    say "gateway A killed by the host"
+    mp_sync "kill-$own" 120 || fail "the host did not kill gateway $own (no answer on $SYNC_TTY)"
+    say "gateway $own killed by the host"
     touch /tmp/mp-stop
     wait "$wpid" || rc=$?
     waited=$((SECONDS - t0))
-    [ "$rc" -eq 0 ] || fail "the writer failed when A died (exit $rc, after ${waited}s, $(cat /tmp/mp-passes) passes)"
+    [ "$rc" -eq 0 ] || fail "the writer failed when $own died (exit $rc, after ${waited}s, $(cat /tmp/mp-passes) passes)"
     dd if=/tmp/after of="$mp" bs=1M seek=32 oflag=direct conv=fsync status=none ||
         fail "a write after the failover failed"
     multipath -ll >&2
     l=$(mp_layout)
-    grep -q "^path $sdb [0-9]* active" <<<"$l" || fail "B's path is not active after the failover: $(tr '\n' ';' <<<"$l")"
-    grep -q "^path $sda [0-9]* active" <<<"$l" && fail "A's path is still active after A died: $(tr '\n' ';' <<<"$l")"
+    grep -q "^path $other_dev [0-9]* active" <<<"$l" ||
+        fail "$other's path is not active after the failover: $(tr '\n' ';' <<<"$l")"
+    grep -q "^path $own_dev [0-9]* active" <<<"$l" &&
+        fail "$own's path is still active after $own died: $(tr '\n' ';' <<<"$l")"
 
     drop_caches
     [ "$(mp_sum "$mp" 0 "$MP_BEFORE_MB")" = "$(sha256sum </tmp/before | cut -d' ' -f1)" ] ||
@@ -244,13 +256,13 @@ check_mpath_rbd_failover() {
         fail "the data written while A died reads back different"
     [ "$(mp_sum "$mp" 32 "$MP_AFTER_MB")" = "$(sha256sum </tmp/after | cut -d' ' -f1)" ] ||
         fail "the data written after the failover reads back different"
-    # And through B's own path, past dm-multipath.
-    [ "$(mp_sum "/dev/$sdb" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
-        fail "B's path reads other data than the multipath device"
+    # And through the surviving gateway's own path, past dm-multipath.
+    [ "$(mp_sum "/dev/$other_dev" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
+        fail "$other's path reads other data than the multipath device"
 
     multipath -F >/dev/null 2>&1 || true
     kill "$(cat "$STATE/multipathd.pid")" 2>/dev/null || true
     timeout 30 iscsiadm -m node -T "$GW_IQN" -p "$GW_B" --logout >&2 || true
     timeout 30 iscsiadm -m node -T "$GW_IQN" -p "$GW_A" --logout >&2 || true
-    pass "one map $map, A $sda prio 50 / B $sdb prio 10 (alua); A killed during a rewrite loop ($(cat /tmp/mp-passes) passes): writes went on through B, the loop ended ${waited}s after the kill; ${MP_BEFORE_MB}+${MP_DURING_MB}+${MP_AFTER_MB} MiB intact"
+    pass "one map $map, $own $own_dev prio 50 / $other $other_dev prio 10 (alua); $own (the lock owner) killed during a rewrite loop ($(cat /tmp/mp-passes) passes): writes went on through $other, the loop ended ${waited}s after the kill; ${MP_BEFORE_MB}+${MP_DURING_MB}+${MP_AFTER_MB} MiB intact"
 }
