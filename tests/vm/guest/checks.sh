@@ -46,6 +46,13 @@ CHECKS=(
     iser-target-restart-crash:300
 )
 
+# The multipath suite (guest/multipath.sh): the only checks of a guest booted
+# with rustgt.gateways=1 (run-guest-suite --rbd-gateways), none otherwise.
+# shellcheck disable=SC2034 # read by /init
+MPATH_CHECKS=(
+    mpath-rbd-failover:900
+)
+
 # --- shared steps ---------------------------------------------------------
 
 # login_ok IQN [IFACE]: logs in or fails the check.
@@ -606,6 +613,9 @@ check_seed_two_blockdev_regions_one_disk() { seed_pair "$T_SEED_DEV" dev0 dev1; 
 # The iSER checks (check_iser_*).
 # shellcheck source=tests/vm/guest/iser.sh
 . /rustgt-vm/iser.sh
+# The dm-multipath checks over two host gateways (check_mpath_*).
+# shellcheck source=tests/vm/guest/multipath.sh
+. /rustgt-vm/multipath.sh
 
 # Run as `bash checks.sh NAME`: one check in this process.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then

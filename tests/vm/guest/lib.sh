@@ -246,7 +246,7 @@ reset_state() {
         timeout 60 umount "$m" || timeout 30 umount -l "$m" || true
     done < <(awk '$2 ~ /^\/mnt\// { print $2 }' /proc/mounts | sort -r)
     timeout 120 iscsiadm -m node --logoutall=all >/dev/null 2>&1 || true
-    if ! target_alive; then
+    if [ ! -e "$STATE/no-target" ] && ! target_alive; then
         say "restarting rustgt after the check"
         target_start || true
     fi
