@@ -26,6 +26,8 @@ pub(crate) struct Run {
     pub(crate) sync: bool,
     /// Promoted readahead (synchronous now, counted once).
     pub(crate) urgent: bool,
+    /// A miss of a stream the policy prefetches (not another reader's).
+    pub(crate) stream: bool,
 }
 
 /// One backing read: a contiguous page range made of one or more runs.
@@ -36,6 +38,9 @@ pub struct Batch {
     /// The ids whose pages this read fills.
     pub(crate) ids: Vec<u64>,
     pub(crate) sync: bool,
+    /// A reader other than a prefetched stream waits for it: its head run
+    /// is synchronous and neither promoted readahead nor a stream's miss.
+    pub(crate) demand: bool,
 }
 
 impl Batch {
@@ -108,21 +113,56 @@ impl SubmitQueue {
     }
 
     /// The next backing read: the oldest synchronous run (promoted ones
-    /// included), else the oldest run, grown by every queued run of
-    /// the same owner that touches it, up to the size limit.
+    /// included), else the oldest run, grown by every queued run of the
+    /// same owner that touches it, up to the size limit.
+    #[cfg(test)]
     pub(crate) fn pop(&mut self) -> Option<Batch> {
-        let idx = self.runs.iter().position(|r| r.sync).unwrap_or(0);
+        let idx = self.oldest_sync_or_first()?;
+        self.pop_at(idx, self.max_pages)
+    }
+
+    /// Index of the oldest synchronous run, else of the oldest run.
+    pub(crate) fn oldest_sync_or_first(&self) -> Option<usize> {
+        if self.runs.is_empty() {
+            return None;
+        }
+        Some(self.runs.iter().position(|r| r.sync).unwrap_or(0))
+    }
+
+    /// The oldest demand run (synchronous, neither promoted readahead nor
+    /// a prefetched stream's miss) and the oldest readahead run (promoted
+    /// readahead and streams' misses first, else the oldest asynchronous
+    /// run).
+    pub(crate) fn heads(&self) -> (Option<usize>, Option<usize>) {
+        let demand = self
+            .runs
+            .iter()
+            .position(|r| r.sync && !r.urgent && !r.stream);
+        let ra = self
+            .runs
+            .iter()
+            .position(|r| r.urgent || r.stream)
+            .or_else(|| self.runs.iter().position(|r| !r.sync));
+        (demand, ra)
+    }
+
+    /// The backing read headed by the run at `idx`, grown by every queued
+    /// run of the same owner that touches it, up to `limit` pages (at
+    /// least the largest backing read).
+    pub(crate) fn pop_at(&mut self, idx: usize, limit: u64) -> Option<Batch> {
+        let limit = limit.max(self.max_pages);
         let head = self.runs.remove(idx)?;
         let mut batch = Batch {
             first: head.first,
             count: head.count,
             ids: vec![head.id],
             sync: head.sync,
+            demand: head.sync && !head.urgent && !head.stream,
         };
         loop {
             let next = self.runs.iter().position(|r| {
                 r.owner == head.owner
-                    && batch.count + r.count <= self.max_pages
+                    && batch.count + r.count <= limit
                     && (r.first == batch.end() || r.first + r.count == batch.first)
             });
             let Some(i) = next else { break };
@@ -150,6 +190,7 @@ mod tests {
             count,
             sync,
             urgent: false,
+            stream: false,
         }
     }
 
