@@ -300,8 +300,8 @@ fn strided_and_reverse_readers_are_prefetched() {
     assert!(s.hit_ratio() > 0.95, "{}", s.hit_ratio());
 }
 
-/// Issue 13: many interleaved streams in the default 64 MiB cache degrade
-/// without a cliff (80 streams keep at least 80% of the 64-stream
+/// Issue 13: many interleaved streams in the default 64 MiB cache reach
+/// 60% of one stream with 32 of them, degrade without a cliff (80 streams keep at least 80% of the 64-stream
 /// aggregate), fairly (no stream under 60% of the fastest), and a cache
 /// smaller than streams x window still gives at least 2x `none` with under
 /// 5% of the bytes read wasted.
@@ -312,13 +312,24 @@ fn many_streams_and_small_caches_degrade_gracefully() {
     let shared = ContextMode::Shared;
     let mut o = options(&[], &[None, Streams], &[shared]);
     o.seconds = 8.0;
-    let mut all = Vec::new();
+    let mut all: Vec<_> = rustgt_rabench::standard(&o.array, o.workers)
+        .into_iter()
+        .filter(|w| w.id == "W1-qd1")
+        .collect();
     for (name, text) in &UNTUNED_FILES[2..] {
         all.extend(parse_workloads(text, name, &o.array, o.workers).expect(name));
     }
     o.custom = Some(all);
     let rep = run_readahead(&o);
     let agg = |id: &str| rep.get(id, Streams, shared).expect(id).aggregate_mb_s();
+    // 32 interleaved streams reach 60% of one stream (69% since the
+    // readahead queue is swept up the device).
+    assert!(
+        agg("N-32") >= 0.6 * agg("W1-qd1"),
+        "{} vs {}",
+        agg("N-32"),
+        agg("W1-qd1")
+    );
     assert!(
         agg("N-80") >= 0.8 * agg("N-64"),
         "{} vs {}",

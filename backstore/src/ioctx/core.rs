@@ -502,6 +502,7 @@ impl<D> RaView for View<'_, D> {
                 sync,
                 urgent: false,
                 stream: sync && self.urgent,
+                sweep: 0,
             });
         }
     }
@@ -595,6 +596,7 @@ mod tests {
             sync,
             urgent: false,
             stream,
+            sweep: 0,
         }
     }
 
