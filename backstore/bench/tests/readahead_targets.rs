@@ -176,7 +176,7 @@ fn sequential_streams_beside_random_readers_keep_their_readahead() {
             100.0 * b / solo
         );
         // The goal, met by `streams` (the default on seeking
-        // devices; 60% / 54% and 96%): each stream keeps at least half of
+        // devices; 55% / 59% and 96%): each stream keeps at least half of
         // what it gets alone beside one random reader, and the random
         // readers lose at most 10% of their IOPS under `none` in the same
         // mix. `context` does not tell the core which reads are its
@@ -252,8 +252,8 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
         for i in 0..d.stream_bytes.len() {
             let (mine, theirs) = (d.stream_mb_s(i), none.stream_mb_s(i));
             // Random readers lose at most 10% (M-mix 96-99%, W5's QD1
-            // reader 106%), except M-alone's one QD4 reader beside a stream
-            // (85%; see docs/readahead.md).
+            // reader over 100%), except M-alone's one QD4 reader beside a
+            // stream (85%; see docs/readahead.md).
             let floor = match (d.sequential[i], id) {
                 (true, _) => 0.995,
                 (false, "M-alone") => 0.8,
