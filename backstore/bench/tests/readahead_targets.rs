@@ -137,9 +137,10 @@ fn device_turns_lift_two_luns_on_one_disk() {
 /// streams beside four random 4 KiB readers at QD4. Before promotion and
 /// inline hits, the streams got under 0.05 MB/s under `context` and
 /// `streams` (0.0 / 0.0 in the table) while `none` gave 0.5. Readahead the
-/// streams wait on is now promoted to the head of the I/O threads' queue,
-/// and their cached reads are served without a worker (as the reactor
-/// serves them), so they no longer queue behind the random readers' misses.
+/// streams wait on is now promoted, their cached reads are served without
+/// a worker (as the reactor serves them), and readahead shares the device
+/// with the random readers' demand reads: a share of its cost per stream,
+/// taken in reads of four positioning times of transfer.
 #[test]
 fn sequential_streams_beside_random_readers_keep_their_readahead() {
     use rustgt_rabench::{parse_workloads, MIX_FILE};
@@ -174,17 +175,19 @@ fn sequential_streams_beside_random_readers_keep_their_readahead() {
             100.0 * a / solo,
             100.0 * b / solo
         );
-        // What is reached, short of the issue's 50% and 10%: each stream
-        // keeps more than a third of its lone speed (37-38%), more than ten
-        // times what `none` gives it, and the random readers keep three
-        // quarters of their IOPS under `none` in the same mix (80-81%):
-        // the streams' backing reads take disk time the readers had.
+        // The issue's goal, met by `streams` (the default on seeking
+        // devices; 55% / 59% and 96%): each stream keeps at least half of
+        // what it gets alone beside one random reader, and the random
+        // readers lose at most 10% of their IOPS under `none` in the same
+        // mix. `context` does not tell the core which reads are its
+        // streams', so its streams' misses queue as demand: 44% / 38%.
+        let floor = if policy == Streams { 0.5 } else { 0.35 };
         assert!(
-            a >= 0.35 * solo && b >= 0.35 * solo,
+            a >= floor * solo && b >= floor * solo,
             "{policy}: {a} / {b} vs {solo}"
         );
         assert!(a.min(b) > 10.0 * none.stream_mb_s(0).max(none.stream_mb_s(1)));
-        assert!(r_mix >= 0.75 * r_none, "{policy}: {r_mix} vs {r_none} IOPS");
+        assert!(r_mix >= 0.9 * r_none, "{policy}: {r_mix} vs {r_none} IOPS");
         assert!(r_alone > r_mix);
         assert!(mix.hit_ratio() > 0.9, "{policy}: {}", mix.hit_ratio());
     }
@@ -214,10 +217,8 @@ fn default_policy() -> ReadaheadPolicy {
 
 /// Issue 13: on every workload, standard and new, the default policy is
 /// within 5% of the best policy, and never below `none` in aggregate or
-/// for any sequential stream. The random readers beside sequential streams
-/// (W5, M-*) are the known exception: readahead's large backing reads take
-/// disk time they had under `none`, and they keep at least 40% of it (the
-/// issue asks for 90%; see docs/readahead.md).
+/// for any sequential stream; random readers beside sequential streams
+/// (W5, M-*) keep 90% of their `none` figure, but for M-alone's (80%).
 #[test]
 fn the_default_policy_is_near_the_best_and_never_below_none() {
     let rep = everything(8.0);
@@ -250,7 +251,14 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
         );
         for i in 0..d.stream_bytes.len() {
             let (mine, theirs) = (d.stream_mb_s(i), none.stream_mb_s(i));
-            let floor = if d.sequential[i] { 0.995 } else { 0.4 };
+            // Random readers lose at most 10% (M-mix 96-99%, W5's QD1
+            // reader over 100%), except M-alone's one QD4 reader beside a
+            // stream (85%; see docs/readahead.md).
+            let floor = match (d.sequential[i], id) {
+                (true, _) => 0.995,
+                (false, "M-alone") => 0.8,
+                (false, _) => 0.9,
+            };
             assert!(
                 mine >= floor * theirs,
                 "{id} stream {i}: {mine:.2} MB/s vs {theirs:.2} under none"
@@ -292,8 +300,8 @@ fn strided_and_reverse_readers_are_prefetched() {
     assert!(s.hit_ratio() > 0.95, "{}", s.hit_ratio());
 }
 
-/// Issue 13: many interleaved streams in the default 64 MiB cache degrade
-/// without a cliff (80 streams keep at least 80% of the 64-stream
+/// Issue 13: many interleaved streams in the default 64 MiB cache reach
+/// 60% of one stream with 32 of them, degrade without a cliff (80 streams keep at least 80% of the 64-stream
 /// aggregate), fairly (no stream under 60% of the fastest), and a cache
 /// smaller than streams x window still gives at least 2x `none` with under
 /// 5% of the bytes read wasted.
@@ -304,13 +312,24 @@ fn many_streams_and_small_caches_degrade_gracefully() {
     let shared = ContextMode::Shared;
     let mut o = options(&[], &[None, Streams], &[shared]);
     o.seconds = 8.0;
-    let mut all = Vec::new();
+    let mut all: Vec<_> = rustgt_rabench::standard(&o.array, o.workers)
+        .into_iter()
+        .filter(|w| w.id == "W1-qd1")
+        .collect();
     for (name, text) in &UNTUNED_FILES[2..] {
         all.extend(parse_workloads(text, name, &o.array, o.workers).expect(name));
     }
     o.custom = Some(all);
     let rep = run_readahead(&o);
     let agg = |id: &str| rep.get(id, Streams, shared).expect(id).aggregate_mb_s();
+    // 32 interleaved streams reach 60% of one stream (69% since the
+    // readahead queue is swept up the device).
+    assert!(
+        agg("N-32") >= 0.6 * agg("W1-qd1"),
+        "{} vs {}",
+        agg("N-32"),
+        agg("W1-qd1")
+    );
     assert!(
         agg("N-80") >= 0.8 * agg("N-64"),
         "{} vs {}",

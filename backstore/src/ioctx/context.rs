@@ -373,6 +373,11 @@ fn io_loop(sh: &Shared) {
         }
         let queued = st.core.has_queued();
         drop(st);
+        if queued {
+            // This read's end may let more than the next one start (a
+            // readahead held while it was in flight): wake the idle threads.
+            sh.work.notify_all();
+        }
         match turn {
             Some(t) if !batch.sync => t.gate.leave(t.id, queued),
             // A demand read needed no turn, but it may end an idle one.

@@ -40,6 +40,8 @@ pub struct Ticket {
     pub(crate) first: u64,
     pub(crate) end: u64,
     pub(crate) owner: usize,
+    /// The read belongs to a stream the policy prefetches.
+    pub(crate) stream: bool,
 }
 
 #[derive(Debug)]
@@ -53,7 +55,27 @@ pub struct Core<D> {
     /// Page ranges of writes in progress.
     writes: Vec<(u64, u64)>,
     stats: IoStats,
+    /// Backing reads started and not yet completed: other readers'
+    /// demand, and readahead (with promoted readahead and streams' misses).
+    demand_inflight: u32,
+    ra_inflight: u32,
+    /// Device cost of the backing reads started lately, in pages of
+    /// transfer (one positioning time of transfer per read plus its
+    /// pages), halved as it grows: readahead's, and demand's.
+    ra_cost: u64,
+    demand_cost: u64,
+    /// A demand read completed and no backing read started since: its
+    /// reader is likely to send the next one at once.
+    demand_done: bool,
 }
+
+/// Readahead's share of the device's cost while other readers' demand
+/// reads wait, per stream the policy prefetches, in thousandths ...
+const SHARE_PER_STREAM: u64 = 25;
+/// ... and for all of them together.
+const SHARE_MAX: u64 = 250;
+/// Cost counters are halved past this many positioning times.
+const COST_WINDOW: u64 = 64;
 
 /// Pages covering `len` bytes from `offset`.
 pub(crate) fn pages_of(offset: u64, len: u64) -> (u64, u64) {
@@ -73,6 +95,11 @@ impl<D> Core<D> {
             next_id: 0,
             writes: Vec::new(),
             stats: IoStats::default(),
+            demand_inflight: 0,
+            ra_inflight: 0,
+            ra_cost: 0,
+            demand_cost: 0,
+            demand_done: false,
         }
     }
 
@@ -112,6 +139,7 @@ impl<D> Core<D> {
         }
         if let Some(planner) = self.planners.get_mut(owner) {
             let mut view = View {
+                urgent: false,
                 cache: &mut self.cache,
                 queue: &mut self.queue,
                 next_id: &mut self.next_id,
@@ -122,8 +150,14 @@ impl<D> Core<D> {
             };
             planner.on_read(first, end - first, &mut view);
         }
-        let ticket = Ticket { first, end, owner };
-        self.ensure(&ticket);
+        let streamed = self.planners.get(owner).is_some_and(|p| p.streamed());
+        let ticket = Ticket {
+            first,
+            end,
+            owner,
+            stream: streamed,
+        };
+        self.queue_missing(&ticket, streamed);
         // Readahead of these pages still queued: someone waits for it now.
         self.stats.promoted += self.queue.promote(first, end);
         for page in first..end {
@@ -159,7 +193,15 @@ impl<D> Core<D> {
     /// Queues synchronous reads for the ticket's absent pages (evicted or
     /// dropped by a write since); true when it queued any.
     pub fn ensure(&mut self, t: &Ticket) -> bool {
+        self.queue_missing(t, t.stream)
+    }
+
+    /// As [`ensure`](Self::ensure); `streamed` marks the reads as a
+    /// prefetched stream's misses, which share the stream's turn at the
+    /// device rather than counting as other readers' demand.
+    fn queue_missing(&mut self, t: &Ticket, streamed: bool) -> bool {
         let mut view = View {
+            urgent: streamed,
             cache: &mut self.cache,
             queue: &mut self.queue,
             next_id: &mut self.next_id,
@@ -199,9 +241,67 @@ impl<D> Core<D> {
         !self.queue.is_empty()
     }
 
-    /// Takes the next coalesced backing read.
+    /// Takes the next coalesced backing read, or none while readahead
+    /// must leave the device to other readers.
+    ///
+    /// On a seeking device, readahead and other readers' demand reads
+    /// share the device's time (counted as positioning plus transfer):
+    /// - while demand reads are queued, readahead (promoted readahead and
+    ///   the misses of prefetched streams included) goes first only while
+    ///   its share of the recent cost is within [`SHARE_PER_STREAM`] per
+    ///   stream the policy prefetches (at most [`SHARE_MAX`]); it then goes
+    ///   as one backing read of up to four positioning times of transfer,
+    ///   so that its positioning is paid once for many pages;
+    /// - otherwise demand reads go first, in their order;
+    /// - while a demand read is in flight, or has just completed and its
+    ///   reader is likely to send the next one, at most one readahead read
+    ///   is at the device beyond that share, so that the next demand read
+    ///   queues behind one backing read, not behind all the I/O threads'.
+    ///
+    /// A held read is taken when a backing read in flight completes (the
+    /// hold needs one in flight), so a hold never stalls the queue. With no
+    /// demand reads at all, the order is the queue's (demand first, then
+    /// first come first served).
     pub fn pop_batch(&mut self) -> Option<Batch> {
-        let batch = self.queue.pop()?;
+        let pos = self.cfg.params.competitive_pages;
+        let io = self.cfg.max_io_pages;
+        let (demand, readahead) = self.queue.heads();
+        let (idx, limit) = match (demand, readahead) {
+            (None, None) => return None,
+            (Some(d), None) => (d, io),
+            _ if pos == 0 => (self.queue.oldest_sync_or_first()?, io),
+            (None, Some(r)) => {
+                let waiting = self.demand_inflight > 0 || self.demand_done;
+                if waiting && self.ra_inflight > 0 && !self.readahead_owed() {
+                    return None;
+                }
+                (r, io)
+            }
+            (Some(d), Some(r)) => {
+                if self.readahead_owed() {
+                    (r, (4 * pos).max(io))
+                } else {
+                    (d, io)
+                }
+            }
+        };
+        let batch = self.queue.pop_at(idx, limit)?;
+        let cost = batch.count + pos;
+        if batch.demand {
+            self.demand_cost += cost;
+            self.demand_inflight += 1;
+            self.demand_done = false;
+        } else {
+            self.ra_cost += cost;
+            self.ra_inflight += 1;
+            if self.demand_inflight == 0 {
+                self.demand_done = false;
+            }
+        }
+        if self.ra_cost + self.demand_cost > COST_WINDOW * pos.max(1) {
+            self.ra_cost /= 2;
+            self.demand_cost /= 2;
+        }
         let bytes = self.batch_bytes(&batch);
         self.stats.backing_requests += 1;
         self.stats.backing_bytes += bytes;
@@ -223,6 +323,7 @@ impl<D> Core<D> {
     /// A backing read finished: its pages become ready with `data(page)`,
     /// except those a write overlaps now or overlapped meanwhile.
     pub fn complete(&mut self, batch: &Batch, mut data: impl FnMut(u64) -> D) {
+        self.finished(batch);
         for page in batch.first..batch.end() {
             let Some(id) = self.inflight_id(page, batch) else {
                 continue;
@@ -238,10 +339,30 @@ impl<D> Core<D> {
     /// A backing read failed: its pages are dropped; waiting readers retry
     /// or read directly and see the error themselves.
     pub(crate) fn fail(&mut self, batch: &Batch) {
+        self.finished(batch);
         for page in batch.first..batch.end() {
             if let Some(id) = self.inflight_id(page, batch) {
                 self.cache.discard(page, id);
             }
+        }
+    }
+
+    /// Whether readahead is within its share of the device's recent cost.
+    fn readahead_owed(&self) -> bool {
+        let streams: u64 = self.planners.iter().map(|p| p.streams()).sum();
+        let share = SHARE_PER_STREAM
+            .saturating_mul(streams.max(1))
+            .min(SHARE_MAX);
+        self.ra_cost.saturating_mul(1000) <= share.saturating_mul(self.ra_cost + self.demand_cost)
+    }
+
+    /// Counts a backing read out of the device.
+    fn finished(&mut self, batch: &Batch) {
+        if batch.demand {
+            self.demand_inflight = self.demand_inflight.saturating_sub(1);
+            self.demand_done = true;
+        } else {
+            self.ra_inflight = self.ra_inflight.saturating_sub(1);
         }
     }
 
@@ -317,6 +438,8 @@ impl<D> Core<D> {
 
 /// The policy's window on the core for one request.
 struct View<'a, D> {
+    /// Synchronous reads queued through this view are a stream's.
+    urgent: bool,
     cache: &'a mut PageCache<D>,
     queue: &'a mut SubmitQueue,
     next_id: &'a mut u64,
@@ -378,6 +501,8 @@ impl<D> RaView for View<'_, D> {
                 count,
                 sync,
                 urgent: false,
+                stream: sync && self.urgent,
+                sweep: 0,
             });
         }
     }
@@ -460,6 +585,56 @@ mod tests {
         s.start_read(0, Some(0), 0, 4 * PAGE);
         s.start_read(0, Some(1), 4 * PAGE, 4 * PAGE);
         assert_eq!(drain(&mut s, 0), vec![(0, 8)]);
+    }
+
+    fn queued(id: u64, first: u64, count: u64, sync: bool, stream: bool) -> Run {
+        Run {
+            id,
+            owner: 0,
+            first,
+            count,
+            sync,
+            urgent: false,
+            stream,
+            sweep: 0,
+        }
+    }
+
+    #[test]
+    fn readahead_shares_the_device_with_other_readers_demand() {
+        // One positioning time is 256 pages of transfer here.
+        let mut c = core(ReadaheadPolicy::None, ContextMode::Shared);
+        c.queue.push(queued(1, 1_000_000, 1, true, false));
+        c.queue.push(queued(2, 0, 256, false, false));
+        c.queue.push(queued(3, 256, 256, false, false));
+        c.queue.push(queued(4, 4096, 256, false, false));
+        // Readahead within its share goes as one read of up to four
+        // positioning times of transfer, past the largest backing read.
+        let a = c.pop_batch().expect("readahead");
+        assert_eq!((a.first, a.count, a.demand), (0, 512, false));
+        // Over its share now: the other reader's demand read goes first.
+        let d = c.pop_batch().expect("demand");
+        assert_eq!((d.first, d.demand), (1_000_000, true));
+        // With a demand read and a readahead read at the device, the next
+        // readahead waits, and still while the demand reader, just served,
+        // is likely to send its next read ...
+        assert!(c.pop_batch().is_none());
+        c.finished(&d);
+        assert!(c.pop_batch().is_none());
+        // ... until the device has nothing of it: it never stalls.
+        c.finished(&a);
+        let b = c.pop_batch().expect("held readahead");
+        assert_eq!((b.first, b.count), (4096, 256));
+        // A prefetched stream's miss is not another reader's demand, and
+        // with no demand at all readahead is not held.
+        let mut c = core(ReadaheadPolicy::None, ContextMode::Shared);
+        c.queue.push(queued(1, 0, 16, true, true));
+        c.queue.push(queued(2, 4096, 256, false, false));
+        c.queue.push(queued(3, 8192, 256, false, false));
+        let firsts: Vec<(u64, bool)> = std::iter::from_fn(|| c.pop_batch())
+            .map(|b| (b.first, b.demand))
+            .collect();
+        assert_eq!(firsts, vec![(0, false), (4096, false), (8192, false)]);
     }
 
     #[test]

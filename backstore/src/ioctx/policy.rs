@@ -39,6 +39,17 @@ pub trait RaView {
 pub trait Readahead: Send + fmt::Debug {
     /// A demand read of pages `[first, first + count)` arrives.
     fn on_read(&mut self, first: u64, count: u64, view: &mut dyn RaView);
+
+    /// Streams this state prefetches for now (each gets its own share of
+    /// the device while other readers' demand reads wait).
+    fn streams(&self) -> u64 {
+        1
+    }
+
+    /// Whether the latest read belonged to a stream this state prefetches.
+    fn streamed(&self) -> bool {
+        false
+    }
 }
 
 /// The readahead policies a LUN can run.

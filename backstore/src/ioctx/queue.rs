@@ -7,7 +7,10 @@
 //! in the queue, so a stream whose next pages were queued as readahead
 //! does not wait behind misses that came after them (nor, at a shared
 //! device, for its context's turn). Promoted runs get no place ahead of
-//! older misses: that starved streams whose reads missed (W2-8).
+//! older misses of their own streams: that starved streams whose reads
+//! missed (W2-8). Which of readahead and other readers' demand reads goes
+//! next is the core's device share ([`Core::pop_batch`](super::core::Core::pop_batch));
+//! among queued readahead the device is swept upward (C-SCAN).
 //!
 //! In shared mode every run has owner 0, so neighbouring requests from
 //! different workers merge; in per-worker mode each worker owns its runs,
@@ -26,6 +29,10 @@ pub(crate) struct Run {
     pub(crate) sync: bool,
     /// Promoted readahead (synchronous now, counted once).
     pub(crate) urgent: bool,
+    /// A miss of a stream the policy prefetches (not another reader's).
+    pub(crate) stream: bool,
+    /// The sweep this run joined (set by the queue).
+    pub(crate) sweep: u64,
 }
 
 /// One backing read: a contiguous page range made of one or more runs.
@@ -36,6 +43,9 @@ pub struct Batch {
     /// The ids whose pages this read fills.
     pub(crate) ids: Vec<u64>,
     pub(crate) sync: bool,
+    /// A reader other than a prefetched stream waits for it: its head run
+    /// is synchronous and neither promoted readahead nor a stream's miss.
+    pub(crate) demand: bool,
 }
 
 impl Batch {
@@ -54,6 +64,12 @@ pub(crate) struct SubmitQueue {
     runs: VecDeque<Run>,
     /// Largest backing read, pages.
     max_pages: u64,
+    /// The page after the last readahead read taken.
+    scan: u64,
+    /// The sweep runs queued now join: runs queued while a sweep is
+    /// served wait for the next, so a stream whose runs keep landing
+    /// ahead of the sweep cannot hold it (FSCAN).
+    sweep: u64,
 }
 
 impl SubmitQueue {
@@ -61,6 +77,8 @@ impl SubmitQueue {
         Self {
             runs: VecDeque::new(),
             max_pages: max_pages.max(1),
+            scan: 0,
+            sweep: 0,
         }
     }
 
@@ -81,6 +99,7 @@ impl SubmitQueue {
             self.runs.push_back(Run {
                 first,
                 count,
+                sweep: self.sweep,
                 ..run
             });
             first += count;
@@ -90,8 +109,8 @@ impl SubmitQueue {
     /// Makes the queued asynchronous runs holding pages of `[first, end)`
     /// synchronous (a demand read waits for them); returns how many it
     /// promoted. Only while demand reads are queued, which would go
-    /// first: among readahead runs the order stays first come, first
-    /// served, which keeps interleaved streams' backing reads in long runs.
+    /// first: among readahead runs the order stays the sweep's, which
+    /// keeps interleaved streams' backing reads in long runs.
     pub(crate) fn promote(&mut self, first: u64, end: u64) -> u64 {
         if !self.runs.iter().any(|r| r.sync && !r.urgent) {
             return 0;
@@ -108,21 +127,68 @@ impl SubmitQueue {
     }
 
     /// The next backing read: the oldest synchronous run (promoted ones
-    /// included), else the oldest run, grown by every queued run of
-    /// the same owner that touches it, up to the size limit.
+    /// included), else the oldest run, grown by every queued run of the
+    /// same owner that touches it, up to the size limit.
+    #[cfg(test)]
     pub(crate) fn pop(&mut self) -> Option<Batch> {
-        let idx = self.runs.iter().position(|r| r.sync).unwrap_or(0);
+        let idx = self.oldest_sync_or_first()?;
+        self.pop_at(idx, self.max_pages)
+    }
+
+    /// Index of the oldest synchronous run, else of the oldest run.
+    pub(crate) fn oldest_sync_or_first(&self) -> Option<usize> {
+        if self.runs.is_empty() {
+            return None;
+        }
+        Some(self.runs.iter().position(|r| r.sync).unwrap_or(0))
+    }
+
+    /// The oldest demand run (synchronous, neither promoted readahead nor
+    /// a prefetched stream's miss) and the next readahead run: promoted
+    /// readahead and streams' misses first, oldest first, else the
+    /// asynchronous run next up the device from the last readahead read,
+    /// in one sweep (C-SCAN), so that interleaved streams' backing reads
+    /// seek a short way each, in turn.
+    pub(crate) fn heads(&self) -> (Option<usize>, Option<usize>) {
+        let demand = self
+            .runs
+            .iter()
+            .position(|r| r.sync && !r.urgent && !r.stream);
+        let ra = self
+            .runs
+            .iter()
+            .position(|r| r.urgent || r.stream)
+            .or_else(|| {
+                // Sweeps up the device (C-SCAN) over the runs of the
+                // oldest sweep: the first at or after the last readahead
+                // read, else the lowest.
+                self.runs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| !r.sync)
+                    .min_by_key(|(_, r)| (r.sweep, r.first < self.scan, r.first))
+                    .map(|(i, _)| i)
+            });
+        (demand, ra)
+    }
+
+    /// The backing read headed by the run at `idx`, grown by every queued
+    /// run of the same owner that touches it, up to `limit` pages (at
+    /// least the largest backing read).
+    pub(crate) fn pop_at(&mut self, idx: usize, limit: u64) -> Option<Batch> {
+        let limit = limit.max(self.max_pages);
         let head = self.runs.remove(idx)?;
         let mut batch = Batch {
             first: head.first,
             count: head.count,
             ids: vec![head.id],
             sync: head.sync,
+            demand: head.sync && !head.urgent && !head.stream,
         };
         loop {
             let next = self.runs.iter().position(|r| {
                 r.owner == head.owner
-                    && batch.count + r.count <= self.max_pages
+                    && batch.count + r.count <= limit
                     && (r.first == batch.end() || r.first + r.count == batch.first)
             });
             let Some(i) = next else { break };
@@ -133,6 +199,11 @@ impl SubmitQueue {
             if !batch.ids.contains(&r.id) {
                 batch.ids.push(r.id);
             }
+        }
+        if !batch.sync {
+            self.scan = batch.end();
+            // Later runs join the next sweep.
+            self.sweep = self.sweep.max(head.sweep + 1);
         }
         Some(batch)
     }
@@ -150,6 +221,8 @@ mod tests {
             count,
             sync,
             urgent: false,
+            stream: false,
+            sweep: 0,
         }
     }
 
@@ -182,6 +255,24 @@ mod tests {
         q.push(run(3, 0, 64, 64, false));
         q.push(run(1, 0, 1000, 1, true));
         assert_eq!(q.pop().map(|b| b.first), Some(1000));
+    }
+
+    #[test]
+    fn readahead_sweeps_up_the_device() {
+        let mut q = SubmitQueue::new(256);
+        q.push(run(1, 0, 5000, 16, false));
+        q.push(run(2, 0, 1000, 16, false));
+        q.push(run(3, 0, 3000, 16, false));
+        let (_, ra) = q.heads();
+        let first = ra.and_then(|i| q.pop_at(i, 256)).map(|b| b.first);
+        assert_eq!(first, Some(1000));
+        // A run behind the sweep waits for the next one.
+        q.push(run(4, 0, 500, 16, false));
+        let mut order = Vec::new();
+        while let Some(b) = q.heads().1.and_then(|i| q.pop_at(i, 256)) {
+            order.push(b.first);
+        }
+        assert_eq!(order, vec![3000, 5000, 500]);
     }
 
     #[test]

@@ -184,6 +184,8 @@ pub struct Streams {
     table: Vec<Stream>,
     /// Entries no read has confirmed yet.
     candidates: Vec<Stream>,
+    /// The latest read belonged to a confirmed stream.
+    streamed: bool,
 }
 
 /// Where a matched read's entry lives.
@@ -216,6 +218,7 @@ impl Streams {
             p,
             table: Vec::new(),
             candidates: Vec::new(),
+            streamed: false,
         }
     }
 
@@ -289,6 +292,14 @@ impl Streams {
 }
 
 impl Readahead for Streams {
+    fn streams(&self) -> u64 {
+        self.table.iter().filter(|s| s.distance > 0).count() as u64
+    }
+
+    fn streamed(&self) -> bool {
+        self.streamed
+    }
+
     fn on_read(&mut self, first: u64, count: u64, view: &mut dyn RaView) {
         let now = view.now();
         let expiry = self.p.expiry_ns;
@@ -329,6 +340,7 @@ impl Readahead for Streams {
             }
         }
         s.shape = shape;
+        self.streamed = shape.is_some();
         match shape {
             Some(Shape::Forward { strided }) => {
                 if strided && first > high_before {
