@@ -390,6 +390,43 @@ pub fn flush() {
     });
 }
 
+/// Ends a reactor turn's batch at once: hands every queued op to the
+/// kernel (one `io_uring_enter`) and runs the callbacks of every op that
+/// has completed, including reads of cached pages, which the kernel
+/// finishes inside that same `io_uring_enter`. A connection calls this
+/// after it has run the PDUs of one read so that the responses of those
+/// reads leave in the turn's `writev`, instead of a turn later after the
+/// ring's task has submitted and been woken by the eventfd. While it runs
+/// the eventfd is muted (`IORING_CQ_EVENTFD_DISABLED`), so the completions
+/// reaped here wake nobody; it is unmuted before a last look at the
+/// completion queue, so an op finishing later (a page the cache did not
+/// hold) still signals it. Returns how many callbacks ran; 0 without a
+/// ring or with nothing queued and nothing completed.
+pub fn submit_and_reap() -> usize {
+    let finished = RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(ring) if ring.unsubmitted => {
+                ring.ring.completion().disable_eventfd();
+                ring.flush();
+                let mut finished = ring.collect();
+                ring.ring.completion().enable_eventfd();
+                // A completion posted while muted signalled nobody.
+                if !ring.ring.completion().is_empty() {
+                    finished.extend(ring.collect());
+                }
+                finished
+            }
+            _ => Vec::new(),
+        },
+        Err(_) => Vec::new(),
+    });
+    let n = finished.len();
+    for (entry, result) in finished {
+        (entry.callback)(result, entry.buf);
+    }
+    n
+}
+
 /// Runs the callbacks of every completed op of this thread's ring;
 /// returns how many ran.
 pub fn reap() -> usize {
