@@ -3,8 +3,8 @@
 //! O_DIRECT), SYNCHRONIZE CACHE and FUA complete, a failed read is a MEDIUM
 //! ERROR, without a ring the command comes back for the workers, which
 //! serve it, and ring completions never leave the workers' queued writes
-//! waiting. Reads of cached pages on a thread with a ring are batched: left
-//! to the ring by `run_inline`, read and answered in one `submit_and_reap`
+//! waiting. Reads of cached pages on a thread with a ring are batched: after
+//! the turn's first, left to the ring by `run_inline`, read and answered in one `submit_and_reap`
 //! without waking the ring's eventfd; a queued read holds its range; a
 //! thread without a ring still serves them inline.
 
@@ -442,8 +442,9 @@ fn eventfd_signalled(fd: &std::fs::File) -> bool {
 
 #[test]
 fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
-    // On a thread with a ring, a READ of a file LUN is not tried inline
-    // (one preadv2 each): `run_inline` gives it back, the ring queues it,
+    // On a thread with a ring, a READ of a file LUN after the first of the
+    // turn is not tried inline (one preadv2 each): `run_inline` gives it
+    // back, the ring queues it,
     // and `submit_and_reap` reads every queued one (cached pages inside
     // the one io_uring_enter) and runs the completions at once, without
     // signalling the eventfd the ring's task waits on.
@@ -469,6 +470,14 @@ fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
     }));
     let (tx, rx) = mpsc::channel();
     let mut lbas = Vec::new();
+    // The turn's first read is tried inline (one preadv2) and served.
+    let first = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 100, 2), 2 * BS, vec![]);
+    let r = h
+        .target
+        .run_inline(first)
+        .expect("the turn's first read inline");
+    let at = 100 * BS as usize;
+    assert_eq!(&r.data_in[..], &data[at..at + 2 * BS as usize]);
     for i in 0..16u32 {
         let lba = (i * 37) % (FILE_BLOCKS as u32 - 2);
         let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, lba, 2), 2 * BS, vec![]);
@@ -518,7 +527,10 @@ fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
     // Nothing queued: no system call and nothing to run.
     assert_eq!(uring::submit_and_reap(), 0);
     let stats = h.target.lun_stats(1).unwrap();
-    assert_eq!(stats.read_commands, 16);
+    assert_eq!(stats.read_commands, 17);
+    // The batch ended: the next turn's first read is tried inline again.
+    let again = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]);
+    assert!(h.target.run_inline(again).is_ok());
 
     // An op that completes after the batch (here: one submitted and then
     // left to the kernel) still signals the eventfd.
@@ -574,7 +586,6 @@ fn a_queued_ring_read_holds_its_range_until_the_batch_ends() {
     assert!(uring::start_thread().unwrap().is_some());
     uring::defer_submission(Box::new(|| {}));
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
-    let cmd = h.target.run_inline(cmd).expect_err("left to the ring");
     let rx = start_on_ring(&h, cmd);
     let data = pattern(8, 0x77);
     let wrx = submit(
