@@ -25,7 +25,7 @@
 //! io_uring (5.1 on) knows that flag. O_DIRECT stores get buffers aligned
 //! to their block size ([`RingBuf::aligned`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -48,6 +48,11 @@ pub const RING_ENTRIES: u32 = 256;
 const RETRIES: u8 = 3;
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Whether the kernel's CQ ring has its flags word, so the eventfd can be
+/// muted while a turn reaps its own completions ([`submit_and_reap`]).
+/// Set by [`probe`].
+static CQ_FLAGS: AtomicBool = AtomicBool::new(false);
 
 /// Whether reactors started from now on create a ring (`[reactor]
 /// io_uring = "auto"`, the default) or leave every blocking operation to
@@ -73,6 +78,10 @@ pub fn probe() -> Result<(), String> {
             ring.submitter()
                 .register_probe(&mut probe)
                 .map_err(|e| format!("io_uring opcode probe: {e}"))?;
+            // IORING_OP_TEE came with Linux 5.8, as the CQ ring's flags
+            // word (`IORING_CQ_EVENTFD_DISABLED`): before it the crate's
+            // flags pointer would name another field of the ring.
+            CQ_FLAGS.store(probe.is_supported(opcode::Tee::CODE), Ordering::Relaxed);
             for (code, name) in [
                 (opcode::Read::CODE, "READ"),
                 (opcode::Write::CODE, "WRITE"),
@@ -233,6 +242,12 @@ pub enum Op {
 /// and its buffer back.
 pub type OpDone = Box<dyn FnOnce(io::Result<usize>, RingBuf)>;
 
+/// Completions taken off the queue at once that stay on the stack.
+const REAP_INLINE: usize = 32;
+
+/// Finished ops of one reap, with their outcome.
+type Finished = SmallVec<[(InFlight, io::Result<usize>); REAP_INLINE]>;
+
 struct InFlight {
     file: Arc<File>,
     buf: RingBuf,
@@ -390,12 +405,75 @@ pub fn flush() {
     });
 }
 
+thread_local! {
+    /// Reads counted by [`turn_read`] since the last [`submit_and_reap`].
+    static TURN_READS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Counts one read of the current reactor turn that this thread's ring
+/// could take, and returns how many came before it since the turn's batch
+/// last ended ([`submit_and_reap`]). The SCSI core runs the first read of
+/// a turn inline (`preadv2(RWF_NOWAIT)`: one system call, as the ring's
+/// `io_uring_enter` would be, without the ring's extra work, which showed
+/// at queue depth 1) and queues the rest on the ring.
+pub fn turn_read() -> u32 {
+    TURN_READS.with(|c| {
+        let n = c.get();
+        c.set(n.saturating_add(1));
+        n
+    })
+}
+
+/// Ends a reactor turn's batch at once: hands every queued op to the
+/// kernel (one `io_uring_enter`) and runs the callbacks of every op that
+/// has completed, including reads of cached pages, which the kernel
+/// finishes inside that same `io_uring_enter`. A connection calls this
+/// after it has run the PDUs of one read so that the responses of those
+/// reads leave in the turn's `writev`, instead of a turn later after the
+/// ring's task has submitted and been woken by the eventfd. While it runs
+/// the eventfd is muted (`IORING_CQ_EVENTFD_DISABLED`, Linux 5.8 on; an
+/// older kernel's eventfd wakes the ring's task for nothing), so the
+/// completions reaped here wake nobody; it is unmuted before a last look at the
+/// completion queue, so an op finishing later (a page the cache did not
+/// hold) still signals it. Returns how many callbacks ran; 0 without a
+/// ring or with nothing queued and nothing completed.
+pub fn submit_and_reap() -> usize {
+    TURN_READS.with(|c| c.set(0));
+    let finished = RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(ring) if ring.unsubmitted => {
+                let mute = CQ_FLAGS.load(Ordering::Relaxed);
+                if mute {
+                    ring.ring.completion().disable_eventfd();
+                }
+                ring.flush();
+                let mut finished = ring.collect();
+                if mute {
+                    ring.ring.completion().enable_eventfd();
+                    // A completion posted while muted signalled nobody.
+                    if !ring.ring.completion().is_empty() {
+                        finished.extend(ring.collect());
+                    }
+                }
+                finished
+            }
+            _ => Finished::new(),
+        },
+        Err(_) => Finished::new(),
+    });
+    let n = finished.len();
+    for (entry, result) in finished {
+        (entry.callback)(result, entry.buf);
+    }
+    n
+}
+
 /// Runs the callbacks of every completed op of this thread's ring;
 /// returns how many ran.
 pub fn reap() -> usize {
     let finished = RING.with(|r| match r.try_borrow_mut() {
         Ok(mut guard) => guard.as_mut().map(Ring::collect).unwrap_or_default(),
-        Err(_) => Vec::new(),
+        Err(_) => Finished::new(),
     });
     let n = finished.len();
     for (entry, result) in finished {
@@ -556,13 +634,15 @@ impl Ring {
 
     /// Takes every completion off the queue: finished ops come back with
     /// their result; short transfers and retries are pushed again.
-    fn collect(&mut self) -> Vec<(InFlight, io::Result<usize>)> {
-        let cqes: Vec<(u64, i32)> = self
+    /// On the stack up to a reactor turn's usual count: reaping allocates
+    /// nothing then.
+    fn collect(&mut self) -> Finished {
+        let cqes: SmallVec<[(u64, i32); REAP_INLINE]> = self
             .ring
             .completion()
             .map(|c| (c.user_data(), c.result()))
             .collect();
-        let mut finished = Vec::with_capacity(cqes.len());
+        let mut finished = Finished::new();
         let mut resubmitted = false;
         for (user_data, res) in cqes {
             let slot = user_data as usize;

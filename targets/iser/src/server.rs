@@ -34,6 +34,10 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 /// Pending connection requests the CM queues for a listener.
 const BACKLOG: i32 = 64;
 
+/// Most rounds of events and io_uring completions in one turn; what is
+/// left waits for the next turn (the ring's task reaps it meanwhile).
+const TURN_ROUNDS: usize = 4;
+
 /// A bound, listening iSER portal.
 #[derive(Debug)]
 pub struct IserListener {
@@ -265,9 +269,20 @@ async fn drive(
     // then wait for a completion, a CM event, a message from the port or
     // the timer.
     loop {
-        while let Some(ev) = d.core.poll_event() {
-            if let Some(resp) = pc.on_event(ev) {
-                d.core.complete(resp);
+        // As on TCP: the turn's io_uring ops go to the kernel together and
+        // what completed at once (reads of cached pages) is answered in
+        // this turn.
+        for _ in 0..TURN_ROUNDS {
+            while let Some(ev) = d.core.poll_event() {
+                if let Some(resp) = pc.on_event(ev) {
+                    d.core.complete(resp);
+                }
+            }
+            if !pc.end_ring_batch() {
+                break;
+            }
+            while let Some(msg) = pc.try_recv() {
+                on_msg(&mut d, msg, &mut killed);
             }
         }
         if d.core.session().is_some() {

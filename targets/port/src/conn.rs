@@ -113,6 +113,18 @@ impl PortConn {
         self.rx.try_recv().ok()
     }
 
+    /// Ends this turn's io_uring batch now (`uring::submit_and_reap`):
+    /// the reads and other ops [`Self::on_event`] queued on the reactor's
+    /// ring go to the kernel in one `io_uring_enter`, and the completions
+    /// already there (reads of cached pages finish inside that call) run
+    /// at once, so their responses wait in [`Self::try_recv`] before the
+    /// driver sends what the turn produced. Returns whether any completion
+    /// ran (of this connection or another on the reactor). Without a ring
+    /// or with nothing queued it makes no system call.
+    pub fn end_ring_batch(&mut self) -> bool {
+        rustgt_scsi::uring::submit_and_reap() > 0
+    }
+
     /// Releases this connection's I_T nexus now, if it still holds one
     /// (see `Port::release_nexus`). Drivers call it as soon as the
     /// initiator is gone or the session is closing with nothing in flight.

@@ -3,10 +3,13 @@
 //! probe failed), served by one task that waits on the ring's eventfd and
 //! runs the completions of finished ops on the reactor thread itself, so a
 //! command's response reaches its connection task without crossing
-//! threads. Submissions are batched: the ops the connection tasks queue in
-//! one turn are handed to the kernel by the same task once they yield
-//! (one `io_uring_enter` per batch). When the reactor stops, ops still in
-//! flight are waited for and completed before the ring is freed.
+//! threads. Submissions are batched: a connection task ends its own turn's
+//! batch (`PortConn::end_ring_batch`: one `io_uring_enter`, and the
+//! completions already there, such as reads of cached pages, run at once
+//! with the eventfd muted); ops queued otherwise are handed to the kernel
+//! by this task once the connection tasks yield (one `io_uring_enter` per
+//! batch). When the reactor stops, ops still in flight are waited for and
+//! completed before the ring is freed.
 //!
 //! Kept apart from [`crate::Reactors`]: a reactor thread's body is
 //! [`serve_until`].

@@ -67,6 +67,20 @@ pub(crate) fn serves(lu: &LogicalUnit) -> bool {
     lu.backstore.uring_file().is_some()
 }
 
+/// Whether this read of this LUN goes to this thread's ring even when the
+/// page cache may hold its data: the ring has room, the LUN's store hands
+/// out its file (a passthrough I/O context; LUNs with readahead of
+/// rustgt's own never, so their context sees every read), and it is not
+/// the first such read of the reactor's turn ([`uring::turn_read`]; the
+/// first is tried inline). A buffered read of cached pages completes
+/// inside the `io_uring_enter` that submits it
+/// ([`uring::submit_and_reap`]), so a turn's reads cost two system calls
+/// together (one `preadv2`, one `io_uring_enter`) instead of one
+/// `preadv2(RWF_NOWAIT)` each.
+pub(crate) fn batches_reads(lu: &LogicalUnit) -> bool {
+    uring::has_room() && lu.backstore.uring_file().is_some() && uring::turn_read() > 0
+}
+
 /// Whether the LUN's store takes these commands on its own asynchronous
 /// API ([`rustgt_backstore::aio`]) from any thread.
 pub(crate) fn serves_async(lu: &LogicalUnit) -> bool {

@@ -90,6 +90,13 @@ pub(crate) fn run_inline(
     if !allowed || cmd.attr != TaskAttr::Simple {
         return Err(cmd);
     }
+    if inline_class(&cmd.cdb) == Some(InlineClass::Read) && crate::ring::batches_reads(lu) {
+        // Not one `preadv2` per read here: after the turn's first, the
+        // reactor's io_uring takes the turn's reads together
+        // (`ring::start`), and cached pages are read inside the one
+        // `io_uring_enter` that ends the turn.
+        return Err(cmd);
+    }
     let key = TaskKey {
         nexus: cmd.nexus.id,
         tag: cmd.tag,

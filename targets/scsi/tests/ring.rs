@@ -3,7 +3,10 @@
 //! O_DIRECT), SYNCHRONIZE CACHE and FUA complete, a failed read is a MEDIUM
 //! ERROR, without a ring the command comes back for the workers, which
 //! serve it, and ring completions never leave the workers' queued writes
-//! waiting.
+//! waiting. Reads of cached pages on a thread with a ring are batched: after
+//! the turn's first, left to the ring by `run_inline`, read and answered in one `submit_and_reap`
+//! without waking the ring's eventfd; a queued read holds its range; a
+//! thread without a ring still serves them inline.
 
 #![allow(clippy::unwrap_used)]
 
@@ -426,5 +429,188 @@ fn worker_writes_are_never_left_queued_after_ring_reads() {
         }
     }
     assert_eq!(answered, 20 * 4 * (50 + 10) * 4);
+    uring::stop_thread();
+}
+
+/// Whether the eventfd `start_thread` returned (non-blocking) has been
+/// signalled since the last look (reads its counter to zero).
+fn eventfd_signalled(fd: &std::fs::File) -> bool {
+    use std::io::Read;
+    let mut counter = [0u8; 8];
+    matches!((&*fd).read(&mut counter), Ok(8)) && counter != [0; 8]
+}
+
+#[test]
+fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
+    // On a thread with a ring, a READ of a file LUN after the first of the
+    // turn is not tried inline (one preadv2 each): `run_inline` gives it
+    // back, the ring queues it,
+    // and `submit_and_reap` reads every queued one (cached pages inside
+    // the one io_uring_enter) and runs the completions at once, without
+    // signalling the eventfd the ring's task waits on.
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lun.img");
+    let h = file_lun(&path, false).unwrap();
+    // The data goes in through the page cache, so every read hits it.
+    let data = pattern(FILE_BLOCKS as usize, 0x3C);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(&data, 0)
+        .unwrap();
+    let fd = std::fs::File::from(uring::start_thread().unwrap().expect("eventfd"));
+    let wakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let w = Arc::clone(&wakes);
+    uring::defer_submission(Box::new(move || {
+        w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
+    let (tx, rx) = mpsc::channel();
+    let mut lbas = Vec::new();
+    // The turn's first read is tried inline (one preadv2) and served.
+    let first = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 100, 2), 2 * BS, vec![]);
+    let r = h
+        .target
+        .run_inline(first)
+        .expect("the turn's first read inline");
+    let at = 100 * BS as usize;
+    assert_eq!(&r.data_in[..], &data[at..at + 2 * BS as usize]);
+    for i in 0..16u32 {
+        let lba = (i * 37) % (FILE_BLOCKS as u32 - 2);
+        let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, lba, 2), 2 * BS, vec![]);
+        let tag = cmd.tag;
+        let cmd = h.target.run_inline(cmd).expect_err("left to the ring");
+        let tx = tx.clone();
+        let taken = h.target.run_on_ring(
+            cmd,
+            Box::new(move |r| {
+                let _ = tx.send((tag, r));
+            }),
+        );
+        assert!(taken.is_ok(), "the ring takes the read");
+        lbas.push((tag, lba));
+    }
+    assert_eq!(uring::in_flight(), 16);
+    assert!(rx.try_recv().is_err(), "nothing answered before the batch");
+    assert_eq!(
+        wakes.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "one wake-up of the ring's task for the whole batch"
+    );
+    let mut answered = uring::submit_and_reap();
+    let mut spins = 0;
+    // Cached pages complete inside the enter; should the kernel still have
+    // punted one, wait for it (bounded by the ops in flight).
+    while answered < 16 && uring::in_flight() > 0 && spins < 64 {
+        answered += uring::reap_blocking();
+        spins += 1;
+    }
+    assert_eq!(answered, 16);
+    assert_eq!(uring::in_flight(), 0);
+    for _ in 0..16 {
+        let (tag, r) = rx.try_recv().expect("answered");
+        let lba = lbas.iter().find(|(t, _)| *t == tag).unwrap().1 as usize;
+        assert_eq!(r.status, Status::GOOD, "{r:?}");
+        let at = lba * BS as usize;
+        assert_eq!(&r.data_in[..], &data[at..at + 2 * BS as usize], "lba {lba}");
+    }
+    assert!(rx.try_recv().is_err(), "one completion each");
+    if answered == 16 && spins == 0 {
+        assert!(
+            !eventfd_signalled(&fd),
+            "completions reaped in the turn leave the eventfd quiet"
+        );
+    }
+    // Nothing queued: no system call and nothing to run.
+    assert_eq!(uring::submit_and_reap(), 0);
+    let stats = h.target.lun_stats(1).unwrap();
+    assert_eq!(stats.read_commands, 17);
+    // The batch ended: the next turn's first read is tried inline again.
+    let again = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]);
+    assert!(h.target.run_inline(again).is_ok());
+
+    // An op that completes after the batch (here: one submitted and then
+    // left to the kernel) still signals the eventfd.
+    let rx = start_on_ring(&h, h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]));
+    uring::flush();
+    let r = loop {
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        uring::reap_blocking();
+    };
+    assert_eq!(&r.data_in[..], &data[..BS as usize]);
+    assert!(
+        eventfd_signalled(&fd),
+        "a completion outside the batch signals"
+    );
+    uring::stop_thread();
+}
+
+#[test]
+fn without_a_ring_cached_reads_still_run_inline() {
+    // The fallback (io_uring off or unavailable): the thread has no ring,
+    // so a cached READ runs inline as before.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lun.img");
+    let h = file_lun(&path, false).unwrap();
+    let data = pattern(4, 0x11);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all_at(&data, 8 * u64::from(BS))
+        .unwrap();
+    assert!(!uring::active());
+    let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 8, 4), 4 * BS, vec![]);
+    let r = h.target.run_inline(cmd).expect("served inline");
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(r.data_in, data);
+    assert_eq!(uring::submit_and_reap(), 0, "no ring: nothing to do");
+}
+
+#[test]
+fn a_queued_ring_read_holds_its_range_until_the_batch_ends() {
+    // A READ queued on the ring (not yet submitted) holds its blocks
+    // shared: a WRITE over them on the workers waits for it, so the read
+    // returns the data from before the write, whatever the threads' order.
+    if !ring_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lun.img");
+    let h = file_lun(&path, false).unwrap();
+    assert!(uring::start_thread().unwrap().is_some());
+    uring::defer_submission(Box::new(|| {}));
+    let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
+    let rx = start_on_ring(&h, cmd);
+    let data = pattern(8, 0x77);
+    let wrx = submit(
+        &h.target,
+        h.cmd_on(&h.nexus, 1, &cdb10(0x2A, 0, 0, 8), 0, data.clone()),
+    );
+    let mut rounds = 0;
+    let r = loop {
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        assert!(rounds < 1000, "the read never completed");
+        rounds += 1;
+        if uring::submit_and_reap() == 0 {
+            uring::reap_blocking();
+        }
+    };
+    assert_eq!(r.status, Status::GOOD);
+    assert!(
+        r.data_in.iter().all(|&b| b == 0),
+        "the read saw the blocks before the write"
+    );
+    let w = wrx.recv().unwrap();
+    assert_eq!(w.status, Status::GOOD);
+    let r = h.exec(h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]));
+    assert_eq!(r.data_in, data);
     uring::stop_thread();
 }
