@@ -53,6 +53,37 @@ struct State {
     waiters: usize,
 }
 
+impl State {
+    /// The next request for `blocks` (> 0) blocks from `lba`, not queued yet.
+    fn request(&self, lba: u64, blocks: u64, exclusive: bool) -> Request {
+        Request {
+            id: self.next_id,
+            start: lba,
+            end: lba.saturating_add(blocks),
+            exclusive,
+        }
+    }
+
+    /// Whether any request, granted or waiting, conflicts with `me`.
+    fn conflicts_any(&self, me: &Request) -> bool {
+        self.requests.iter().any(|r| r.conflicts(me))
+    }
+
+    /// Queues `me` (made by [`State::request`]) behind every request there.
+    fn enqueue(&mut self, me: Request) {
+        self.next_id = self.next_id.wrapping_add(1);
+        self.requests.push(me);
+    }
+
+    /// Whether a request queued earlier than `me` conflicts with it.
+    fn blocked(&self, me: &Request) -> bool {
+        self.requests
+            .iter()
+            .take_while(|r| r.id != me.id)
+            .any(|r| r.conflicts(me))
+    }
+}
+
 /// The range locks of one logical unit.
 #[derive(Debug, Default)]
 pub(crate) struct LbaLocks {
@@ -95,24 +126,13 @@ impl LbaLocks {
             });
         }
         let mut state = lock(&self.state);
-        let id = state.next_id;
-        let me = Request {
-            id,
-            start: lba,
-            end: lba.saturating_add(blocks),
-            exclusive,
-        };
-        if rustgt_backstore::nowait::active() && state.requests.iter().any(|r| r.conflicts(&me)) {
+        let me = state.request(lba, blocks, exclusive);
+        let id = me.id;
+        if rustgt_backstore::nowait::active() && state.conflicts_any(&me) {
             return Err(Sense::from(rustgt_backstore::nowait::would_block()));
         }
-        state.next_id = state.next_id.wrapping_add(1);
-        state.requests.push(me);
-        while state
-            .requests
-            .iter()
-            .take_while(|r| r.id != id)
-            .any(|r| r.conflicts(&me))
-        {
+        state.enqueue(me);
+        while state.blocked(&me) {
             state.waiters += 1;
             state = self
                 .released
@@ -135,17 +155,11 @@ impl LbaLocks {
             return Some(None);
         }
         let mut state = lock(&self.state);
-        let me = Request {
-            id: state.next_id,
-            start: lba,
-            end: lba.saturating_add(blocks),
-            exclusive,
-        };
-        if state.requests.iter().any(|r| r.conflicts(&me)) {
+        let me = state.request(lba, blocks, exclusive);
+        if state.conflicts_any(&me) {
             return None;
         }
-        state.next_id = state.next_id.wrapping_add(1);
-        state.requests.push(me);
+        state.enqueue(me);
         Some(Some(me.id))
     }
 
@@ -167,22 +181,11 @@ impl LbaLocks {
             return Some(None);
         }
         let mut state = lock(&self.state);
-        let id = state.next_id;
-        let me = Request {
-            id,
-            start: lba,
-            end: lba.saturating_add(blocks),
-            exclusive,
-        };
-        state.next_id = state.next_id.wrapping_add(1);
-        state.requests.push(me);
+        let me = state.request(lba, blocks, exclusive);
+        let id = me.id;
+        state.enqueue(me);
         loop {
-            let blocked = state
-                .requests
-                .iter()
-                .take_while(|r| r.id != id)
-                .any(|r| r.conflicts(&me));
-            if !blocked {
+            if !state.blocked(&me) {
                 return Some(Some(id));
             }
             let now = Instant::now();
