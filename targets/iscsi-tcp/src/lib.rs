@@ -245,7 +245,7 @@ async fn drive(
         // (cached pages at once) and answered here, so their responses
         // leave in this turn's writev. Completing may let the core hand
         // out more events; bounded, as every round needs new completions.
-        for _ in 0..TURN_ROUNDS {
+        for _ in 0..rustgt_port::TURN_ROUNDS {
             while let Some(ev) = conn.poll_event() {
                 if let Some(resp) = pc.on_event(ev) {
                     conn.complete(resp);
@@ -316,10 +316,6 @@ fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
         PortMsg::RequestLogout => conn.request_logout(2),
     }
 }
-
-/// Most rounds of events and io_uring completions in one turn; what is
-/// left waits for the next turn (the ring's task reaps it meanwhile).
-const TURN_ROUNDS: usize = 4;
 
 /// How long a closing connection may take to send what it queued.
 const LINGER: Duration = Duration::from_secs(10);

@@ -34,10 +34,6 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 /// Pending connection requests the CM queues for a listener.
 const BACKLOG: i32 = 64;
 
-/// Most rounds of events and io_uring completions in one turn; what is
-/// left waits for the next turn (the ring's task reaps it meanwhile).
-const TURN_ROUNDS: usize = 4;
-
 /// A bound, listening iSER portal.
 #[derive(Debug)]
 pub struct IserListener {
@@ -272,7 +268,7 @@ async fn drive(
         // As on TCP: the turn's io_uring ops go to the kernel together and
         // what completed at once (reads of cached pages) is answered in
         // this turn.
-        for _ in 0..TURN_ROUNDS {
+        for _ in 0..rustgt_port::TURN_ROUNDS {
             while let Some(ev) = d.core.poll_event() {
                 if let Some(resp) = pc.on_event(ev) {
                     d.core.complete(resp);

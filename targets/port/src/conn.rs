@@ -49,6 +49,11 @@ impl Port {
     }
 }
 
+/// Most rounds of events and io_uring completions a driver runs in one
+/// turn ([`PortConn::end_ring_batch`]); what is left waits for the next
+/// turn (the ring's task reaps it meanwhile).
+pub const TURN_ROUNDS: usize = 4;
+
 impl PortConn {
     pub(crate) fn new(
         port: Arc<Port>,
@@ -121,6 +126,7 @@ impl PortConn {
     /// driver sends what the turn produced. Returns whether any completion
     /// ran (of this connection or another on the reactor). Without a ring
     /// or with nothing queued it makes no system call.
+    /// Drivers call it at most [`TURN_ROUNDS`] times a turn.
     pub fn end_ring_batch(&mut self) -> bool {
         rustgt_scsi::uring::submit_and_reap() > 0
     }
