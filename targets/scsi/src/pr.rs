@@ -268,26 +268,46 @@ impl Reservations {
         sh: &Arc<dyn SharedState>,
         mut op: impl FnMut(&mut PrState) -> Result<Effects, Refusal>,
     ) -> Result<Effects, Refusal> {
+        self.compare_and_set(sh, |cur, spc2| {
+            if spc2.is_some() {
+                // SPC-2 §5.5.1: no PERSISTENT RESERVE command while reserved.
+                return Round::Keep(Err(Refusal::Conflict));
+            }
+            let mut next = cur.clone();
+            match op(&mut next) {
+                Ok(effects) if next != *cur => Round::Store(next, None, effects),
+                done => Round::Keep(done),
+            }
+        })
+    }
+
+    /// One compare-and-set update of the shared state: `round` decides from
+    /// the state as stored now; what it stores is kept only if nobody
+    /// stored in between, and the round is retried from a fresh read
+    /// otherwise. Either way the cache ends up holding what was read or
+    /// stored. One update at a time per gateway.
+    fn compare_and_set<R>(
+        &self,
+        sh: &Arc<dyn SharedState>,
+        mut round: impl FnMut(&PrState, &Option<ItNexus>) -> Round<R>,
+    ) -> Result<R, Refusal> {
         let _one = self.updating.lock().unwrap_or_else(PoisonError::into_inner);
         for _ in 0..SHARED_ATTEMPTS {
             let rec = sh.load().map_err(|e| failed("read", &e))?;
-            let (cur, spc2) = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
-            if spc2.is_some() {
-                // SPC-2 §5.5.1: no PERSISTENT RESERVE command while reserved.
-                self.commit_shared(cur, spc2);
-                return Err(Refusal::Conflict);
-            }
-            let mut next = cur.clone();
-            let effects = op(&mut next)?;
-            if next == cur {
-                self.commit_shared(cur, None);
-                return Ok(effects);
-            }
-            let data = pr_store::to_shared(&next, None).map_err(|e| failed("encode", &e))?;
+            let (pr, spc2) = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
+            let (next_pr, next_spc2, answer) = match round(&pr, &spc2) {
+                Round::Keep(done) => {
+                    self.commit_shared(pr, spc2);
+                    return done;
+                }
+                Round::Store(next_pr, next_spc2, answer) => (next_pr, next_spc2, answer),
+            };
+            let data = pr_store::to_shared(&next_pr, next_spc2.as_ref())
+                .map_err(|e| failed("encode", &e))?;
             match sh.store(rec.version, &data) {
                 Ok(Some(_)) => {
-                    self.commit_shared(next, None);
-                    return Ok(effects);
+                    self.commit_shared(next_pr, next_spc2);
+                    return Ok(answer);
                 }
                 Ok(None) => continue,
                 Err(e) => return Err(failed("store", &e)),
@@ -333,27 +353,13 @@ impl Reservations {
             self.set_active(&inner);
             return done.map(|()| false);
         };
-        let _one = self.updating.lock().unwrap_or_else(PoisonError::into_inner);
-        for _ in 0..SHARED_ATTEMPTS {
-            let rec = sh.load().map_err(|e| failed("read", &e))?;
-            let (pr, cur) = pr_store::from_shared(&rec.data).map_err(|e| failed("read", &e))?;
+        self.compare_and_set(sh, |pr, cur| {
             let mut next = cur.clone();
-            let done = op(&pr, &mut next);
-            if next == cur || done.is_err() {
-                self.commit_shared(pr, cur);
-                return done.map(|()| false);
+            match op(pr, &mut next) {
+                Ok(()) if next != *cur => Round::Store(pr.clone(), next, true),
+                done => Round::Keep(done.map(|()| false)),
             }
-            let data = pr_store::to_shared(&pr, next.as_ref()).map_err(|e| failed("encode", &e))?;
-            match sh.store(rec.version, &data) {
-                Ok(Some(_)) => {
-                    self.commit_shared(pr, next);
-                    return Ok(true);
-                }
-                Ok(None) => continue,
-                Err(e) => return Err(failed("store", &e)),
-            }
-        }
-        Err(failed("store", &"other gateways kept changing it"))
+        })
     }
 
     /// RESERVE(6)/(10) (SPC-2 §7.21) with the SPC-4 §5.13.3 exceptions.
@@ -416,6 +422,15 @@ impl Reservations {
             false
         })
     }
+}
+
+/// What one round of [`Reservations::compare_and_set`] decides from the
+/// shared state as read.
+enum Round<R> {
+    /// Store nothing; the answer.
+    Keep(Result<R, Refusal>),
+    /// Store this persistent state and SPC-2 holder, then answer `R`.
+    Store(PrState, Option<ItNexus>, R),
 }
 
 fn failed(what: &str, e: &dyn std::fmt::Display) -> Refusal {
