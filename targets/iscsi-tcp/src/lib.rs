@@ -166,12 +166,19 @@ async fn drive(
     // then run every PDU that came in, to completion where the LUN allows,
     // and queue what they produced. Nothing here waits for another thread.
     // The wait starts with a short busy-poll when recent waits were short
+    // and the wait is for the initiator alone, with no command in flight
     // (see `rustgt_port::BusyPoll`).
     loop {
         out.flush(&sock)?;
         let wait_from = std::time::Instant::now();
         let mut got = Got::Nothing;
-        let until = wait_from + poll.budget();
+        let for_peer = conn.in_flight() == 0;
+        let until = wait_from
+            + if for_peer {
+                poll.budget()
+            } else {
+                Duration::ZERO
+            };
         let mut step = SPIN_STEP_MIN;
         while !out.pending() && std::time::Instant::now() < until {
             // Let the reactor's other tasks run and its epoll look (without
@@ -234,7 +241,9 @@ async fn drive(
                 break;
             }
             Got::Input => {
-                poll.waited(wait_from.elapsed());
+                if for_peer {
+                    poll.waited(wait_from.elapsed());
+                }
                 while let Some(msg) = pc.try_recv() {
                     on_msg(&mut conn, msg, &mut killed);
                 }

@@ -10,6 +10,13 @@
 //! within the configured bound and shrinks while they outlast it, so an
 //! idle connection stops spinning after a few waits and a busy one keeps
 //! its CPU awake. `0` (or a bound of zero) never spins.
+//!
+//! Spinning pays only while the connection waits for its peer alone. While
+//! it has commands in flight, their completions come from this process's
+//! own work (a LUN's workers, a store's threads such as librbd's, the
+//! kernel's I/O), which needs a CPU; on a small machine a spinning reactor
+//! holds one of them. Drivers therefore spin, and report waits, only when
+//! nothing is in flight.
 
 use std::time::Duration;
 
