@@ -3,6 +3,8 @@
 //! client of a running daemon's admin socket.
 
 mod admin;
+#[cfg(feature = "rbd")]
+mod allocator;
 mod bench;
 mod cli;
 mod config;
@@ -36,6 +38,8 @@ fn main() -> anyhow::Result<()> {
         ));
     }
     let cfg = config::load(cli.config.as_deref(), &cli.overrides())?;
+    #[cfg(feature = "rbd")]
+    tracing::info!(allocator = %allocator::describe(), "built with rbd: C allocator");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("rustgt-io")

@@ -107,6 +107,12 @@ fn on_ceph_writes_are_in_the_image_and_survive_a_restart() {
         "the LUN's reads and writes do not go to librbd's asynchronous API: {}",
         d.stderr_tail(20)
     );
+    // Built with rbd, the daemon's malloc is tcmalloc's (src/allocator.rs).
+    assert!(
+        d.stderr().contains("allocator=gperftools"),
+        "the daemon's malloc is not tcmalloc's: {}",
+        d.stderr_tail(20)
+    );
     write_and_verify(&url(&d), &regions);
     // Deallocation (WRITE SAME with UNMAP) reads back as zeros, even for
     // less than an object and less than librbd's discard granularity.

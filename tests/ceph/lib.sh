@@ -44,8 +44,9 @@
 #    /proc/PID/stat says state Z.
 
 # The Debian packages of the cluster and of its clients (librbd, librados
-# and their headers for builds, tgt's rbd backstore).
-CEPH_PACKAGES=(ceph-mon ceph-mgr ceph-osd ceph-common librbd-dev librados-dev tgt-rbd)
+# and their headers for builds, the tcmalloc an rbd-built rustgt links,
+# tgt's rbd backstore).
+CEPH_PACKAGES=(ceph-mon ceph-mgr ceph-osd ceph-common librbd-dev librados-dev libtcmalloc-minimal4 tgt-rbd)
 
 # Set by ceph_up once it has created the directory: callers tear down only a
 # cluster they started.
