@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use rustgt_iscsi::negotiate::Transport;
 use rustgt_iscsi::{Event, PortalConfig, SessionTable};
-use rustgt_scsi::{Response, ScsiTarget, TmfResponse};
+use rustgt_scsi::{Done, Response, ResponseSink, ScsiTarget, Ticket, TmfResponse};
 use tokio::sync::mpsc;
 
 use crate::admission::Admitted;
@@ -29,7 +29,29 @@ pub struct PortConn {
     /// The SCSI target of the logged-in session.
     target: Option<Arc<ScsiTarget>>,
     stats: Arc<ConnStats>,
+    /// Where the SCSI core delivers the responses of commands it did not
+    /// finish inline: one per connection, shared by its commands.
+    sink: Arc<ConnSink>,
     admitted: Admitted,
+}
+
+/// A connection's [`ResponseSink`]: counts the command in the
+/// connection's stats and hands the response to the connection's task.
+/// A command carries it as an `Arc` clone and a [`Ticket`] (when it was
+/// handed over, its Data-Out length), so handing a command to the SCSI
+/// core allocates nothing.
+#[derive(Debug)]
+struct ConnSink {
+    tx: mpsc::UnboundedSender<PortMsg>,
+    stats: Arc<ConnStats>,
+}
+
+impl ResponseSink for ConnSink {
+    fn deliver(&self, ticket: Ticket, response: Response) {
+        let data_out = usize::try_from(ticket.token).unwrap_or(usize::MAX);
+        self.stats.record(ticket.started, data_out, &response);
+        let _ = self.tx.send(PortMsg::Done(response));
+    }
 }
 
 impl Port {
@@ -64,6 +86,10 @@ impl PortConn {
         stats: Arc<ConnStats>,
         admitted: Admitted,
     ) -> PortConn {
+        let sink = Arc::new(ConnSink {
+            tx: tx.clone(),
+            stats: Arc::clone(&stats),
+        });
         PortConn {
             port,
             id,
@@ -72,6 +98,7 @@ impl PortConn {
             rx,
             target: None,
             stats,
+            sink,
             admitted,
         }
     }
@@ -172,23 +199,25 @@ impl PortConn {
                 } else {
                     cmd
                 };
-                let tx = self.tx.clone();
-                let stats = Arc::clone(&self.stats);
-                let done: rustgt_scsi::Completion = Box::new(move |resp| {
-                    stats.record(started, data_out, &resp);
-                    let _ = tx.send(PortMsg::Done(resp));
-                });
+                let sink: Arc<dyn ResponseSink> = self.sink.clone();
+                let done = Done::Sink(
+                    sink,
+                    Ticket {
+                        started,
+                        token: data_out as u64,
+                    },
+                );
                 // A file or block-device LUN: this reactor's io_uring, whose
                 // completion runs on this thread too.
                 let (cmd, done) = if self.port.run_to_completion() {
-                    match t.run_on_ring(cmd, done) {
+                    match t.run_on_ring_to(cmd, done) {
                         Ok(()) => return None,
                         Err(back) => back,
                     }
                 } else {
                     (cmd, done)
                 };
-                t.submit(cmd, done);
+                t.submit_to(cmd, done);
             }
             Event::TaskMgmt { itt, lun, function } => {
                 let tx = self.tx.clone();
