@@ -7,6 +7,8 @@
 //! read runs inline. After a warm-up (pools, slabs and queues grown to
 //! the turn's size) more turns must not allocate at all.
 //!
+//! The thread-pool path (no run to completion) is counted on all threads.
+//!
 //! The iSCSI core's parsing and encoding are not in the count: the test
 //! plays the driver and hands the port the core's events directly.
 
@@ -15,7 +17,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rustgt_backstore::{uring, Backstore, FileBackstore, FileOptions};
 use rustgt_iscsi::negotiate::{SessionParams, SessionType, Transport};
@@ -27,6 +30,9 @@ thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Allocations of every thread.
+static ALL_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
 /// The system allocator, counting each thread's allocations.
 struct Counting;
 
@@ -36,18 +42,21 @@ struct Counting;
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        ALL_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the caller's contract is passed on as it is.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        ALL_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as for `alloc`.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        ALL_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as for `alloc`.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -61,6 +70,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
+/// Held by every test of this binary: the workers' test counts all
+/// threads.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
@@ -70,6 +87,7 @@ const BS: u32 = 512;
 const BLOCKS: u64 = 2048;
 /// Reads one driver turn hands over before it ends its ring batch.
 const PER_TURN: u32 = 8;
+const WORKER_WARM_TURNS: u32 = 600;
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().expect("address")
@@ -207,6 +225,7 @@ fn count(pc: &mut PortConn, nexus: &Arc<Nexus>, warm: u32, turns: u32) -> (u64, 
 
 #[test]
 fn reads_on_the_ring_and_inline_allocate_nothing_in_steady_state() {
+    let _serial = serial();
     if let Err(why) = uring::probe() {
         eprintln!("skipping: io_uring unavailable here: {why}");
         return;
@@ -249,6 +268,7 @@ fn reads_on_the_ring_and_inline_allocate_nothing_in_steady_state() {
 
 #[test]
 fn reads_of_a_memory_lun_run_inline_without_allocating() {
+    let _serial = serial();
     let store = rustgt_backstore::open(&rustgt_backstore::BackstoreSpec {
         kind: rustgt_backstore::EngineKind::Ram,
         path: None,
@@ -264,4 +284,48 @@ fn reads_of_a_memory_lun_run_inline_without_allocating() {
     eprintln!("RAM LUN: {n} allocations in 500 turns {t:?}");
     assert_eq!(t.inline, 500 * PER_TURN, "every read inline");
     assert_eq!(n, 0);
+}
+
+#[test]
+fn reads_on_the_workers_allocate_nothing_in_steady_state() {
+    // The thread-pool path (`[reactor] io_uring = "off"`, or a port that
+    // does not run commands to completion): every read goes to the LUN's
+    // worker and comes back through the connection's channel. Counted on
+    // every thread, since the worker allocates on its own; the tests of
+    // this binary take SERIAL so that no other test allocates meanwhile.
+    // The warm-up fills this thread's buffer cache (8 MiB): until then the
+    // buffers the worker takes and this thread frees stay here, and the
+    // worker allocates new ones.
+    let _serial = serial();
+    let store = rustgt_backstore::open(&rustgt_backstore::BackstoreSpec {
+        kind: rustgt_backstore::EngineKind::Ram,
+        path: None,
+        size: Some(BLOCKS * u64::from(BS)),
+        block_size: BS,
+        read_only: false,
+        thin: false,
+        rbd: None,
+    })
+    .expect("ram store");
+    let (port, mut pc, nexus) = session(store);
+    port.set_run_to_completion(false);
+    let mut tag = 0u64;
+    for _ in 0..WORKER_WARM_TURNS {
+        turn(&mut pc, &nexus, &mut tag);
+    }
+    let before = ALL_ALLOCATIONS.load(Ordering::Relaxed);
+    let mut later = 0;
+    for _ in 0..500 {
+        later += turn(&mut pc, &nexus, &mut tag).later;
+    }
+    let n = ALL_ALLOCATIONS.load(Ordering::Relaxed) - before;
+    eprintln!("workers: {n} allocations on all threads in 500 turns, {later} reads");
+    assert_eq!(later, 500 * PER_TURN, "every read on the workers");
+    // The worker path's own steps allocate nothing (0 measured); the
+    // bound leaves room for the channel between threads, whose blocks
+    // are reused unless the two ends race, never one per command.
+    assert!(
+        n < u64::from(later) / 16,
+        "{n} allocations for {later} reads on the workers"
+    );
 }
