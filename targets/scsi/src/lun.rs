@@ -311,6 +311,8 @@ impl LogicalUnit {
     }
 
     /// Puts a command on the task set, or says why not.
+    // A refusal is rare; boxing it would not save the hot path anything.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn enqueue(&self, cmd: Command, done: Done) -> Result<(), Refused> {
         self.tasks.enqueue(cmd, done, || self.sense_format())
     }

@@ -235,6 +235,7 @@ impl Tasks {
     /// Puts a command on the task set, or says why not.
     /// `sense_format` is the unit's sense data format, asked for only when
     /// the command is refused with sense data.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn enqueue(
         &self,
         cmd: Command,
