@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustgt_iscsi::negotiate::Transport;
-use rustgt_iscsi::{Event, PortalConfig, SessionTable};
+use rustgt_iscsi::{Connection, Event, PortalConfig, SessionTable};
 use rustgt_scsi::{Done, Response, ResponseSink, ScsiTarget, Ticket, TmfResponse};
 use tokio::sync::mpsc;
 
@@ -75,6 +75,14 @@ impl Port {
 /// turn ([`PortConn::end_ring_batch`]); what is left waits for the next
 /// turn (the ring's task reaps it meanwhile).
 pub const TURN_ROUNDS: usize = 4;
+
+/// A driver's side of [`PortConn::run_turn`]: its connection's core, and
+/// what it does with a message from the port (a response, a TMF result, a
+/// kill, a logout request), which differs only in how a transport fails.
+pub trait TurnDriver {
+    fn core(&mut self) -> &mut Connection;
+    fn on_msg(&mut self, msg: PortMsg);
+}
 
 impl PortConn {
     pub(crate) fn new(
@@ -156,6 +164,41 @@ impl PortConn {
     /// Drivers call it at most [`TURN_ROUNDS`] times a turn.
     pub fn end_ring_batch(&mut self) -> bool {
         rustgt_scsi::uring::submit_and_reap() > 0
+    }
+
+    /// The part of a driver's turn that both transports share, run once
+    /// the turn's input has been handed to the core: the core's events go
+    /// through [`Self::on_event`] (commands run to completion where the
+    /// LUN allows), the turn's io_uring batch ends
+    /// ([`Self::end_ring_batch`]) and the responses it produced go back to
+    /// the core, for at most [`TURN_ROUNDS`] rounds; then the login cap
+    /// learns of a full-feature session, and a closing connection with
+    /// nothing in flight releases its nexus before the initiator can see
+    /// a Logout Response (so another session's next command never meets
+    /// its reservations or unit attentions). Returns whether the
+    /// connection is closing. The driver then sends what the core queued.
+    pub fn run_turn(&mut self, d: &mut impl TurnDriver) -> bool {
+        for _ in 0..TURN_ROUNDS {
+            while let Some(ev) = d.core().poll_event() {
+                if let Some(resp) = self.on_event(ev) {
+                    d.core().complete(resp);
+                }
+            }
+            if !self.end_ring_batch() {
+                break;
+            }
+            while let Some(msg) = self.try_recv() {
+                d.on_msg(msg);
+            }
+        }
+        if d.core().session().is_some() {
+            self.login_done();
+        }
+        let closing = d.core().is_closing();
+        if closing && d.core().in_flight() == 0 {
+            self.release_nexus();
+        }
+        closing
     }
 
     /// Releases this connection's I_T nexus now, if it still holds one
