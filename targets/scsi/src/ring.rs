@@ -19,6 +19,10 @@
 //!   once;
 //! - a range held by another command, a full ring, or an op the kernel did
 //!   not perform sends the untouched command to the workers;
+//! - in flight: the command waits in the thread's slab of ring commands
+//!   ([`SLAB`]), and the ring's op names its slot, so starting and
+//!   finishing allocate nothing once the slab has grown to the thread's
+//!   depth;
 //! - finish: the same [`Response`] and residuals as the handlers in `sbc`,
 //!   MEDIUM ERROR (UNRECOVERED READ ERROR, WRITE ERROR) for a failed I/O,
 //!   the LUN's and the store's counters, the range released, and the
