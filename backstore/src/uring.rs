@@ -242,6 +242,25 @@ pub enum Op {
 /// and its buffer back.
 pub type OpDone = Box<dyn FnOnce(io::Result<usize>, RingBuf)>;
 
+/// A caller's typed completion: a plain function and the index of the
+/// caller's own record of the op (its slab slot). Nothing is boxed.
+pub type SlotDone = fn(usize, io::Result<usize>, RingBuf);
+
+/// What runs when an op completes.
+enum Callback {
+    Boxed(OpDone),
+    Slot(SlotDone, usize),
+}
+
+impl Callback {
+    fn run(self, result: io::Result<usize>, buf: RingBuf) {
+        match self {
+            Callback::Boxed(f) => f(result, buf),
+            Callback::Slot(f, slot) => f(slot, result, buf),
+        }
+    }
+}
+
 /// Completions taken off the queue at once that stay on the stack.
 const REAP_INLINE: usize = 32;
 
@@ -255,7 +274,7 @@ struct InFlight {
     /// Bytes already moved (short reads and writes go on from here).
     done_bytes: usize,
     retries: u8,
-    callback: OpDone,
+    callback: Callback,
 }
 
 struct Ring {
@@ -348,13 +367,25 @@ pub fn in_flight() -> usize {
 /// later [`reap`] (or [`stop_thread`]) on this thread. Without a ring or
 /// room, the callback runs now with a `WouldBlock` error.
 pub fn submit(file: &UringFile, op: Op, buf: RingBuf, callback: OpDone) {
+    submit_callback(file, op, buf, Callback::Boxed(callback));
+}
+
+/// [`submit`] with a typed completion: `done(slot, result, buf)` runs from
+/// a later [`reap`] on this thread (or now, refused, without a ring or
+/// room). Submitting and reaping this way allocates nothing once the
+/// ring's slots have grown to the ops in flight.
+pub fn submit_slot(file: &UringFile, op: Op, buf: RingBuf, done: SlotDone, slot: usize) {
+    submit_callback(file, op, buf, Callback::Slot(done, slot));
+}
+
+fn submit_callback(file: &UringFile, op: Op, buf: RingBuf, callback: Callback) {
     let bad_len = match op {
         Op::Read { len, .. } | Op::Write { len, .. } => len > buf.len() || len > u32::MAX as usize,
         Op::Fsync => false,
     };
     if bad_len {
         let e = io::Error::new(io::ErrorKind::InvalidInput, "op longer than its buffer");
-        callback(Err(e), buf);
+        callback.run(Err(e), buf);
         return;
     }
     let entry = InFlight {
@@ -373,7 +404,7 @@ pub fn submit(file: &UringFile, op: Op, buf: RingBuf, callback: OpDone) {
         Err(_) => Err(entry),
     });
     if let Err(entry) = refused {
-        (entry.callback)(Err(not_performed()), entry.buf);
+        entry.callback.run(Err(not_performed()), entry.buf);
     }
 }
 
@@ -463,7 +494,7 @@ pub fn submit_and_reap() -> usize {
     });
     let n = finished.len();
     for (entry, result) in finished {
-        (entry.callback)(result, entry.buf);
+        entry.callback.run(result, entry.buf);
     }
     n
 }
@@ -477,7 +508,7 @@ pub fn reap() -> usize {
     });
     let n = finished.len();
     for (entry, result) in finished {
-        (entry.callback)(result, entry.buf);
+        entry.callback.run(result, entry.buf);
     }
     n
 }
@@ -515,7 +546,7 @@ pub fn stop_thread() {
             }
         }
         for (entry, result) in ring.collect() {
-            (entry.callback)(result, entry.buf);
+            entry.callback.run(result, entry.buf);
         }
     }
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustgt_iscsi::{Connection, ConnectionSetup};
-use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport};
+use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport, TurnDriver};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
@@ -250,33 +250,13 @@ async fn drive(
             }
             Got::Nothing => {}
         }
-        // The turn's reads queued on the reactor's io_uring are read
-        // (cached pages at once) and answered here, so their responses
-        // leave in this turn's writev. Completing may let the core hand
-        // out more events; bounded, as every round needs new completions.
-        for _ in 0..rustgt_port::TURN_ROUNDS {
-            while let Some(ev) = conn.poll_event() {
-                if let Some(resp) = pc.on_event(ev) {
-                    conn.complete(resp);
-                }
-            }
-            if !pc.end_ring_batch() {
-                break;
-            }
-            while let Some(msg) = pc.try_recv() {
-                on_msg(&mut conn, msg, &mut killed);
-            }
-        }
-        if conn.session().is_some() {
-            pc.login_done();
-        }
-        let closing = conn.is_closing();
-        if closing && conn.in_flight() == 0 {
-            // The session's state (reservations, unit attentions) goes
-            // before the initiator can see a Logout Response, so another
-            // session's next command never meets it.
-            pc.release_nexus();
-        }
+        // The turn's commands, and its reads queued on the reactor's
+        // io_uring (cached pages read at once), answered here so their
+        // responses leave in this turn's writev.
+        let closing = pc.run_turn(&mut Turn {
+            conn: &mut conn,
+            killed: &mut killed,
+        });
         conn.transmit_into(&mut out.queue);
         if closing {
             break;
@@ -311,6 +291,22 @@ enum Got {
     Eof,
     /// A timer, room in the socket, or a spurious wake-up.
     Nothing,
+}
+
+/// The connection as [`PortConn::run_turn`] drives it.
+struct Turn<'a> {
+    conn: &'a mut Connection,
+    killed: &'a mut bool,
+}
+
+impl TurnDriver for Turn<'_> {
+    fn core(&mut self) -> &mut Connection {
+        self.conn
+    }
+
+    fn on_msg(&mut self, msg: PortMsg) {
+        on_msg(self.conn, msg, self.killed);
+    }
 }
 
 /// Acts on a message from outside the connection's thread.

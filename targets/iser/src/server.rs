@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use rdma_sys::rdma_cm_event_type as cm_event;
 use rustgt_iscsi::iser::CmPrivateData;
 use rustgt_iscsi::{Connection, ConnectionSetup, IserParams};
-use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport};
+use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport, TurnDriver};
 use tracing::Instrument;
 
 use crate::driver::{Driver, DriverError};
@@ -267,28 +267,12 @@ async fn drive(
     loop {
         // As on TCP: the turn's io_uring ops go to the kernel together and
         // what completed at once (reads of cached pages) is answered in
-        // this turn.
-        for _ in 0..rustgt_port::TURN_ROUNDS {
-            while let Some(ev) = d.core.poll_event() {
-                if let Some(resp) = pc.on_event(ev) {
-                    d.core.complete(resp);
-                }
-            }
-            if !pc.end_ring_batch() {
-                break;
-            }
-            while let Some(msg) = pc.try_recv() {
-                on_msg(&mut d, msg, &mut killed);
-            }
-        }
-        if d.core.session().is_some() {
-            pc.login_done();
-        }
-        if d.core.is_closing() && d.core.in_flight() == 0 {
-            // As on TCP: the session's state goes before the initiator can
-            // see a Logout Response.
-            pc.release_nexus();
-        }
+        // this turn; a closing session's state goes before the initiator
+        // can see a Logout Response.
+        pc.run_turn(&mut Turn {
+            d: &mut d,
+            killed: &mut killed,
+        });
         d.post_ops();
         if d.finished() {
             break;
@@ -374,6 +358,22 @@ async fn drive(
     // order).
     drop(d);
     Ok(())
+}
+
+/// The connection as [`PortConn::run_turn`] drives it.
+struct Turn<'a> {
+    d: &'a mut Driver,
+    killed: &'a mut bool,
+}
+
+impl TurnDriver for Turn<'_> {
+    fn core(&mut self) -> &mut Connection {
+        &mut self.d.core
+    }
+
+    fn on_msg(&mut self, msg: PortMsg) {
+        on_msg(self.d, msg, self.killed);
+    }
 }
 
 /// Acts on a message from the port.

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustgt_iscsi::negotiate::Transport;
-use rustgt_iscsi::{Event, PortalConfig, SessionTable};
-use rustgt_scsi::{Response, ScsiTarget, TmfResponse};
+use rustgt_iscsi::{Connection, Event, PortalConfig, SessionTable};
+use rustgt_scsi::{Done, Response, ResponseSink, ScsiTarget, Ticket, TmfResponse};
 use tokio::sync::mpsc;
 
 use crate::admission::Admitted;
@@ -29,7 +29,29 @@ pub struct PortConn {
     /// The SCSI target of the logged-in session.
     target: Option<Arc<ScsiTarget>>,
     stats: Arc<ConnStats>,
+    /// Where the SCSI core delivers the responses of commands it did not
+    /// finish inline: one per connection, shared by its commands.
+    sink: Arc<ConnSink>,
     admitted: Admitted,
+}
+
+/// A connection's [`ResponseSink`]: counts the command in the
+/// connection's stats and hands the response to the connection's task.
+/// A command carries it as an `Arc` clone and a [`Ticket`] (when it was
+/// handed over, its Data-Out length), so handing a command to the SCSI
+/// core allocates nothing.
+#[derive(Debug)]
+struct ConnSink {
+    tx: mpsc::UnboundedSender<PortMsg>,
+    stats: Arc<ConnStats>,
+}
+
+impl ResponseSink for ConnSink {
+    fn deliver(&self, ticket: Ticket, response: Response) {
+        let data_out = usize::try_from(ticket.token).unwrap_or(usize::MAX);
+        self.stats.record(ticket.started, data_out, &response);
+        let _ = self.tx.send(PortMsg::Done(response));
+    }
 }
 
 impl Port {
@@ -54,6 +76,14 @@ impl Port {
 /// turn (the ring's task reaps it meanwhile).
 pub const TURN_ROUNDS: usize = 4;
 
+/// A driver's side of [`PortConn::run_turn`]: its connection's core, and
+/// what it does with a message from the port (a response, a TMF result, a
+/// kill, a logout request), which differs only in how a transport fails.
+pub trait TurnDriver {
+    fn core(&mut self) -> &mut Connection;
+    fn on_msg(&mut self, msg: PortMsg);
+}
+
 impl PortConn {
     pub(crate) fn new(
         port: Arc<Port>,
@@ -64,6 +94,10 @@ impl PortConn {
         stats: Arc<ConnStats>,
         admitted: Admitted,
     ) -> PortConn {
+        let sink = Arc::new(ConnSink {
+            tx: tx.clone(),
+            stats: Arc::clone(&stats),
+        });
         PortConn {
             port,
             id,
@@ -72,6 +106,7 @@ impl PortConn {
             rx,
             target: None,
             stats,
+            sink,
             admitted,
         }
     }
@@ -131,6 +166,41 @@ impl PortConn {
         rustgt_scsi::uring::submit_and_reap() > 0
     }
 
+    /// The part of a driver's turn that both transports share, run once
+    /// the turn's input has been handed to the core: the core's events go
+    /// through [`Self::on_event`] (commands run to completion where the
+    /// LUN allows), the turn's io_uring batch ends
+    /// ([`Self::end_ring_batch`]) and the responses it produced go back to
+    /// the core, for at most [`TURN_ROUNDS`] rounds; then the login cap
+    /// learns of a full-feature session, and a closing connection with
+    /// nothing in flight releases its nexus before the initiator can see
+    /// a Logout Response (so another session's next command never meets
+    /// its reservations or unit attentions). Returns whether the
+    /// connection is closing. The driver then sends what the core queued.
+    pub fn run_turn(&mut self, d: &mut impl TurnDriver) -> bool {
+        for _ in 0..TURN_ROUNDS {
+            while let Some(ev) = d.core().poll_event() {
+                if let Some(resp) = self.on_event(ev) {
+                    d.core().complete(resp);
+                }
+            }
+            if !self.end_ring_batch() {
+                break;
+            }
+            while let Some(msg) = self.try_recv() {
+                d.on_msg(msg);
+            }
+        }
+        if d.core().session().is_some() {
+            self.login_done();
+        }
+        let closing = d.core().is_closing();
+        if closing && d.core().in_flight() == 0 {
+            self.release_nexus();
+        }
+        closing
+    }
+
     /// Releases this connection's I_T nexus now, if it still holds one
     /// (see `Port::release_nexus`). Drivers call it as soon as the
     /// initiator is gone or the session is closing with nothing in flight.
@@ -172,23 +242,25 @@ impl PortConn {
                 } else {
                     cmd
                 };
-                let tx = self.tx.clone();
-                let stats = Arc::clone(&self.stats);
-                let done: rustgt_scsi::Completion = Box::new(move |resp| {
-                    stats.record(started, data_out, &resp);
-                    let _ = tx.send(PortMsg::Done(resp));
-                });
+                let sink: Arc<dyn ResponseSink> = self.sink.clone();
+                let done = Done::Sink(
+                    sink,
+                    Ticket {
+                        started,
+                        token: data_out as u64,
+                    },
+                );
                 // A file or block-device LUN: this reactor's io_uring, whose
                 // completion runs on this thread too.
                 let (cmd, done) = if self.port.run_to_completion() {
-                    match t.run_on_ring(cmd, done) {
+                    match t.run_on_ring_to(cmd, done) {
                         Ok(()) => return None,
                         Err(back) => back,
                     }
                 } else {
                     (cmd, done)
                 };
-                t.submit(cmd, done);
+                t.submit_to(cmd, done);
             }
             Event::TaskMgmt { itt, lun, function } => {
                 let tx = self.tx.clone();

@@ -49,7 +49,7 @@ mod stats;
 mod tmf;
 
 pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
-pub use conn::{PortConn, TURN_ROUNDS};
+pub use conn::{PortConn, TurnDriver, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
 pub use poll::BusyPoll;
 pub use reactors::Reactors;

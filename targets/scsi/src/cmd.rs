@@ -192,6 +192,54 @@ impl Default for Status {
 /// Called once, from a worker thread, when a command completes.
 pub type Completion = Box<dyn FnOnce(Response) + Send + 'static>;
 
+/// A front end's receiver of responses, shared by all its commands: the
+/// allocation-free alternative to a boxed [`Completion`] per command (a
+/// [`Done::Sink`] is an `Arc` clone and a [`Ticket`]). Called once per
+/// command, from whatever thread completes it.
+pub trait ResponseSink: Send + Sync + 'static {
+    fn deliver(&self, ticket: Ticket, response: Response);
+}
+
+/// What a [`ResponseSink`] gets back with a response: when the command
+/// was handed over and a number of the front end's choosing.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket {
+    pub started: std::time::Instant,
+    pub token: u64,
+}
+
+/// Where a command's response goes: a boxed closure, or a front end's
+/// shared [`ResponseSink`] (no allocation per command).
+pub enum Done {
+    Boxed(Completion),
+    Sink(Arc<dyn ResponseSink>, Ticket),
+}
+
+impl Done {
+    /// Delivers `response` (exactly once: it consumes `self`).
+    pub fn call(self, response: Response) {
+        match self {
+            Done::Boxed(f) => f(response),
+            Done::Sink(sink, ticket) => sink.deliver(ticket, response),
+        }
+    }
+}
+
+impl From<Completion> for Done {
+    fn from(f: Completion) -> Done {
+        Done::Boxed(f)
+    }
+}
+
+impl std::fmt::Debug for Done {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Done::Boxed(_) => f.write_str("Done::Boxed"),
+            Done::Sink(_, t) => f.debug_tuple("Done::Sink").field(t).finish(),
+        }
+    }
+}
+
 /// Task management functions (SAM-5 §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TmfFunction {

@@ -42,6 +42,10 @@
 //! - [`ScsiTarget::run_inline`] and [`ScsiTarget::run_on_ring`] run on the
 //!   caller's thread; a command started on the ring completes from
 //!   [`uring::reap`] on that thread (or at once when its checks answer it);
+//! - [`ScsiTarget::submit_to`] and [`ScsiTarget::run_on_ring_to`] take a
+//!   [`Done`] instead of a boxed [`Completion`]: a front end's shared
+//!   [`ResponseSink`] and a [`Ticket`], so handing over a command
+//!   allocates nothing;
 //! - [`ScsiTarget::task_management`] may block until the tasks it aborted
 //!   have finished their current backstore call: call it where blocking is
 //!   allowed (e.g. `spawn_blocking`);

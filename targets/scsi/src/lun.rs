@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use rustgt_backstore::{Backstore, Geometry};
 
-use crate::cmd::{Command, Completion, Nexus};
+use crate::cmd::{Command, Done, Nexus};
 use crate::copy_results::CopyResults;
 use crate::fence::Fences;
 use crate::lba_lock::LbaLocks;
@@ -311,7 +311,9 @@ impl LogicalUnit {
     }
 
     /// Puts a command on the task set, or says why not.
-    pub(crate) fn enqueue(&self, cmd: Command, done: Completion) -> Result<(), Refused> {
+    // A refusal is rare; boxing it would not save the hot path anything.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn enqueue(&self, cmd: Command, done: Done) -> Result<(), Refused> {
         self.tasks.enqueue(cmd, done, || self.sense_format())
     }
 

@@ -19,12 +19,17 @@
 //!   once;
 //! - a range held by another command, a full ring, or an op the kernel did
 //!   not perform sends the untouched command to the workers;
+//! - in flight: the command waits in the thread's slab of ring commands
+//!   ([`SLAB`]), and the ring's op names its slot, so starting and
+//!   finishing allocate nothing once the slab has grown to the thread's
+//!   depth;
 //! - finish: the same [`Response`] and residuals as the handlers in `sbc`,
 //!   MEDIUM ERROR (UNRECOVERED READ ERROR, WRITE ERROR) for a failed I/O,
 //!   the LUN's and the store's counters, the range released, and the
 //!   task completed the way the workers complete running tasks (aborted
 //!   if task management marked it meanwhile).
 
+use std::cell::RefCell;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -36,7 +41,7 @@ use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
 use rustgt_backstore::{BackstoreError, IoBuf};
 
 use crate::cdb::Cdb;
-use crate::cmd::{Command, Completion, Response, TaskAttr};
+use crate::cmd::{Command, Done, Response, TaskAttr};
 use crate::exec::{self, Admit};
 use crate::lun::LogicalUnit;
 use crate::outcome::{self, DataDir, Outcome};
@@ -138,6 +143,72 @@ struct Pending {
     held: Held,
 }
 
+/// A command on this thread's ring, kept in the thread's [`SLAB`] from
+/// its submission to its completion; the ring's op names its slot.
+struct RingCmd {
+    lu: Arc<LogicalUnit>,
+    key: TaskKey,
+    done: Done,
+    via: Via,
+    p: Pending,
+    started: Instant,
+}
+
+/// The ring commands of one thread: slots reused through a free list, so
+/// the slab grows to the most commands in flight at once and then
+/// allocates no more. A slot is filled by [`start`] and emptied by
+/// [`ring_done`], both on this thread (the ring is the thread's own).
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<RingCmd>>,
+    free: Vec<usize>,
+}
+
+impl Slab {
+    fn insert(&mut self, c: RingCmd) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                if let Some(s) = self.slots.get_mut(i) {
+                    *s = Some(c);
+                }
+                i
+            }
+            None => {
+                self.slots.push(Some(c));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn take(&mut self, i: usize) -> Option<RingCmd> {
+        let c = self.slots.get_mut(i).and_then(Option::take)?;
+        self.free.push(i);
+        Some(c)
+    }
+}
+
+thread_local! {
+    static SLAB: RefCell<Slab> = RefCell::new(Slab::default());
+}
+
+/// The ring's completion of the op of slab slot `slot`.
+fn ring_done(slot: usize, result: io::Result<usize>, buf: RingBuf) {
+    let Some(c) = SLAB.with(|s| s.borrow_mut().take(slot)) else {
+        tracing::error!(slot, "io_uring completion for an empty slot");
+        return;
+    };
+    let RingCmd {
+        lu,
+        key,
+        done,
+        via,
+        p,
+        started,
+    } = c;
+    let result = result.map(drop).map_err(|e| ring_error(p.class, e));
+    finish(&lu, key, done, &via, p, started, result, buf);
+}
+
 /// Starts `cmd` on this thread's ring. `Err` gives the command back
 /// untouched when this path cannot take it (the caller submits it to the
 /// workers); `Ok` means `done` has been or will be called exactly once.
@@ -146,8 +217,8 @@ struct Pending {
 pub(crate) fn start(
     lu: &Arc<LogicalUnit>,
     cmd: Command,
-    done: Completion,
-) -> Result<(), (Command, Completion)> {
+    done: Done,
+) -> Result<(), (Command, Done)> {
     let Some(class) = class(&cmd.cdb) else {
         return Err((cmd, done));
     };
@@ -210,16 +281,19 @@ pub(crate) fn start(
             match via {
                 Via::Ring(file) => {
                     let ring_file = file.clone();
-                    let via = Via::Ring(file);
-                    uring::submit(
-                        &ring_file,
-                        op,
-                        buf,
-                        Box::new(move |result, buf| {
-                            let result = result.map(drop).map_err(|e| ring_error(p.class, e));
-                            finish(&lu, key, done, &via, p, started, result, buf);
-                        }),
-                    );
+                    let slot = SLAB.with(|s| {
+                        s.borrow_mut().insert(RingCmd {
+                            lu,
+                            key,
+                            done,
+                            via: Via::Ring(file),
+                            p,
+                            started,
+                        })
+                    });
+                    // A refusal (no room after all) completes at once,
+                    // through the same slot.
+                    uring::submit_slot(&ring_file, op, buf, ring_done, slot);
                 }
                 Via::Store(a) => {
                     let io = Arc::clone(&a.io);
@@ -365,7 +439,7 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
 fn finish(
     lu: &Arc<LogicalUnit>,
     key: TaskKey,
-    done: Completion,
+    done: Done,
     via: &Via,
     p: Pending,
     started: Instant,

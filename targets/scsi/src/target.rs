@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
-use crate::cmd::{Command, Completion, Nexus, Response, TmfFunction, TmfResponse};
+use crate::cmd::{Command, Completion, Done, Nexus, Response, TmfFunction, TmfResponse};
 use crate::error::ScsiError;
 use crate::exec;
 use crate::lun::{LogicalUnit, LunConfig, LunStats};
@@ -268,19 +268,25 @@ impl ScsiTarget {
     /// Queues a command; `done` is called exactly once, from a worker or
     /// the control thread (inline only after [`Self::shutdown`]).
     pub fn submit(&self, cmd: Command, done: Completion) {
+        self.submit_to(cmd, Done::Boxed(done));
+    }
+
+    /// [`Self::submit`] with the response going to a [`Done`] (a front
+    /// end's shared sink: no allocation per command).
+    pub fn submit_to(&self, cmd: Command, done: Done) {
         self.shared.register(&cmd.nexus);
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 if let Err(refused) = lu.enqueue(cmd, done) {
                     let (done, response) = (refused.done, refused.response);
-                    self.control.run(Box::new(move || done(response)));
+                    self.control.run(Box::new(move || done.call(response)));
                 }
             }
             None => {
                 let shared = Arc::clone(&self.shared);
                 self.control.run(Box::new(move || {
                     let response = exec::execute(&cmd, None, &shared, StreamHint::default());
-                    done(response);
+                    done.call(response);
                 }));
             }
         }
@@ -313,6 +319,23 @@ impl ScsiTarget {
     /// back for [`Self::submit`].
     #[allow(clippy::result_large_err)]
     pub fn run_on_ring(&self, cmd: Command, done: Completion) -> Result<(), (Command, Completion)> {
+        match self.run_on_ring_to(cmd, Done::Boxed(done)) {
+            Ok(()) => Ok(()),
+            Err((cmd, Done::Boxed(done))) => Err((cmd, done)),
+            // Only what went in comes back.
+            Err((cmd, done @ Done::Sink(..))) => {
+                self.submit_to(cmd, done);
+                Ok(())
+            }
+        }
+    }
+
+    /// [`Self::run_on_ring`] with the response going to a [`Done`]: a
+    /// command on this thread's ring waits in the thread's slab of ring
+    /// commands, so with a [`Done::Sink`] starting and finishing it
+    /// allocates nothing in steady state.
+    #[allow(clippy::result_large_err)]
+    pub fn run_on_ring_to(&self, cmd: Command, done: Done) -> Result<(), (Command, Done)> {
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 self.shared.register(&cmd.nexus);

@@ -23,7 +23,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::cmd::{Command, Completion, Response, Status, TaskAttr};
+use crate::cmd::{Command, Done, Response, Status, TaskAttr};
 use crate::outcome;
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
 
@@ -38,14 +38,17 @@ pub(crate) struct TaskKey {
 }
 
 #[derive(Debug)]
+// Queued holds its command inline: the entries' deque keeps its capacity,
+// so queueing a task allocates nothing in steady state.
+#[allow(clippy::large_enum_variant)]
 enum TaskState {
-    Queued(Box<Pending>),
+    Queued(Pending),
     Running { aborted: bool },
 }
 
 pub(crate) struct Pending {
     pub cmd: Command,
-    pub done: Completion,
+    pub done: Done,
 }
 
 impl std::fmt::Debug for Pending {
@@ -199,7 +202,7 @@ impl TaskSet {
 
 /// Why a command was not queued; the caller completes it with `response`.
 pub(crate) struct Refused {
-    pub done: Completion,
+    pub done: Done,
     pub response: Response,
 }
 
@@ -232,10 +235,11 @@ impl Tasks {
     /// Puts a command on the task set, or says why not.
     /// `sense_format` is the unit's sense data format, asked for only when
     /// the command is refused with sense data.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn enqueue(
         &self,
         cmd: Command,
-        done: Completion,
+        done: Done,
         sense_format: impl FnOnce() -> SenseFormat,
     ) -> Result<(), Refused> {
         let key = TaskKey {
@@ -264,7 +268,7 @@ impl Tasks {
         let entry = TaskEntry {
             key,
             attr,
-            state: TaskState::Queued(Box::new(Pending { cmd, done })),
+            state: TaskState::Queued(Pending { cmd, done }),
         };
         if attr == TaskAttr::HeadOfQueue {
             set.entries.push_front(entry);
@@ -329,7 +333,7 @@ impl Tasks {
     }
 
     /// Blocks until a task may run; `None` once stopping and drained.
-    pub(crate) fn next_task(&self) -> Option<(TaskKey, Box<Pending>)> {
+    pub(crate) fn next_task(&self) -> Option<(TaskKey, Pending)> {
         let mut set = lock(&self.set);
         loop {
             let runnable = set.next_runnable().and_then(|i| set.entries.get_mut(i));
@@ -378,13 +382,7 @@ impl Tasks {
     /// when task management marked it meanwhile.
     /// `by_worker`: a worker completes its own task and looks for the next
     /// one itself, so it wakes no other worker for work.
-    pub(crate) fn complete(
-        &self,
-        key: TaskKey,
-        done: Completion,
-        response: Response,
-        by_worker: bool,
-    ) {
+    pub(crate) fn complete(&self, key: TaskKey, done: Done, response: Response, by_worker: bool) {
         let mut set = lock(&self.set);
         let aborted = match set.position(key) {
             Some(i) => {
@@ -530,8 +528,8 @@ impl Tasks {
 }
 
 /// Calls a completion, keeping the worker alive if the front end panics.
-pub(crate) fn call(done: Completion, response: Response) {
-    if catch_unwind(AssertUnwindSafe(move || done(response))).is_err() {
+pub(crate) fn call(done: Done, response: Response) {
+    if catch_unwind(AssertUnwindSafe(move || done.call(response))).is_err() {
         tracing::error!("completion callback panicked");
     }
 }
@@ -569,10 +567,10 @@ mod tests {
         TaskEntry {
             key: TaskKey { nexus: 1, tag },
             attr,
-            state: TaskState::Queued(Box::new(Pending {
+            state: TaskState::Queued(Pending {
                 cmd,
-                done: Box::new(|_| {}),
-            })),
+                done: Done::Boxed(Box::new(|_| {})),
+            }),
         }
     }
 

@@ -128,7 +128,7 @@ pub(crate) fn run_inline(
 fn worker_loop(lu: &LogicalUnit, target: &TargetShared, hint: StreamHint) {
     lu.tasks.worker_started();
     while let Some((key, pending)) = lu.tasks.next_task() {
-        let Pending { cmd, done } = *pending;
+        let Pending { cmd, done } = pending;
         let started = Instant::now();
         let response = catch_unwind(AssertUnwindSafe(|| {
             run_cancellable(lu, key, &cmd, target, hint)
