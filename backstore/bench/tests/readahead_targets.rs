@@ -176,14 +176,13 @@ fn sequential_streams_beside_random_readers_keep_their_readahead() {
             100.0 * b / solo
         );
         // The issue's goal, met by `streams` (the default on seeking
-        // devices; 55% / 59% and 96%): each stream keeps at least half of
-        // what it gets alone beside one random reader, and the random
-        // readers lose at most 10% of their IOPS under `none` in the same
-        // mix. `context` does not tell the core which reads are its
-        // streams', so its streams' misses queue as demand: 44% / 38%.
-        let floor = if policy == Streams { 0.5 } else { 0.35 };
+        // devices; 59% / 64% and 95%) and by `context`, which reports the
+        // streams its windows follow to the core as `streams` does (68% /
+        // 55% and 97%): each stream keeps at least half of what it gets
+        // alone beside one random reader, and the random readers lose at
+        // most 10% of their IOPS under `none` in the same mix.
         assert!(
-            a >= floor * solo && b >= floor * solo,
+            a >= 0.5 * solo && b >= 0.5 * solo,
             "{policy}: {a} / {b} vs {solo}"
         );
         assert!(a.min(b) > 10.0 * none.stream_mb_s(0).max(none.stream_mb_s(1)));
@@ -218,7 +217,7 @@ fn default_policy() -> ReadaheadPolicy {
 /// Issue 13: on every workload, standard and new, the default policy is
 /// within 5% of the best policy, and never below `none` in aggregate or
 /// for any sequential stream; random readers beside sequential streams
-/// (W5, M-*) keep 90% of their `none` figure, but for M-alone's (80%).
+/// (W5, M-*) keep 90% of their `none` figure.
 #[test]
 fn the_default_policy_is_near_the_best_and_never_below_none() {
     let rep = everything(8.0);
@@ -251,19 +250,25 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
         );
         for i in 0..d.stream_bytes.len() {
             let (mine, theirs) = (d.stream_mb_s(i), none.stream_mb_s(i));
-            // Random readers lose at most 10% (M-mix 96-99%, W5's QD1
-            // reader over 100%), except M-alone's one QD4 reader beside a
-            // stream (85%; see docs/readahead.md).
-            let floor = match (d.sequential[i], id) {
-                (true, _) => 0.995,
-                (false, "M-alone") => 0.8,
-                (false, _) => 0.9,
-            };
+            // Random readers lose at most 10% (M-mix 95%, M-alone's QD4
+            // reader 119%, W5's QD1 reader 92%).
+            let floor = if d.sequential[i] { 0.995 } else { 0.9 };
             assert!(
                 mine >= floor * theirs,
                 "{id} stream {i}: {mine:.2} MB/s vs {theirs:.2} under none"
             );
         }
+    }
+    // W5's two streams beside a QD1 random reader: 16 MB/s each when
+    // readahead beside one reader went in reads of one backing read, 26-28
+    // since they may transfer for one positioning time.
+    let w5 = rep.get("W5", default, shared).expect("W5");
+    for i in 0..2 {
+        assert!(
+            w5.stream_mb_s(i) >= 22.0,
+            "W5 stream {i}: {:.1}",
+            w5.stream_mb_s(i)
+        );
     }
 }
 

@@ -74,6 +74,9 @@ pub struct Core<D> {
 const SHARE_PER_STREAM: u64 = 25;
 /// ... and for all of them together.
 const SHARE_MAX: u64 = 250;
+/// Other readers' demand reads at the device from which they are taken
+/// to keep it busy on their own, as if they were queued.
+const BUSY_DEMAND: u32 = 2;
 /// Cost counters are halved past this many positioning times.
 const COST_WINDOW: u64 = 64;
 
@@ -137,6 +140,7 @@ impl<D> Core<D> {
             self.planners
                 .push(new_policy(self.cfg.policy, &self.cfg.params));
         }
+        let ids_before = self.next_id;
         if let Some(planner) = self.planners.get_mut(owner) {
             let mut view = View {
                 urgent: false,
@@ -151,6 +155,12 @@ impl<D> Core<D> {
             planner.on_read(first, end - first, &mut view);
         }
         let streamed = self.planners.get(owner).is_some_and(|p| p.streamed());
+        if streamed {
+            // A policy that reads a stream's missing pages as part of its
+            // window (`context`): they are the stream's, not another
+            // reader's demand.
+            self.queue.mark_stream(ids_before);
+        }
         let ticket = Ticket {
             first,
             end,
@@ -253,10 +263,16 @@ impl<D> Core<D> {
     ///   as one backing read of up to four positioning times of transfer,
     ///   so that its positioning is paid once for many pages;
     /// - otherwise demand reads go first, in their order;
-    /// - while a demand read is in flight, or has just completed and its
+    /// - while [`BUSY_DEMAND`] or more demand reads are in flight, other
+    ///   readers keep the device busy without queueing here (a random
+    ///   reader at QD4): readahead then goes only within that share, in
+    ///   the same large reads, as if their reads were queued;
+    /// - while one demand read is in flight, or has just completed and its
     ///   reader is likely to send the next one, at most one readahead read
     ///   is at the device beyond that share, so that the next demand read
-    ///   queues behind one backing read, not behind all the I/O threads'.
+    ///   queues behind one backing read, not behind all the I/O threads';
+    ///   it transfers for at most one positioning time, so the reader
+    ///   waits for it about as long as for one more seek.
     ///
     /// A held read is taken when a backing read in flight completes (the
     /// hold needs one in flight), so a hold never stalls the queue. With no
@@ -271,11 +287,28 @@ impl<D> Core<D> {
             (Some(d), None) => (d, io),
             _ if pos == 0 => (self.queue.oldest_sync_or_first()?, io),
             (None, Some(r)) => {
-                let waiting = self.demand_inflight > 0 || self.demand_done;
-                if waiting && self.ra_inflight > 0 && !self.readahead_owed() {
-                    return None;
+                let owed = self.readahead_owed();
+                if self.demand_inflight >= BUSY_DEMAND {
+                    // Other readers keep the device busy on their own:
+                    // readahead takes its share only, in large reads.
+                    if !owed {
+                        return None;
+                    }
+                    (r, (4 * pos).max(io))
+                } else {
+                    let waiting = self.demand_inflight > 0 || self.demand_done;
+                    if waiting && self.ra_inflight > 0 && !owed {
+                        return None;
+                    }
+                    if waiting {
+                        // Beside one reader: the one read it may queue
+                        // behind transfers for at most one positioning
+                        // time, what one more seek would cost it.
+                        (r, pos.max(io))
+                    } else {
+                        (r, io)
+                    }
                 }
-                (r, io)
             }
             (Some(d), Some(r)) => {
                 if self.readahead_owed() {
@@ -635,6 +668,69 @@ mod tests {
             .map(|b| (b.first, b.demand))
             .collect();
         assert_eq!(firsts, vec![(0, false), (4096, false), (8192, false)]);
+    }
+
+    #[test]
+    fn readahead_waits_for_its_share_while_other_readers_keep_the_device_busy() {
+        // One positioning time is 256 pages of transfer here.
+        let mut c = core(ReadaheadPolicy::None, ContextMode::Shared);
+        c.ra_cost = 4 * 256;
+        c.queue.push(queued(1, 1_000_000, 1, true, false));
+        c.queue.push(queued(2, 2_000_000, 1, true, false));
+        let d1 = c.pop_batch().expect("demand");
+        let d2 = c.pop_batch().expect("demand");
+        assert!(d1.demand && d2.demand);
+        // Two demand reads at the device and none queued: readahead is
+        // over its share and waits, though no demand read is queued ...
+        c.queue.push(queued(3, 0, 256, false, false));
+        c.queue.push(queued(4, 256, 256, false, false));
+        assert!(c.pop_batch().is_none());
+        // ... until a completion leaves one reader: one readahead read,
+        // of up to one positioning time of transfer.
+        c.finished(&d1);
+        let a = c.pop_batch().expect("readahead beside one reader");
+        assert_eq!((a.first, a.count, a.demand), (0, 256, false));
+        // Once owed a share (the demand reads' cost grew), readahead goes
+        // while the device is busy, as one read of up to four
+        // positioning times.
+        let mut c = core(ReadaheadPolicy::None, ContextMode::Shared);
+        c.ra_cost = 0;
+        c.demand_cost = 10 * 256;
+        for i in 0..2 {
+            c.queue
+                .push(queued(1 + i, 1_000_000 * (i + 1), 1, true, false));
+            c.pop_batch().expect("demand");
+        }
+        for i in 0..4 {
+            c.queue.push(queued(10 + i, 256 * i, 256, false, false));
+        }
+        let big = c.pop_batch().expect("owed readahead");
+        assert_eq!((big.first, big.count), (0, 1024));
+    }
+
+    #[test]
+    fn context_reports_its_streams_and_their_misses() {
+        let mut c = core(ReadaheadPolicy::Context, ContextMode::Shared);
+        // Two interleaved sequential streams, far apart, and a random
+        // reader's lone reads.
+        for i in 0..32u64 {
+            for base in [0u64, 1 << 28] {
+                let t = c.start_read(i * 1_000_000, None, base + i * 65536, 65536);
+                if i > 4 {
+                    assert!(t.stream || c.all_ready(&t), "{base} {i}");
+                }
+                drain(&mut c, 0);
+            }
+            let t = c.start_read(i * 1_000_000, None, (1 << 29) + i * 7919 * 4096, 4096);
+            assert!(!t.stream);
+            drain(&mut c, 0);
+        }
+        let streams: u64 = c.planners.iter().map(|p| p.streams()).sum();
+        assert_eq!(streams, 2);
+        // Past the expiry, with no read of theirs, they are gone.
+        c.start_read(40_000_000_000, None, 1 << 29, 4096);
+        let streams: u64 = c.planners.iter().map(|p| p.streams()).sum();
+        assert_eq!(streams, 1, "a single state counts as one at least");
     }
 
     #[test]

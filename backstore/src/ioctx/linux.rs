@@ -39,6 +39,74 @@ pub struct LinuxReadahead {
     ra: RaState,
     /// Last page of the previous read (`prev_pos`); `None` before any read.
     prev: Option<u64>,
+    /// `context` only: the streams its windows follow, for the core's
+    /// device share (`None` for `classic` and `kernel`).
+    fronts: Option<Fronts>,
+    /// A window was submitted during the current read.
+    windowed: bool,
+}
+
+/// Most streams `context` keeps track of for the device share.
+const MAX_FRONTS: usize = 64;
+/// A stream no read has touched for this long is gone (as `streams`'
+/// expiry).
+const FRONT_EXPIRY_NS: u64 = 2_000_000_000;
+
+/// The streams a single `file_ra_state` serves through its markers and
+/// history, as the device share counts them: one entry per window
+/// followed, the pages from where the stream's window started to where it
+/// ends. A read inside an entry, or one that submits a window next to it,
+/// moves it on; entries no read touched for [`FRONT_EXPIRY_NS`] expire.
+#[derive(Debug, Clone, Default)]
+struct Fronts {
+    /// (first page of the stream's latest read, the end of its latest
+    /// window, the time of its latest read).
+    entries: Vec<(u64, u64, u64)>,
+    /// The latest read belonged to one of them.
+    streamed: bool,
+}
+
+impl Fronts {
+    /// Notes a read of `[first, end)` at `now`; `window` is the end of the
+    /// window it submitted, if any; a read up to `tolerance` pages behind a
+    /// stream's last one is still its. Returns whether the read is a
+    /// stream's.
+    fn note(
+        &mut self,
+        now: u64,
+        (first, end): (u64, u64),
+        window: Option<u64>,
+        tolerance: u64,
+    ) -> bool {
+        self.entries
+            .retain(|e| now.saturating_sub(e.2) <= FRONT_EXPIRY_NS);
+        // Within the stream's window or just past it, or a little behind
+        // where it read last (reordered commands).
+        let inside = |e: &(u64, u64, u64)| first <= e.1 && e.0.saturating_sub(tolerance) <= end;
+        let found = self.entries.iter().position(inside);
+        self.streamed = match (found, window) {
+            (Some(i), w) => {
+                if let Some(e) = self.entries.get_mut(i) {
+                    *e = (e.0.max(first), w.unwrap_or(e.1).max(e.1), now);
+                }
+                true
+            }
+            (None, Some(we)) => {
+                if self.entries.len() >= MAX_FRONTS {
+                    // The least recently read one goes.
+                    if let Some(i) = (0..self.entries.len())
+                        .min_by_key(|&i| self.entries.get(i).map_or(0, |e| e.2))
+                    {
+                        self.entries.swap_remove(i);
+                    }
+                }
+                self.entries.push((first, we, now));
+                true
+            }
+            (None, None) => false,
+        };
+        self.streamed
+    }
 }
 
 impl LinuxReadahead {
@@ -58,6 +126,7 @@ impl LinuxReadahead {
     pub fn context(max_pages: u64) -> Self {
         Self {
             confirm_by_history: true,
+            fronts: Some(Fronts::default()),
             ..Self::new(max_pages, true)
         }
     }
@@ -69,6 +138,8 @@ impl LinuxReadahead {
             confirm_by_history: false,
             ra: RaState::default(),
             prev: None,
+            fronts: None,
+            windowed: false,
         }
     }
 
@@ -168,6 +239,7 @@ impl LinuxReadahead {
             }
         }
         let marker = self.ra.start + self.ra.size - self.ra.async_size;
+        self.windowed = true;
         view.read(self.ra.start, self.ra.size, Some(marker), !hit_marker);
     }
 }
@@ -175,6 +247,7 @@ impl LinuxReadahead {
 impl Readahead for LinuxReadahead {
     fn on_read(&mut self, first: u64, count: u64, view: &mut dyn RaView) {
         let end = first + count;
+        self.windowed = false;
         for page in first..end {
             if !view.present(page) {
                 self.ondemand(view, page, end - page, false);
@@ -183,6 +256,24 @@ impl Readahead for LinuxReadahead {
             }
         }
         self.prev = end.checked_sub(1);
+        let window = self.windowed.then_some(self.ra.start + self.ra.size);
+        if let Some(f) = self.fronts.as_mut() {
+            f.note(view.now(), (first, end), window, self.max);
+        }
+    }
+
+    /// `context`: the streams its windows followed lately (at least one,
+    /// as a single state); the others keep the default.
+    fn streams(&self) -> u64 {
+        self.fronts
+            .as_ref()
+            .map_or(1, |f| (f.entries.len() as u64).max(1))
+    }
+
+    /// `context`: the read moved one of its windows on, or read pages a
+    /// window brought in.
+    fn streamed(&self) -> bool {
+        self.fronts.as_ref().is_some_and(|f| f.streamed)
     }
 }
 

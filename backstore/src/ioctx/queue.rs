@@ -126,6 +126,16 @@ impl SubmitQueue {
         n
     }
 
+    /// Marks the synchronous runs of requests after `id` (queued by the
+    /// read just planned) as a prefetched stream's misses.
+    pub(crate) fn mark_stream(&mut self, id: u64) {
+        for r in &mut self.runs {
+            if r.id > id && r.sync && !r.urgent {
+                r.stream = true;
+            }
+        }
+    }
+
     /// The next backing read: the oldest synchronous run (promoted ones
     /// included), else the oldest run, grown by every queued run of the
     /// same owner that touches it, up to the size limit.
