@@ -94,6 +94,29 @@ pub(crate) fn check_usage(cdb: &[u8], usage: &[u8], sa_mask: u8) -> Result<(), S
     Ok(())
 }
 
+/// The data path's commands, by opcode: the ones the reactor may run
+/// itself (`workers::run_inline`) or on its io_uring (`ring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataPathOp {
+    /// READ (6/10/12/16).
+    Read,
+    /// WRITE (6/10/12/16).
+    Write,
+    /// SYNCHRONIZE CACHE (10/16).
+    Sync,
+    TestUnitReady,
+}
+
+pub(crate) fn data_path_op(cdb: &[u8]) -> Option<DataPathOp> {
+    match cdb.first()? {
+        0x08 | 0x28 | 0xA8 | 0x88 => Some(DataPathOp::Read),
+        0x0A | 0x2A | 0xAA | 0x8A => Some(DataPathOp::Write),
+        0x35 | 0x91 => Some(DataPathOp::Sync),
+        0x00 => Some(DataPathOp::TestUnitReady),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::workers::DataPathOp;
+use crate::cdb::DataPathOp;
 use rustgt_backstore::aio::AsyncStore;
 use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
 use rustgt_backstore::{BackstoreError, IoBuf};
@@ -58,7 +58,7 @@ enum Class {
 }
 
 fn class(cdb: &[u8]) -> Option<Class> {
-    match crate::workers::data_path_op(cdb)? {
+    match crate::cdb::data_path_op(cdb)? {
         DataPathOp::Read => Some(Class::Read),
         DataPathOp::Write => Some(Class::Write),
         DataPathOp::Sync => Some(Class::Sync),

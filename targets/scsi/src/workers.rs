@@ -18,6 +18,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use crate::cdb::{data_path_op, DataPathOp};
 use crate::cmd::{Command, Response, TaskAttr};
 use crate::error::ScsiError;
 use crate::exec;
@@ -175,29 +176,6 @@ pub(crate) fn stop_and_join(lu: &LogicalUnit) {
         }
     }
     lu.sanitizer.join();
-}
-
-/// The data path's commands, by opcode: the ones the reactor may run
-/// itself ([`run_inline`]) or on its io_uring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DataPathOp {
-    /// READ (6/10/12/16).
-    Read,
-    /// WRITE (6/10/12/16).
-    Write,
-    /// SYNCHRONIZE CACHE (10/16).
-    Sync,
-    TestUnitReady,
-}
-
-pub(crate) fn data_path_op(cdb: &[u8]) -> Option<DataPathOp> {
-    match cdb.first()? {
-        0x08 | 0x28 | 0xA8 | 0x88 => Some(DataPathOp::Read),
-        0x0A | 0x2A | 0xAA | 0x8A => Some(DataPathOp::Write),
-        0x35 | 0x91 => Some(DataPathOp::Sync),
-        0x00 => Some(DataPathOp::TestUnitReady),
-        _ => None,
-    }
 }
 
 /// What an inline command touches.
