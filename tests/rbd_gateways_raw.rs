@@ -329,6 +329,17 @@ fn on_ceph_both_gateways_report_one_logical_unit_with_their_own_port_groups() {
     write(&mut sa, 64, &pattern(0x43, 1), "WRITE through A");
     assert_eq!(rtpg(&mut sa), both_groups(AO, ANO), "A, after A wrote");
     assert_eq!(rtpg(&mut sb), both_groups(AO, ANO), "B, after A wrote");
+    // A SYNCHRONIZE CACHE through the other path (an initiator flushing
+    // every path, or a path checker) leaves the lock, and the optimized
+    // group, where it is: B has nothing of its own to flush.
+    let sync10 = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let r = sb.command(LUN, &sync10, &[], 0);
+    assert_eq!(r.status, GOOD, "SYNCHRONIZE CACHE through B: {r}");
+    assert_eq!(rtpg(&mut sa), both_groups(AO, ANO), "A, after B's flush");
+    assert_eq!(rtpg(&mut sb), both_groups(AO, ANO), "B, after B's flush");
+    let r = sa.command(LUN, &sync10, &[], 0);
+    assert_eq!(r.status, GOOD, "SYNCHRONIZE CACHE through A: {r}");
+    assert_eq!(rtpg(&mut sb), both_groups(AO, ANO), "B, after A's flush");
     sa.logout();
     sb.logout();
 }

@@ -1,6 +1,7 @@
 //! The state of one open image that the engine and its requests share:
 //! the librados/librbd handles and the resize watch.
 
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
@@ -78,5 +79,23 @@ impl Shared {
             num_blocks: self.size.load(Ordering::Acquire) / u64::from(self.block_size),
             read_only,
         }
+    }
+
+    /// Whether a SYNCHRONIZE CACHE has anything for librbd to do here.
+    /// The image is open with librbd's cache off (`rbd_cache = false`,
+    /// set after ceph.conf and CEPH_ARGS), so every write librbd has
+    /// completed is already committed by the OSDs, and a flush only waits
+    /// for writes still in flight. But librbd takes the image's exclusive
+    /// lock for a user flush, so through a gateway that does not own it a
+    /// flush would pull the lock, and ALUA's optimized port group with
+    /// it, to this path for nothing: the writes this gateway completed
+    /// were committed while it held the lock (librbd flushes before it
+    /// releases the lock). Only the owner, or a gateway that cannot tell,
+    /// flushes.
+    pub(super) fn flush_has_work(&self) -> bool {
+        let mut mine: c_int = 0;
+        // SAFETY: a live image; `mine` receives the answer.
+        let r = unsafe { rbd::rbd_is_exclusive_lock_owner(self.handles.image, &mut mine) };
+        r < 0 || mine != 0
     }
 }
