@@ -93,6 +93,20 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().expect("address")
 }
 
+/// A RAM LUN of BLOCKS blocks of BS bytes.
+fn ram_store() -> Arc<dyn Backstore> {
+    rustgt_backstore::open(&rustgt_backstore::BackstoreSpec {
+        kind: rustgt_backstore::EngineKind::Ram,
+        path: None,
+        size: Some(BLOCKS * u64::from(BS)),
+        block_size: BS,
+        read_only: false,
+        thin: false,
+        rbd: None,
+    })
+    .expect("ram store")
+}
+
 /// A port serving TARGET with `store` as LUN 0, one logged-in connection
 /// of it, and that session's nexus.
 fn session(store: Arc<dyn Backstore>) -> (Arc<Port>, PortConn, Arc<Nexus>) {
@@ -269,16 +283,7 @@ fn reads_on_the_ring_and_inline_allocate_nothing_in_steady_state() {
 #[test]
 fn reads_of_a_memory_lun_run_inline_without_allocating() {
     let _serial = serial();
-    let store = rustgt_backstore::open(&rustgt_backstore::BackstoreSpec {
-        kind: rustgt_backstore::EngineKind::Ram,
-        path: None,
-        size: Some(BLOCKS * u64::from(BS)),
-        block_size: BS,
-        read_only: false,
-        thin: false,
-        rbd: None,
-    })
-    .expect("ram store");
+    let store = ram_store();
     let (_port, mut pc, nexus) = session(store);
     let (n, t) = count(&mut pc, &nexus, 64, 500);
     eprintln!("RAM LUN: {n} allocations in 500 turns {t:?}");
@@ -297,16 +302,7 @@ fn reads_on_the_workers_allocate_nothing_in_steady_state() {
     // buffers the worker takes and this thread frees stay here, and the
     // worker allocates new ones.
     let _serial = serial();
-    let store = rustgt_backstore::open(&rustgt_backstore::BackstoreSpec {
-        kind: rustgt_backstore::EngineKind::Ram,
-        path: None,
-        size: Some(BLOCKS * u64::from(BS)),
-        block_size: BS,
-        read_only: false,
-        thin: false,
-        rbd: None,
-    })
-    .expect("ram store");
+    let store = ram_store();
     let (port, mut pc, nexus) = session(store);
     port.set_run_to_completion(false);
     let mut tag = 0u64;
