@@ -29,12 +29,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{run_tool, Daemon, DaemonOptions, ToolOutput, DEFAULT_IQN};
+use initiator::pdu::{login_request, LoginIds};
 use initiator::{Session, Wire};
 use rustgt_iscsi::pdu::{
-    LoginRequest, LoginStatus, Reply, Request, RequestHeader, Stage, TaskMgmtRequest, TmfCode,
-    TmfResult,
+    LoginStatus, Reply, Request, RequestHeader, Stage, TaskMgmtRequest, TmfCode, TmfResult,
 };
-use rustgt_iscsi::text::encode_text;
 
 const INITIATOR: &str = "iqn.2026-11.org.rustgt:limits";
 /// The most the daemon's resident memory may grow above idle under the
@@ -189,32 +188,25 @@ fn open_now(s: &mut TcpStream) -> bool {
 /// (no authentication); the status the target answers, `None` if it
 /// closes instead.
 fn login_status(wire: &mut Wire, initiator: &str, isid: [u8; 6]) -> Option<LoginStatus> {
-    let keys: Vec<(String, String)> = [
-        ("InitiatorName", initiator),
-        ("TargetName", DEFAULT_IQN),
-        ("SessionType", "Normal"),
-        ("AuthMethod", "None"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let req = Request {
-        header: RequestHeader::Login(LoginRequest {
-            transit: true,
-            cont: false,
-            csg: Stage::SECURITY,
-            nsg: Stage::FULL_FEATURE,
-            version_max: 0,
-            version_min: 0,
+    let req = login_request(
+        LoginIds {
             isid,
             tsih: 0,
             itt: 0,
             cid: 0,
             cmd_sn: 1,
             exp_stat_sn: 0,
-        }),
-        data: encode_text(&keys),
-    };
+        },
+        Stage::SECURITY,
+        Stage::FULL_FEATURE,
+        true,
+        &[
+            ("InitiatorName", initiator),
+            ("TargetName", DEFAULT_IQN),
+            ("SessionType", "Normal"),
+            ("AuthMethod", "None"),
+        ],
+    );
     if wire.stream().write_all(&req.encode(false, false)).is_err() {
         return None;
     }
@@ -266,31 +258,24 @@ fn unfinished_logins_are_closed_after_the_login_timeout() {
         .expect("half a header");
     // Finishes the security stage, then stops.
     let mut midway = Wire::connect(d.portal);
-    let keys: Vec<(String, String)> = [
-        ("InitiatorName", INITIATOR),
-        ("TargetName", DEFAULT_IQN),
-        ("AuthMethod", "None"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let req = Request {
-        header: RequestHeader::Login(LoginRequest {
-            transit: true,
-            cont: false,
-            csg: Stage::SECURITY,
-            nsg: Stage::OPERATIONAL,
-            version_max: 0,
-            version_min: 0,
+    let req = login_request(
+        LoginIds {
             isid: [0x80, 0, 0, 0, 0x22, 1],
             tsih: 0,
             itt: 0,
             cid: 0,
             cmd_sn: 1,
             exp_stat_sn: 0,
-        }),
-        data: encode_text(&keys),
-    };
+        },
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("TargetName", DEFAULT_IQN),
+            ("AuthMethod", "None"),
+        ],
+    );
     midway.send(&req.encode(false, false));
     match midway.try_recv(Duration::from_secs(10)) {
         Ok(Some(Reply::LoginResponse(lr))) => assert_eq!(lr.status, LoginStatus::SUCCESS),

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rustgt_iscsi::pdu::*;
-use rustgt_iscsi::text::encode_text;
 use serde_json::Value;
 
 use crate::common::{run_tool, Daemon, ToolOutput};
+use crate::initiator::pdu::{login_request, LoginIds};
 use crate::initiator::{nop_out, Wire};
 
 // ---------------------------------------------------------------------------
@@ -151,32 +151,25 @@ impl Session {
             isid: [0x80, 0, 0, 0, 0x42, isid_tail],
             async_events: Vec::new(),
         };
-        let keys: Vec<(String, String)> = [
-            ("InitiatorName", initiator),
-            ("TargetName", target),
-            ("SessionType", "Normal"),
-            ("AuthMethod", "None"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let req = Request {
-            header: RequestHeader::Login(LoginRequest {
-                transit: true,
-                cont: false,
-                csg: Stage::SECURITY,
-                nsg: Stage::FULL_FEATURE,
-                version_max: 0,
-                version_min: 0,
+        let req = login_request(
+            LoginIds {
                 isid: s.isid,
                 tsih: 0,
                 itt: 1,
                 cid: 0,
                 cmd_sn: s.cmd_sn,
                 exp_stat_sn: 0,
-            }),
-            data: encode_text(&keys),
-        };
+            },
+            Stage::SECURITY,
+            Stage::FULL_FEATURE,
+            true,
+            &[
+                ("InitiatorName", initiator),
+                ("TargetName", target),
+                ("SessionType", "Normal"),
+                ("AuthMethod", "None"),
+            ],
+        );
         s.send(&req.encode(false, false));
         match s.recv(Duration::from_secs(10)) {
             Ok(Some(Reply::LoginResponse(lr))) => {
