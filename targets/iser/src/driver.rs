@@ -48,10 +48,17 @@ const TURN_BUDGET: usize = 4096;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DriverError {
+    /// A verbs or connection-manager call failed.
     #[error(transparent)]
     Verbs(#[from] VerbsError),
+    /// A PDU to send does not fit the largest send buffer.
     #[error("a {len}-byte message is larger than any buffer ({max} bytes)")]
-    MessageTooLong { len: usize, max: usize },
+    MessageTooLong {
+        /// Bytes of the message.
+        len: usize,
+        /// Bytes of the largest buffer.
+        max: usize,
+    },
 }
 
 /// The data path of one connection.

@@ -48,6 +48,7 @@
 //! workspace build free of RDMA headers.
 
 #![cfg_attr(not(feature = "rdma"), forbid(unsafe_code))]
+#![warn(missing_docs)]
 
 pub mod pool;
 pub mod regcache;

@@ -12,6 +12,7 @@ pub struct SlotPool {
 }
 
 impl SlotPool {
+    /// A pool of `n` slots, all free.
     pub fn new(n: u32) -> Self {
         SlotPool {
             // Lowest index first out.
@@ -42,14 +43,17 @@ impl SlotPool {
         }
     }
 
+    /// Free slots.
     pub fn available(&self) -> usize {
         self.free.len()
     }
 
+    /// Slots in all, free or in use.
     pub fn capacity(&self) -> usize {
         self.in_use.len()
     }
 
+    /// No slot is in use.
     pub fn all_free(&self) -> bool {
         self.free.len() == self.in_use.len()
     }

@@ -49,6 +49,7 @@ pub struct RegCache<M> {
 }
 
 impl<M> RegCache<M> {
+    /// An empty cache that pins at most `limit` bytes.
     pub fn new(limit: usize) -> Self {
         RegCache {
             by_addr: HashMap::new(),
@@ -62,6 +63,7 @@ impl<M> RegCache<M> {
         self.pinned
     }
 
+    /// The most bytes it may have registered at once.
     pub fn limit(&self) -> usize {
         self.limit
     }
@@ -71,6 +73,7 @@ impl<M> RegCache<M> {
         self.by_addr.values().map(Vec::len).sum()
     }
 
+    /// No registration is held.
     pub fn is_empty(&self) -> bool {
         self.by_addr.is_empty()
     }

@@ -42,6 +42,7 @@ pub struct IserListener {
 }
 
 impl IserListener {
+    /// The address the listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }

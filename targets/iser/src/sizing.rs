@@ -57,7 +57,9 @@ impl Default for IserSettings {
 /// What the device allows (from `ibv_query_device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceLimits {
+    /// Work requests a queue of a QP may hold.
     pub max_qp_wr: u32,
+    /// Entries a completion queue may hold.
     pub max_cqe: u32,
     /// RDMA Reads the device may have outstanding as requester per QP.
     pub max_qp_init_rd_atom: u32,
@@ -83,11 +85,15 @@ pub struct PeerResources {
 pub struct Plan {
     /// Receive work requests posted (and buffers registered).
     pub recv_depth: u32,
+    /// Bytes of each receive buffer.
     pub recv_size: usize,
     /// Send buffers for control-type PDUs.
     pub send_slots: u32,
+    /// Bytes of each send buffer.
     pub send_size: usize,
+    /// Chunks of the registered data pool.
     pub data_chunks: u32,
+    /// Bytes of each data chunk.
     pub chunk_size: u32,
     /// Send queue depth.
     pub sq_depth: u32,

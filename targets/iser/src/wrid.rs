@@ -35,6 +35,7 @@ const WRITE_FROM: u64 = 6;
 const READ_INTO: u64 = 7;
 
 impl WrKind {
+    /// The work request ID that carries this kind and index.
     pub fn encode(self) -> u64 {
         let (kind, n) = match self {
             WrKind::Recv(n) => (RECV, n),
@@ -48,6 +49,8 @@ impl WrKind {
         (kind << SHIFT) | u64::from(n)
     }
 
+    /// The kind and index of a work request ID made by [`WrKind::encode`];
+    /// `None` for an ID it cannot have made.
     pub fn decode(id: u64) -> Option<WrKind> {
         if id & 0x00ff_ffff_0000_0000 != 0 {
             return None;

@@ -10,9 +10,12 @@ use tokio::io::Interest;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VerbsError {
+    /// `op` failed with an OS error.
     #[error("{op}: {source}")]
     Os {
+        /// The call that failed.
         op: &'static str,
+        /// Its error.
         #[source]
         source: io::Error,
     },
