@@ -80,7 +80,9 @@ pub const TURN_ROUNDS: usize = 4;
 /// what it does with a message from the port (a response, a TMF result, a
 /// kill, a logout request), which differs only in how a transport fails.
 pub trait TurnDriver {
+    /// The connection's sans-I/O core.
     fn core(&mut self) -> &mut Connection;
+    /// Acts on one message from the port.
     fn on_msg(&mut self, msg: PortMsg);
 }
 
@@ -123,6 +125,7 @@ impl PortConn {
         self.id
     }
 
+    /// The transport the connection came in on.
     pub fn transport(&self) -> Transport {
         self.transport
     }

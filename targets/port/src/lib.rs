@@ -38,6 +38,8 @@
 //! this layer other than through the core's validated events; every wait
 //! is bounded.
 
+#![warn(missing_docs)]
+
 mod admission;
 mod conn;
 mod msg;

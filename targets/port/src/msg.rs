@@ -12,7 +12,9 @@ use crate::admission::Admitted;
 /// What a driver tells the port about a new connection.
 #[derive(Debug)]
 pub struct ConnInfo {
+    /// TCP or iSER.
     pub transport: Transport,
+    /// The initiator's address.
     pub peer: SocketAddr,
     /// The portal address the initiator connected to.
     pub local: SocketAddr,

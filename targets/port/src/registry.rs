@@ -32,10 +32,13 @@ pub(crate) struct Registered {
 /// A live connection as the port sees it.
 #[derive(Debug, Clone)]
 pub struct ConnSummary {
+    /// The port's number for the connection.
     pub conn_id: u64,
+    /// The initiator's address.
     pub peer: SocketAddr,
     /// The portal address the initiator connected to.
     pub local: SocketAddr,
+    /// TCP or iSER.
     pub transport: Transport,
     /// `None` until a Normal session reaches full feature phase (discovery
     /// sessions and logins in progress stay `None`).
@@ -88,6 +91,7 @@ pub struct Port {
 }
 
 impl Port {
+    /// A port with no target and no connection yet.
     pub fn new(config: PortalConfig) -> Arc<Port> {
         let (shutdown, _) = watch::channel(false);
         Arc::new(Port {
@@ -199,6 +203,8 @@ impl Port {
         self.dir.add_target(name, target);
     }
 
+    /// Forgets target `name`: logins from now on do not find it. Returns
+    /// it if it was there.
     pub fn remove_target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
         self.dir.remove_target(name)
     }

@@ -56,6 +56,7 @@ impl ConnStats {
         self.latency.record(started.elapsed());
     }
 
+    /// The counters now.
     pub fn snapshot(&self) -> ConnStatsSnapshot {
         let (latency_us, latency_sum_us) = self.latency.snapshot();
         ConnStatsSnapshot {
@@ -72,12 +73,17 @@ impl ConnStats {
 /// A copy of a connection's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ConnStatsSnapshot {
+    /// SCSI commands answered.
     pub commands: u64,
+    /// Of those, answered with another status than GOOD.
     pub errors: u64,
+    /// Bytes sent as Data-In.
     pub read_bytes: u64,
+    /// Bytes received as Data-Out and immediate data.
     pub write_bytes: u64,
     /// Command latency counts per [`LatencyHistogram`] bucket.
     pub latency_us: [u64; LATENCY_BUCKETS],
+    /// Sum of the command latencies, microseconds.
     pub latency_sum_us: u64,
 }
 
