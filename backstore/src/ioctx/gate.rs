@@ -21,9 +21,15 @@
 //!
 //! The budget is in bytes, as in BFQ, so LUNs on slow inner zones get the
 //! same bytes per turn as LUNs on fast outer ones. A context's budget is
-//! its own (`device_slice`); the default is four positioning times of
-//! transfer, the same competitive rule as `streams`' distance: a turn then
-//! spends at most a fifth of its time seeking.
+//! its own (`device_slice`); the default is eight positioning times of
+//! transfer (`TURN_POSITIONINGS`, about 100 ms of streaming, CFQ's sync
+//! slice), so that two LUNs at opposite ends of the stroke lose at most an
+//! eighth of their time to the switches.
+//!
+//! A new owner's I/O threads all wake when its turn begins; they start
+//! their reads in the order the context's queue gave them out (`seq` in
+//! [`DeviceGate::enter`]), not in wake-up order, so a stream's next reads
+//! reach the disks in order.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +69,12 @@ pub struct TurnState {
     /// The owner's budget for this turn.
     budget: u64,
     waiting: VecDeque<u64>,
+    /// Threads in [`DeviceGate::enter`]: context id and the order in which
+    /// the context took the read from its queue.
+    pending: Vec<(u64, u64)>,
+    /// Reads let through by [`DeviceGate::enter`], in order (tests).
+    #[cfg(test)]
+    entered: Vec<(u64, u64)>,
     stats: GateStats,
 }
 
@@ -209,23 +221,44 @@ impl DeviceGate {
     /// Blocks until context `id` may start a backing read of `bytes`, then
     /// counts it in flight. Returns false, holding nothing, once `stopping`
     /// says so.
+    ///
+    /// `seq` is the order in which the context took the read from its
+    /// queue: of one context's threads waiting here, the lowest `seq`
+    /// starts first. When a turn begins, every thread of the new owner
+    /// wakes at once, and in wake-up order their reads (the next few MiB
+    /// of a stream) would reach the disks shuffled, each out-of-order one
+    /// costing a short seek and a rotation; the simulation starts them in
+    /// queue order.
     pub(crate) fn enter(
         &self,
         id: u64,
+        seq: u64,
         budget: u64,
         bytes: u64,
         stopping: &dyn Fn() -> bool,
     ) -> bool {
         let mut st = self.lock();
+        st.pending.push((id, seq));
         let mut idle_owner_since: Option<Instant> = None;
         loop {
             if stopping() {
-                st.withdraw(id);
+                st.pending.retain(|&p| p != (id, seq));
+                if !st.pending.iter().any(|&(i, _)| i == id) {
+                    st.withdraw(id);
+                }
                 self.turn.notify_all();
                 return false;
             }
+            let first = !st.pending.iter().any(|&(i, s)| i == id && s < seq);
             let before = st.owner;
-            if st.try_enter(id, budget, bytes) {
+            if first && st.try_enter(id, budget, bytes) {
+                st.pending.retain(|&p| p != (id, seq));
+                #[cfg(test)]
+                st.entered.push((id, seq));
+                if st.pending.iter().any(|&(i, _)| i == id) {
+                    // The context's next read may go now.
+                    self.turn.notify_all();
+                }
                 return true;
             }
             if before.is_some() && st.owner.is_none() {
@@ -286,12 +319,12 @@ mod tests {
     #[test]
     fn one_owner_at_a_time_and_turns_pass_in_order() {
         let g = DeviceGate::of_device("test:order");
-        assert!(g.enter(1, 100, 60, &never));
+        assert!(g.enter(1, 0, 100, 60, &never));
         // The owner may start more while under budget, even with others waiting.
-        assert!(g.enter(1, 100, 60, &never));
+        assert!(g.enter(1, 0, 100, 60, &never));
         let g2 = Arc::clone(&g);
         let waiter = std::thread::spawn(move || {
-            let ok = g2.enter(2, 100, 10, &never);
+            let ok = g2.enter(2, 0, 100, 10, &never);
             g2.leave(2, false);
             ok
         });
@@ -320,13 +353,13 @@ mod tests {
     fn an_idle_owner_gives_the_device_up_and_a_lone_owner_keeps_it() {
         let g = DeviceGate::of_device("test:idle");
         for _ in 0..10 {
-            assert!(g.enter(7, 10, 100, &never));
+            assert!(g.enter(7, 0, 10, 100, &never));
             g.leave(7, true);
         }
         // Far over budget, but nobody waits: still one turn.
         assert_eq!(g.stats().turns, 1);
         assert_eq!(g.lock().owner, Some(7));
-        assert!(g.enter(7, 10, 0, &never));
+        assert!(g.enter(7, 0, 10, 0, &never));
         g.leave(7, false);
         assert_eq!(g.lock().owner, None);
     }
@@ -334,28 +367,28 @@ mod tests {
     #[test]
     fn a_stopping_waiter_returns_and_forget_frees_the_device() {
         let g = DeviceGate::of_device("test:stop");
-        assert!(g.enter(1, 10, 0, &never));
+        assert!(g.enter(1, 0, 10, 0, &never));
         let stop = Arc::new(AtomicBool::new(false));
         let (g2, s2) = (Arc::clone(&g), Arc::clone(&stop));
-        let waiter = std::thread::spawn(move || g2.enter(2, 10, 0, &|| s2.load(Ordering::Relaxed)));
+        let waiter = std::thread::spawn(move || g2.enter(2, 0, 10, 0, &|| s2.load(Ordering::Relaxed)));
         std::thread::sleep(Duration::from_millis(20));
         stop.store(true, Ordering::Relaxed);
         assert!(!waiter.join().unwrap_or(true));
         assert!(g.lock().waiting.is_empty());
         g.forget(1);
         assert_eq!(g.lock().owner, None);
-        assert!(g.enter(3, 10, 0, &never));
+        assert!(g.enter(3, 0, 10, 0, &never));
     }
 
     #[test]
     fn an_owner_over_budget_yields_at_its_next_read_when_someone_waits() {
         let g = DeviceGate::of_device("test:yield");
-        assert!(g.enter(1, 10, 100, &never));
+        assert!(g.enter(1, 0, 10, 100, &never));
         // Nobody waits when the read ends: the owner keeps the device.
         g.leave(1, true);
         assert_eq!(g.lock().owner, Some(1));
         let g2 = Arc::clone(&g);
-        let waiter = std::thread::spawn(move || g2.enter(2, 10, 0, &never));
+        let waiter = std::thread::spawn(move || g2.enter(2, 0, 10, 0, &never));
         for _ in 0..200 {
             if g.lock().waiting.contains(&2) {
                 break;
@@ -364,7 +397,7 @@ mod tests {
         }
         // Its next read must let context 2 go first instead of hanging.
         let g3 = Arc::clone(&g);
-        let owner = std::thread::spawn(move || g3.enter(1, 10, 0, &never));
+        let owner = std::thread::spawn(move || g3.enter(1, 0, 10, 0, &never));
         assert!(waiter.join().unwrap_or(false));
         g.leave(2, false);
         assert!(owner.join().unwrap_or(false));
@@ -373,9 +406,38 @@ mod tests {
     }
 
     #[test]
+    fn a_new_owners_reads_start_in_queue_order() {
+        let g = DeviceGate::of_device("test:inorder");
+        // Context 1 owns the device, over budget, one read in flight.
+        assert!(g.enter(1, 0, 10, 100, &never));
+        // Context 2's threads took reads 5, 6 and 7 from its queue and wait
+        // here; they reach the gate in the opposite order.
+        let mut threads = Vec::new();
+        for seq in [7u64, 6, 5] {
+            let g2 = Arc::clone(&g);
+            threads.push(std::thread::spawn(move || g2.enter(2, seq, 1000, 10, &never)));
+            for _ in 0..200 {
+                if g.lock().pending.contains(&(2, seq)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert_eq!(g.lock().pending.len(), 3);
+        // The turn passes: all three wake at once, and start 5, 6, 7.
+        g.leave(1, true);
+        for t in threads {
+            assert!(t.join().unwrap_or(false));
+        }
+        assert_eq!(g.lock().entered, vec![(1, 0), (2, 5), (2, 6), (2, 7)]);
+        assert!(g.lock().pending.is_empty());
+        assert_eq!(g.lock().owner, Some(2));
+    }
+
+    #[test]
     fn settle_ends_an_idle_turn() {
         let g = DeviceGate::of_device("test:settle");
-        assert!(g.enter(4, 10, 0, &never));
+        assert!(g.enter(4, 0, 10, 0, &never));
         g.leave(4, true);
         assert_eq!(g.lock().owner, Some(4));
         g.settle(4, false);
