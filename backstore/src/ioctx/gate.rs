@@ -370,7 +370,8 @@ mod tests {
         assert!(g.enter(1, 0, 10, 0, &never));
         let stop = Arc::new(AtomicBool::new(false));
         let (g2, s2) = (Arc::clone(&g), Arc::clone(&stop));
-        let waiter = std::thread::spawn(move || g2.enter(2, 0, 10, 0, &|| s2.load(Ordering::Relaxed)));
+        let waiter =
+            std::thread::spawn(move || g2.enter(2, 0, 10, 0, &|| s2.load(Ordering::Relaxed)));
         std::thread::sleep(Duration::from_millis(20));
         stop.store(true, Ordering::Relaxed);
         assert!(!waiter.join().unwrap_or(true));
@@ -415,7 +416,9 @@ mod tests {
         let mut threads = Vec::new();
         for seq in [7u64, 6, 5] {
             let g2 = Arc::clone(&g);
-            threads.push(std::thread::spawn(move || g2.enter(2, seq, 1000, 10, &never)));
+            threads.push(std::thread::spawn(move || {
+                g2.enter(2, seq, 1000, 10, &never)
+            }));
             for _ in 0..200 {
                 if g.lock().pending.contains(&(2, seq)) {
                     break;
