@@ -32,7 +32,7 @@
 //!
 //! A new owner's I/O threads all wake when its turn begins; they start
 //! their reads in the order the context's queue gave them out (`seq` in
-//! [`DeviceGate::enter`]), not in wake-up order, so a stream's next reads
+//! `DeviceGate::enter`), not in wake-up order, so a stream's next reads
 //! reach the disks in order.
 
 use std::collections::{HashMap, VecDeque};
@@ -81,10 +81,10 @@ pub struct TurnState {
     /// nothing queued or in flight while others waited.
     idle_since: Option<u64>,
     waiting: VecDeque<u64>,
-    /// Threads in [`DeviceGate::enter`]: context id and the order in which
+    /// Threads in `DeviceGate::enter`: context id and the order in which
     /// the context took the read from its queue.
     pending: Vec<(u64, u64)>,
-    /// Reads let through by [`DeviceGate::enter`], in order (tests).
+    /// Reads let through by `DeviceGate::enter`, in order (tests).
     #[cfg(test)]
     entered: Vec<(u64, u64)>,
     stats: GateStats,

@@ -53,8 +53,8 @@ pub const TURN_POSITIONINGS: u64 = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSlice {
     /// Take turns on a device that seeks (a rotating disk, hddsim), with a
-    /// budget of [`TURN_POSITIONINGS`] positioning times of transfer per
-    /// turn.
+    /// budget of eight (`TURN_POSITIONINGS`) positioning times of transfer
+    /// per turn.
     #[default]
     Auto,
     /// Never take turns.
