@@ -155,6 +155,9 @@ enum Event {
     Start(usize),
     /// A stream issues its next request (or group) after its think time.
     Issue(usize),
+    /// An idle owner's anticipation at the device ends: waiting LUNs ask
+    /// again.
+    TurnTimer,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -369,6 +372,7 @@ pub fn run(workload: &Workload, cfg: &SimConfig) -> SimResult {
             Event::Complete(c) => sim.complete(c),
             Event::Start(s) => sim.start_stream(s),
             Event::Issue(s) => sim.issue_next(s),
+            Event::TurnTimer => sim.dispatch_all(),
         }
     }
     let mut totals = rustgt_backstore::ioctx::IoStats::default();
@@ -529,7 +533,7 @@ impl Sim {
                 let Some((turns, budget)) = self.turns.as_mut() else {
                     return started;
                 };
-                if !turns.try_enter(id, *budget, len) {
+                if !turns.try_enter(id, *budget, len, self.now) {
                     return started;
                 }
                 let Some(b) = l.parked.pop_front() else {
@@ -548,7 +552,7 @@ impl Sim {
             match self.turns.as_mut() {
                 Some((turns, budget)) if !batch.is_sync() => {
                     let (_, len) = l.core.batch_range(&batch);
-                    if turns.try_enter(turn_id(lun), *budget, len) {
+                    if turns.try_enter(turn_id(lun), *budget, len, self.now) {
                         self.submit(lun, batch, true);
                         started = true;
                     } else {
@@ -610,9 +614,12 @@ impl Sim {
         if let Some((turns, _)) = self.turns.as_mut() {
             let id = turn_id(lun);
             if turn {
-                turns.leave(id, queued);
+                turns.leave(id, queued, self.now);
             } else {
-                turns.settle(id, queued);
+                turns.settle(id, queued, self.now);
+            }
+            if let Some(t) = turns.anticipating_until() {
+                self.schedule(t, Event::TurnTimer);
             }
         }
         for w in ready {

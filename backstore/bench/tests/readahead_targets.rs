@@ -361,3 +361,47 @@ fn many_streams_and_small_caches_degrade_gracefully() {
         );
     }
 }
+
+/// The seed over loopback (no link cap, as `tests/bench/seed-e2e` runs it):
+/// W1 streams at the outer zone's 229 MB/s, and the pair must share the
+/// disks with one stream on the inner zone. Even with no seeks at all, two
+/// streams at equal MB/s could average only 2 / (1/240 + 1/126) = 165 MB/s,
+/// 72% of W1: the 80% is out of reach with fair streams, whatever
+/// the turns. Turns of eight positioning times, started in queue order,
+/// reach 64% of W1 (88% of that ceiling), each stream within 10% of the
+/// other.
+#[test]
+fn the_seed_over_loopback_nears_its_no_seek_ceiling() {
+    use rustgt_backstore::hddsim::ArrayParams;
+    use ReadaheadPolicy::*;
+    let mut o = options(
+        &["W1-qd1", "W2-seed"],
+        &[Classic, Context, Streams],
+        &[ContextMode::Shared],
+    );
+    o.seconds = 8.0;
+    o.link.rate = 0.0;
+    let rep = run_readahead(&o);
+    let a = ArrayParams::default();
+    let disks = f64::from(a.disks.max(1));
+    let per_disk = |at: u64| disks * a.disk.rate_at(at / u64::from(a.disks.max(1)));
+    // The middle of each LUN (the first and the last 10% of md0).
+    let (outer, inner) = (per_disk(25_000_000_000), per_disk(475_000_000_000));
+    let ceiling = 2.0 / (1.0 / outer + 1.0 / inner);
+    for policy in [Classic, Context, Streams] {
+        let w1 = rep.get("W1-qd1", policy, ContextMode::Shared).expect("W1");
+        let w2 = rep.get("W2-seed", policy, ContextMode::Shared).expect("W2");
+        let (one, two) = (w1.aggregate_mb_s(), w2.aggregate_mb_s());
+        assert!(
+            ceiling / 1e6 < 0.8 * one,
+            "{policy}: ceiling {ceiling} vs W1 {one}"
+        );
+        assert!(two >= 0.6 * one, "{policy}: {two} vs W1 {one}");
+        assert!(
+            two >= 0.85 * ceiling / 1e6,
+            "{policy}: {two} vs ceiling {ceiling}"
+        );
+        let (x, y) = (w2.stream_mb_s(0), w2.stream_mb_s(1));
+        assert!((x - y).abs() <= 0.1 * x.max(y), "{policy}: {x} vs {y}");
+    }
+}

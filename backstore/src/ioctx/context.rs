@@ -42,6 +42,9 @@ const MAX_RETRIES: u32 = 3;
 struct State {
     core: Core<Box<[u8]>>,
     stopping: bool,
+    /// Order of the backing reads taken from the queue: a context's reads
+    /// start at a shared device in this order (see `DeviceGate::enter`).
+    next_seq: u64,
 }
 
 #[derive(Debug)]
@@ -117,6 +120,7 @@ impl IoContext {
             state: Mutex::new(State {
                 core: Core::new(opts.core_config(geometry.size_bytes())),
                 stopping: false,
+                next_seq: 0,
             }),
             work: Condvar::new(),
             done: Condvar::new(),
@@ -337,7 +341,7 @@ fn turns(inner: &dyn Backstore, opts: &IoContextOptions) -> Option<Turns> {
 fn io_loop(sh: &Shared) {
     let stopping = || sh.stop.load(Ordering::Relaxed);
     loop {
-        let (batch, start, len) = {
+        let (batch, start, len, seq) = {
             let mut st = lock(&sh.state);
             loop {
                 if st.stopping {
@@ -345,7 +349,9 @@ fn io_loop(sh: &Shared) {
                 }
                 if let Some(b) = st.core.pop_batch() {
                     let (start, len) = st.core.batch_range(&b);
-                    break (b, start, len);
+                    let seq = st.next_seq;
+                    st.next_seq = seq.wrapping_add(1);
+                    break (b, start, len, seq);
                 }
                 st = sh.work.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
@@ -354,7 +360,7 @@ fn io_loop(sh: &Shared) {
         // a thread waiting for the turn never holds up the turn's owner.
         let turn = sh.gate.as_ref();
         if let Some(t) = turn.filter(|_| !batch.sync) {
-            if !t.gate.enter(t.id, t.budget, len, &stopping) {
+            if !t.gate.enter(t.id, seq, t.budget, len, &stopping) {
                 return;
             }
         }

@@ -15,15 +15,25 @@
 //!   started `budget` bytes in this slice *and* another context is
 //!   waiting; then it starts nothing more, and its turn ends when its
 //!   reads in flight complete;
-//! - an owner with nothing queued and nothing in flight gives the device up
-//!   at once (no anticipation);
+//! - an owner with nothing queued and nothing in flight while under its
+//!   budget keeps the device for [`ANTICIPATE_NS`] while another context
+//!   waits (as CFQ idles a few ms for a sequential queue): a stream whose
+//!   window ran dry because its reader is slow asks for more within a few
+//!   commands, and would otherwise lose a whole round of turns; it gives
+//!   the device up at once when nobody waits, or after that time;
 //! - waiting contexts get the device in the order they asked for it.
 //!
 //! The budget is in bytes, as in BFQ, so LUNs on slow inner zones get the
 //! same bytes per turn as LUNs on fast outer ones. A context's budget is
-//! its own (`device_slice`); the default is four positioning times of
-//! transfer, the same competitive rule as `streams`' distance: a turn then
-//! spends at most a fifth of its time seeking.
+//! its own (`device_slice`); the default is eight positioning times of
+//! transfer (`TURN_POSITIONINGS`, about 100 ms of streaming, CFQ's sync
+//! slice), so that two LUNs at opposite ends of the stroke lose at most an
+//! eighth of their time to the switches.
+//!
+//! A new owner's I/O threads all wake when its turn begins; they start
+//! their reads in the order the context's queue gave them out (`seq` in
+//! `DeviceGate::enter`), not in wake-up order, so a stream's next reads
+//! reach the disks in order.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +48,11 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 /// others wait: the rules never leave the device owned and idle, and this
 /// makes sure of it.
 const STALE_TURN: Duration = Duration::from_millis(500);
+
+/// How long an idle owner under budget keeps the device while another
+/// context waits: a few 64 KiB commands' round trips on a loaded target
+/// (0.1-0.7 ms each end to end), far under one positioning time (12 ms).
+pub const ANTICIPATE_NS: u64 = 2_000_000;
 
 /// Counters of one device's gate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,7 +77,16 @@ pub struct TurnState {
     used: u64,
     /// The owner's budget for this turn.
     budget: u64,
+    /// Since when (ns, the caller's clock) the owner, under budget, has had
+    /// nothing queued or in flight while others waited.
+    idle_since: Option<u64>,
     waiting: VecDeque<u64>,
+    /// Threads in `DeviceGate::enter`: context id and the order in which
+    /// the context took the read from its queue.
+    pending: Vec<(u64, u64)>,
+    /// Reads let through by `DeviceGate::enter`, in order (tests).
+    #[cfg(test)]
+    entered: Vec<(u64, u64)>,
     stats: GateStats,
 }
 
@@ -80,6 +104,13 @@ impl TurnState {
         self.owner = None;
         self.used = 0;
         self.inflight = 0;
+        self.idle_since = None;
+    }
+
+    /// When an idle owner's anticipation ends (ns), if it is anticipating:
+    /// a waiting context should ask again then.
+    pub fn anticipating_until(&self) -> Option<u64> {
+        self.idle_since.map(|t| t.saturating_add(ANTICIPATE_NS))
     }
 
     pub fn stats(&self) -> GateStats {
@@ -89,11 +120,18 @@ impl TurnState {
     /// Context `id` wants to start a backing read of `bytes`: true when it
     /// may (the read then counts in flight and against the budget); else
     /// `id` is in line, and should ask again when a turn ends.
-    pub fn try_enter(&mut self, id: u64, budget: u64, bytes: u64) -> bool {
+    /// `now` is the caller's clock in ns (virtual or wall).
+    pub fn try_enter(&mut self, id: u64, budget: u64, bytes: u64, now: u64) -> bool {
         // An owner over budget with nothing in flight yields here (its
         // last read ended before anyone waited).
         if self.owner == Some(id) && self.spent(id) && self.inflight == 0 {
             self.stats.preemptions += 1;
+            self.end_turn();
+        }
+        // An idle owner's anticipation is over.
+        if self.owner.is_some_and(|o| o != id)
+            && self.anticipating_until().is_some_and(|t| now >= t)
+        {
             self.end_turn();
         }
         if self.owner.is_none() && self.waiting.front().is_none_or(|&w| w == id) {
@@ -105,6 +143,7 @@ impl TurnState {
             self.stats.turns += 1;
         }
         if self.owner == Some(id) && !self.spent(id) {
+            self.idle_since = None;
             self.inflight += 1;
             self.used = self.used.saturating_add(bytes);
             return true;
@@ -118,18 +157,20 @@ impl TurnState {
     /// A read of `id` started by [`try_enter`](Self::try_enter) ended, and
     /// `queued` says whether `id` has more readahead waiting. True when
     /// the turn ended.
-    pub fn leave(&mut self, id: u64, queued: bool) -> bool {
+    pub fn leave(&mut self, id: u64, queued: bool, now: u64) -> bool {
         if self.owner != Some(id) {
             return false;
         }
         self.inflight = self.inflight.saturating_sub(1);
-        self.settle(id, queued)
+        self.settle(id, queued, now)
     }
 
     /// Ends `id`'s turn if it owns the device with nothing in flight and
-    /// either nothing `queued` or its budget spent while others wait. True
-    /// when the turn ended.
-    pub fn settle(&mut self, id: u64, queued: bool) -> bool {
+    /// either its budget spent while others wait, or nothing `queued` and
+    /// nobody waiting; with nothing queued, under budget, while others
+    /// wait, it anticipates (see [`anticipating_until`](Self::anticipating_until)).
+    /// True when the turn ended.
+    pub fn settle(&mut self, id: u64, queued: bool, now: u64) -> bool {
         if self.owner != Some(id) || self.inflight > 0 {
             return false;
         }
@@ -139,6 +180,11 @@ impl TurnState {
         }
         if spent {
             self.stats.preemptions += 1;
+        } else if self.others_waiting(id) {
+            if self.idle_since.is_none() {
+                self.idle_since = Some(now);
+            }
+            return false;
         }
         self.end_turn();
         true
@@ -162,6 +208,8 @@ impl TurnState {
 #[derive(Debug)]
 pub struct DeviceGate {
     key: String,
+    /// The clock of `TurnState`'s `now`.
+    epoch: Instant,
     state: Mutex<TurnState>,
     turn: Condvar,
 }
@@ -187,6 +235,7 @@ impl DeviceGate {
         }
         let g = Arc::new(DeviceGate {
             key: key.to_owned(),
+            epoch: Instant::now(),
             state: Mutex::new(TurnState::default()),
             turn: Condvar::new(),
         });
@@ -202,6 +251,10 @@ impl DeviceGate {
         self.lock().stats
     }
 
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
     fn lock(&self) -> MutexGuard<'_, TurnState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -209,23 +262,44 @@ impl DeviceGate {
     /// Blocks until context `id` may start a backing read of `bytes`, then
     /// counts it in flight. Returns false, holding nothing, once `stopping`
     /// says so.
+    ///
+    /// `seq` is the order in which the context took the read from its
+    /// queue: of one context's threads waiting here, the lowest `seq`
+    /// starts first. When a turn begins, every thread of the new owner
+    /// wakes at once, and in wake-up order their reads (the next few MiB
+    /// of a stream) would reach the disks shuffled, each out-of-order one
+    /// costing a short seek and a rotation; the simulation starts them in
+    /// queue order.
     pub(crate) fn enter(
         &self,
         id: u64,
+        seq: u64,
         budget: u64,
         bytes: u64,
         stopping: &dyn Fn() -> bool,
     ) -> bool {
         let mut st = self.lock();
+        st.pending.push((id, seq));
         let mut idle_owner_since: Option<Instant> = None;
         loop {
             if stopping() {
-                st.withdraw(id);
+                st.pending.retain(|&p| p != (id, seq));
+                if !st.pending.iter().any(|&(i, _)| i == id) {
+                    st.withdraw(id);
+                }
                 self.turn.notify_all();
                 return false;
             }
+            let first = !st.pending.iter().any(|&(i, s)| i == id && s < seq);
             let before = st.owner;
-            if st.try_enter(id, budget, bytes) {
+            if first && st.try_enter(id, budget, bytes, self.now()) {
+                st.pending.retain(|&p| p != (id, seq));
+                #[cfg(test)]
+                st.entered.push((id, seq));
+                if st.pending.iter().any(|&(i, _)| i == id) {
+                    // The context's next read may go now.
+                    self.turn.notify_all();
+                }
                 return true;
             }
             if before.is_some() && st.owner.is_none() {
@@ -243,9 +317,17 @@ impl DeviceGate {
             } else {
                 idle_owner_since = None;
             }
+            // An anticipating owner may lose the device before anyone
+            // signals: ask again when its time is up.
+            let wait = st
+                .anticipating_until()
+                .map_or(STOP_POLL, |t| {
+                    Duration::from_nanos(t.saturating_sub(self.now()).saturating_add(1))
+                })
+                .min(STOP_POLL);
             st = self
                 .turn
-                .wait_timeout(st, STOP_POLL)
+                .wait_timeout(st, wait)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
@@ -254,7 +336,8 @@ impl DeviceGate {
     /// A read of context `id` ended; `queued` says whether the context has
     /// more readahead waiting.
     pub(crate) fn leave(&self, id: u64, queued: bool) {
-        if self.lock().leave(id, queued) {
+        let now = self.now();
+        if self.lock().leave(id, queued, now) {
             self.turn.notify_all();
         }
     }
@@ -262,7 +345,8 @@ impl DeviceGate {
     /// Context `id` did something outside its turn (a demand read): ends
     /// its turn if it is idle.
     pub(crate) fn settle(&self, id: u64, queued: bool) {
-        if self.lock().settle(id, queued) {
+        let now = self.now();
+        if self.lock().settle(id, queued, now) {
             self.turn.notify_all();
         }
     }
@@ -286,12 +370,12 @@ mod tests {
     #[test]
     fn one_owner_at_a_time_and_turns_pass_in_order() {
         let g = DeviceGate::of_device("test:order");
-        assert!(g.enter(1, 100, 60, &never));
+        assert!(g.enter(1, 0, 100, 60, &never));
         // The owner may start more while under budget, even with others waiting.
-        assert!(g.enter(1, 100, 60, &never));
+        assert!(g.enter(1, 0, 100, 60, &never));
         let g2 = Arc::clone(&g);
         let waiter = std::thread::spawn(move || {
-            let ok = g2.enter(2, 100, 10, &never);
+            let ok = g2.enter(2, 0, 100, 10, &never);
             g2.leave(2, false);
             ok
         });
@@ -320,13 +404,13 @@ mod tests {
     fn an_idle_owner_gives_the_device_up_and_a_lone_owner_keeps_it() {
         let g = DeviceGate::of_device("test:idle");
         for _ in 0..10 {
-            assert!(g.enter(7, 10, 100, &never));
+            assert!(g.enter(7, 0, 10, 100, &never));
             g.leave(7, true);
         }
         // Far over budget, but nobody waits: still one turn.
         assert_eq!(g.stats().turns, 1);
         assert_eq!(g.lock().owner, Some(7));
-        assert!(g.enter(7, 10, 0, &never));
+        assert!(g.enter(7, 0, 10, 0, &never));
         g.leave(7, false);
         assert_eq!(g.lock().owner, None);
     }
@@ -334,28 +418,29 @@ mod tests {
     #[test]
     fn a_stopping_waiter_returns_and_forget_frees_the_device() {
         let g = DeviceGate::of_device("test:stop");
-        assert!(g.enter(1, 10, 0, &never));
+        assert!(g.enter(1, 0, 10, 0, &never));
         let stop = Arc::new(AtomicBool::new(false));
         let (g2, s2) = (Arc::clone(&g), Arc::clone(&stop));
-        let waiter = std::thread::spawn(move || g2.enter(2, 10, 0, &|| s2.load(Ordering::Relaxed)));
+        let waiter =
+            std::thread::spawn(move || g2.enter(2, 0, 10, 0, &|| s2.load(Ordering::Relaxed)));
         std::thread::sleep(Duration::from_millis(20));
         stop.store(true, Ordering::Relaxed);
         assert!(!waiter.join().unwrap_or(true));
         assert!(g.lock().waiting.is_empty());
         g.forget(1);
         assert_eq!(g.lock().owner, None);
-        assert!(g.enter(3, 10, 0, &never));
+        assert!(g.enter(3, 0, 10, 0, &never));
     }
 
     #[test]
     fn an_owner_over_budget_yields_at_its_next_read_when_someone_waits() {
         let g = DeviceGate::of_device("test:yield");
-        assert!(g.enter(1, 10, 100, &never));
+        assert!(g.enter(1, 0, 10, 100, &never));
         // Nobody waits when the read ends: the owner keeps the device.
         g.leave(1, true);
         assert_eq!(g.lock().owner, Some(1));
         let g2 = Arc::clone(&g);
-        let waiter = std::thread::spawn(move || g2.enter(2, 10, 0, &never));
+        let waiter = std::thread::spawn(move || g2.enter(2, 0, 10, 0, &never));
         for _ in 0..200 {
             if g.lock().waiting.contains(&2) {
                 break;
@@ -364,7 +449,7 @@ mod tests {
         }
         // Its next read must let context 2 go first instead of hanging.
         let g3 = Arc::clone(&g);
-        let owner = std::thread::spawn(move || g3.enter(1, 10, 0, &never));
+        let owner = std::thread::spawn(move || g3.enter(1, 0, 10, 0, &never));
         assert!(waiter.join().unwrap_or(false));
         g.leave(2, false);
         assert!(owner.join().unwrap_or(false));
@@ -373,9 +458,64 @@ mod tests {
     }
 
     #[test]
+    fn a_new_owners_reads_start_in_queue_order() {
+        let g = DeviceGate::of_device("test:inorder");
+        // Context 1 owns the device, over budget, one read in flight.
+        assert!(g.enter(1, 0, 10, 100, &never));
+        // Context 2's threads took reads 5, 6 and 7 from its queue and wait
+        // here; they reach the gate in the opposite order.
+        let mut threads = Vec::new();
+        for seq in [7u64, 6, 5] {
+            let g2 = Arc::clone(&g);
+            threads.push(std::thread::spawn(move || {
+                g2.enter(2, seq, 1000, 10, &never)
+            }));
+            for _ in 0..200 {
+                if g.lock().pending.contains(&(2, seq)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert_eq!(g.lock().pending.len(), 3);
+        // The turn passes: all three wake at once, and start 5, 6, 7.
+        g.leave(1, true);
+        for t in threads {
+            assert!(t.join().unwrap_or(false));
+        }
+        assert_eq!(g.lock().entered, vec![(1, 0), (2, 5), (2, 6), (2, 7)]);
+        assert!(g.lock().pending.is_empty());
+        assert_eq!(g.lock().owner, Some(2));
+    }
+
+    #[test]
+    fn an_idle_owner_under_budget_anticipates_while_another_waits() {
+        let mut t = TurnState::default();
+        let a = ANTICIPATE_NS;
+        assert!(t.try_enter(1, 1000, 100, 0));
+        assert!(!t.try_enter(2, 1000, 100, 1));
+        // Its window ran dry: nothing queued, under budget, 2 waits.
+        assert!(!t.leave(1, false, 10));
+        assert_eq!(t.anticipating_until(), Some(10 + a));
+        assert!(!t.try_enter(2, 1000, 100, 10 + a - 1));
+        // Its reader asked for more in time: the turn goes on.
+        assert!(t.try_enter(1, 1000, 100, 10 + a - 1));
+        assert_eq!(t.anticipating_until(), None);
+        assert!(!t.leave(1, false, 2 * a));
+        // This time it did not: 2 takes the device when the time is up.
+        assert!(!t.try_enter(2, 1000, 100, 3 * a - 1));
+        assert!(t.try_enter(2, 1000, 100, 3 * a));
+        assert_eq!(t.owner, Some(2));
+        assert_eq!(t.stats().turns, 2);
+        // With nobody waiting an idle owner gives the device up at once.
+        assert!(t.leave(2, false, 3 * a + 1));
+        assert_eq!(t.owner, None);
+    }
+
+    #[test]
     fn settle_ends_an_idle_turn() {
         let g = DeviceGate::of_device("test:settle");
-        assert!(g.enter(4, 10, 0, &never));
+        assert!(g.enter(4, 0, 10, 0, &never));
         g.leave(4, true);
         assert_eq!(g.lock().owner, Some(4));
         g.settle(4, false);
