@@ -179,6 +179,9 @@ async fn drive(
             } else {
                 Duration::ZERO
             };
+        // While the thread shares its CPU with another process (see
+        // `BusyPoll::held`) it spins briefly and does not yield.
+        let held = poll.held(wait_from);
         let mut step = SPIN_STEP_MIN;
         while !out.pending() && std::time::Instant::now() < until {
             // Let the reactor's other tasks run and its epoll look (without
@@ -208,13 +211,18 @@ async fn drive(
                 std::hint::spin_loop();
             }
             step = (step * 2).min(SPIN_STEP_MAX);
-            std::thread::yield_now();
+            if !held {
+                std::thread::yield_now();
+            }
             // Time this stretch took beyond its pause was time off the CPU:
             // another process wants it, and a reactor that sleeps instead
             // of spinning gets it back sooner when the initiator writes.
             let now = std::time::Instant::now();
             let paused = next.min(until).saturating_duration_since(from);
-            if poll.spun(now.saturating_duration_since(from).saturating_sub(paused), now) {
+            if poll.spun(
+                now.saturating_duration_since(from).saturating_sub(paused),
+                now,
+            ) {
                 break;
             }
         }

@@ -19,9 +19,14 @@
 //! one that spins does not. So the driver reports, between two looks of a
 //! spin, how much longer the stretch took than the pause it made; a stretch
 //! of [`PREEMPTED`] or more means the thread was descheduled, and the
-//! connection then parks at once (budget zero) for a hold-off that doubles
-//! from [`HOLD_MIN`] to [`HOLD_MAX`] while descheduling recurs, and spins
-//! again after it. Once it has spun for [`CLEAN`] without being
+//! connection then parks at once. For a hold-off that doubles from
+//! [`HOLD_MIN`] to [`HOLD_MAX`] while descheduling recurs it spins no
+//! longer than [`HELD_SPIN`] and never gives its CPU away on purpose
+//! (`sched_yield` would hand it to the competing process for a whole time
+//! slice): a wait as long as a QD 1 round trip then ends in epoll, with
+//! the wake-up preference, while input that follows at once, as at high
+//! queue depths, is still caught without sleeping. After the hold-off it
+//! spins as before. Once it has spun for [`CLEAN`] without being
 //! descheduled, the hold-off starts from [`HOLD_MIN`] again.
 //!
 //! Spinning pays only while the connection waits for its peer alone. While
@@ -42,6 +47,9 @@ const GROW_FROM: Duration = Duration::from_micros(8);
 pub const PREEMPTED: Duration = Duration::from_micros(500);
 /// The first hold-off after the thread was descheduled while spinning.
 pub const HOLD_MIN: Duration = Duration::from_millis(50);
+/// The longest spin during a hold-off: shorter than a round trip to the
+/// initiator, longer than the gap between its back-to-back PDUs.
+pub const HELD_SPIN: Duration = Duration::from_micros(10);
 /// The longest hold-off while descheduling recurs.
 pub const HOLD_MAX: Duration = Duration::from_secs(1);
 /// Spinning this long after a hold-off without being descheduled resets
@@ -75,12 +83,19 @@ impl BusyPoll {
     }
 
     /// How long to spin, from `now`, before the next park (zero: park at
-    /// once; so while a hold-off lasts).
+    /// once); no longer than [`HELD_SPIN`] while a hold-off lasts.
     pub fn budget(&self, now: Instant) -> Duration {
-        match self.held_until {
-            Some(until) if now < until => Duration::ZERO,
-            _ => self.budget,
+        if self.held(now) {
+            self.budget.min(HELD_SPIN)
+        } else {
+            self.budget
         }
+    }
+
+    /// Whether a hold-off lasts at `now`: the thread was descheduled while
+    /// spinning not long ago, so a spin must not yield its CPU.
+    pub fn held(&self, now: Instant) -> bool {
+        self.held_until.is_some_and(|until| now < until)
     }
 
     /// Between two looks of a spin, at `now`: the stretch since the
@@ -163,16 +178,19 @@ mod tests {
         let mut p = warm();
         let t = t0();
         assert!(!p.spun(3 * US, t));
-        // The thread lost 3 ms between two looks: stop, and no spinning
-        // for HOLD_MIN from then.
+        // The thread lost 3 ms between two looks: stop, and no more than
+        // a short spin, without yielding, for HOLD_MIN from then.
         let at = t + 4 * MS;
+        assert!(!p.held(at));
         assert!(p.spun(3 * MS, at));
-        assert_eq!(p.budget(at), Duration::ZERO);
-        assert_eq!(p.budget(at + HOLD_MIN - US), Duration::ZERO);
+        assert!(p.held(at));
+        assert_eq!(p.budget(at), HELD_SPIN);
+        assert_eq!(p.budget(at + HOLD_MIN - US), HELD_SPIN);
         // Short waits during the hold-off do not bring spinning back early.
         p.waited(US);
-        assert_eq!(p.budget(at + HOLD_MIN / 2), Duration::ZERO);
+        assert_eq!(p.budget(at + HOLD_MIN / 2), HELD_SPIN);
         // After it, the window is the adapted one again.
+        assert!(!p.held(at + HOLD_MIN));
         assert_eq!(p.budget(at + HOLD_MIN), 50 * US);
     }
 
@@ -183,7 +201,7 @@ mod tests {
         let mut hold = HOLD_MIN;
         for _ in 0..10 {
             assert!(p.spun(PREEMPTED, at));
-            assert_eq!(p.budget(at + hold - US), Duration::ZERO);
+            assert_eq!(p.budget(at + hold - US), HELD_SPIN);
             assert_eq!(p.budget(at + hold), 50 * US);
             // Spinning again after the hold-off, briefly, before the next
             // descheduling.
@@ -194,7 +212,7 @@ mod tests {
         }
         assert_eq!(hold, HOLD_MAX);
         assert!(p.spun(PREEMPTED, at));
-        assert_eq!(p.budget(at + HOLD_MAX - US), Duration::ZERO);
+        assert_eq!(p.budget(at + HOLD_MAX - US), HELD_SPIN);
         assert_eq!(p.budget(at + HOLD_MAX), 50 * US);
     }
 
@@ -213,8 +231,17 @@ mod tests {
         // A later descheduling holds off for HOLD_MIN only.
         let at = at + 2 * CLEAN;
         assert!(p.spun(PREEMPTED, at));
-        assert_eq!(p.budget(at + HOLD_MIN - US), Duration::ZERO);
+        assert_eq!(p.budget(at + HOLD_MIN - US), HELD_SPIN);
         assert_eq!(p.budget(at + HOLD_MIN), 50 * US);
+    }
+
+    #[test]
+    fn a_hold_off_never_lengthens_a_shorter_window() {
+        let mut p = BusyPoll::new(50 * US);
+        p.waited(US);
+        assert_eq!(p.budget(t0()), 8 * US);
+        assert!(p.spun(PREEMPTED, t0()));
+        assert_eq!(p.budget(t0()), 8 * US);
     }
 
     #[test]
