@@ -175,10 +175,13 @@ async fn drive(
         let for_peer = conn.in_flight() == 0;
         let until = wait_from
             + if for_peer {
-                poll.budget()
+                poll.budget(wait_from)
             } else {
                 Duration::ZERO
             };
+        // While the thread shares its CPU with another process (see
+        // `BusyPoll::held`) it spins briefly and does not yield.
+        let held = poll.held(wait_from);
         let mut step = SPIN_STEP_MIN;
         while !out.pending() && std::time::Instant::now() < until {
             // Let the reactor's other tasks run and its epoll look (without
@@ -202,12 +205,26 @@ async fn drive(
             }
             // Between looks the CPU stays busy but makes no system call;
             // the looks thin out the longer the wait.
-            let next = std::time::Instant::now() + step;
+            let from = std::time::Instant::now();
+            let next = from + step;
             while std::time::Instant::now() < next.min(until) {
                 std::hint::spin_loop();
             }
             step = (step * 2).min(SPIN_STEP_MAX);
-            std::thread::yield_now();
+            if !held {
+                std::thread::yield_now();
+            }
+            // Time this stretch took beyond its pause was time off the CPU:
+            // another process wants it, and a reactor that sleeps instead
+            // of spinning gets it back sooner when the initiator writes.
+            let now = std::time::Instant::now();
+            let paused = next.min(until).saturating_duration_since(from);
+            if poll.spun(
+                now.saturating_duration_since(from).saturating_sub(paused),
+                now,
+            ) {
+                break;
+            }
         }
         if matches!(got, Got::Nothing) {
             let timeout = conn.poll_timeout();

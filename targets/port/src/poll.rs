@@ -11,6 +11,24 @@
 //! idle connection stops spinning after a few waits and a busy one keeps
 //! its CPU awake. `0` (or a bound of zero) never spins.
 //!
+//! Spinning pays only while its thread has the CPU to itself. When another
+//! runnable process shares the CPU, the scheduler takes it from a reactor
+//! that spins through its time slice, and the initiator's next command
+//! then waits for the reactor's next turn on the CPU instead of waking it:
+//! a thread that sleeps in epoll gets the scheduler's wake-up preference,
+//! one that spins does not. So the driver reports, between two looks of a
+//! spin, how much longer the stretch took than the pause it made; a stretch
+//! of [`PREEMPTED`] or more means the thread was descheduled, and the
+//! connection then parks at once. For a hold-off that doubles from
+//! [`HOLD_MIN`] to [`HOLD_MAX`] while descheduling recurs it spins no
+//! longer than [`HELD_SPIN`] and never gives its CPU away on purpose
+//! (`sched_yield` would hand it to the competing process for a whole time
+//! slice): a wait as long as a QD 1 round trip then ends in epoll, with
+//! the wake-up preference, while input that follows at once, as at high
+//! queue depths, is still caught without sleeping. After the hold-off it
+//! spins as before. Once it has spun for [`CLEAN`] without being
+//! descheduled, the hold-off starts from [`HOLD_MIN`] again.
+//!
 //! Spinning pays only while the connection waits for its peer alone. While
 //! it has commands in flight, their completions come from this process's
 //! own work (a LUN's workers, a store's threads such as librbd's, the
@@ -18,10 +36,25 @@
 //! holds one of them. Drivers therefore spin, and report waits, only when
 //! nothing is in flight.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The smallest window a growing budget starts from.
 const GROW_FROM: Duration = Duration::from_micros(8);
+
+/// Time lost between two looks of a spin that means the thread was
+/// descheduled: far more than a look and its pause take, and less than a
+/// scheduler time slice that another process gets.
+pub const PREEMPTED: Duration = Duration::from_micros(500);
+/// The first hold-off after the thread was descheduled while spinning.
+pub const HOLD_MIN: Duration = Duration::from_millis(50);
+/// The longest spin during a hold-off: shorter than a round trip to the
+/// initiator, longer than the gap between its back-to-back PDUs.
+pub const HELD_SPIN: Duration = Duration::from_micros(10);
+/// The longest hold-off while descheduling recurs.
+pub const HOLD_MAX: Duration = Duration::from_secs(1);
+/// Spinning this long after a hold-off without being descheduled resets
+/// the hold-off to [`HOLD_MIN`].
+pub const CLEAN: Duration = Duration::from_secs(1);
 
 /// How long one connection spins before it parks, adapted from how long
 /// its recent waits lasted.
@@ -29,6 +62,12 @@ const GROW_FROM: Duration = Duration::from_micros(8);
 pub struct BusyPoll {
     max: Duration,
     budget: Duration,
+    /// No spinning before this instant: the thread was descheduled.
+    held_until: Option<Instant>,
+    /// The next hold-off's length.
+    hold: Duration,
+    /// The first look without descheduling since the last hold-off began.
+    clean_since: Option<Instant>,
 }
 
 impl BusyPoll {
@@ -37,12 +76,47 @@ impl BusyPoll {
         BusyPoll {
             max,
             budget: Duration::ZERO,
+            held_until: None,
+            hold: HOLD_MIN,
+            clean_since: None,
         }
     }
 
-    /// How long to spin before the next park (zero: park at once).
-    pub fn budget(&self) -> Duration {
-        self.budget
+    /// How long to spin, from `now`, before the next park (zero: park at
+    /// once); no longer than [`HELD_SPIN`] while a hold-off lasts.
+    pub fn budget(&self, now: Instant) -> Duration {
+        if self.held(now) {
+            self.budget.min(HELD_SPIN)
+        } else {
+            self.budget
+        }
+    }
+
+    /// Whether a hold-off lasts at `now`: the thread was descheduled while
+    /// spinning not long ago, so a spin must not yield its CPU.
+    pub fn held(&self, now: Instant) -> bool {
+        self.held_until.is_some_and(|until| now < until)
+    }
+
+    /// Between two looks of a spin, at `now`: the stretch since the
+    /// previous look took `lost` longer than the pause the driver made in
+    /// it. Returns whether to stop spinning and park now: when `lost`
+    /// shows the thread was descheduled, which starts a hold-off.
+    pub fn spun(&mut self, lost: Duration, now: Instant) -> bool {
+        if lost >= PREEMPTED {
+            self.held_until = Some(now + self.hold);
+            self.hold = (self.hold * 2).min(HOLD_MAX);
+            self.clean_since = None;
+            return true;
+        }
+        match self.clean_since {
+            None => self.clean_since = Some(now),
+            Some(since) if now.saturating_duration_since(since) >= CLEAN => {
+                self.hold = HOLD_MIN;
+            }
+            Some(_) => {}
+        }
+        false
     }
 
     /// The connection waited `waited` for its next input, spinning and
@@ -70,19 +144,125 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A fixed origin for the synthetic times of these tests.
+    fn t0() -> Instant {
+        use std::sync::OnceLock;
+        static T0: OnceLock<Instant> = OnceLock::new();
+        *T0.get_or_init(Instant::now)
+    }
+
+    /// A poller whose window has grown to its bound of 50 µs.
+    fn warm() -> BusyPoll {
+        let mut p = BusyPoll::new(50 * US);
+        for _ in 0..10 {
+            p.waited(US);
+        }
+        assert_eq!(p.budget(t0()), 50 * US);
+        p
+    }
+
+    #[test]
+    fn short_gaps_between_looks_keep_it_spinning() {
+        let mut p = warm();
+        let t = t0();
+        for i in 0..100u32 {
+            assert!(!p.spun(PREEMPTED - US, t + i * 10 * US));
+        }
+        assert_eq!(p.budget(t + MS), 50 * US);
+    }
+
+    #[test]
+    fn descheduled_while_spinning_parks_for_a_hold_off_then_spins_again() {
+        let mut p = warm();
+        let t = t0();
+        assert!(!p.spun(3 * US, t));
+        // The thread lost 3 ms between two looks: stop, and no more than
+        // a short spin, without yielding, for HOLD_MIN from then.
+        let at = t + 4 * MS;
+        assert!(!p.held(at));
+        assert!(p.spun(3 * MS, at));
+        assert!(p.held(at));
+        assert_eq!(p.budget(at), HELD_SPIN);
+        assert_eq!(p.budget(at + HOLD_MIN - US), HELD_SPIN);
+        // Short waits during the hold-off do not bring spinning back early.
+        p.waited(US);
+        assert_eq!(p.budget(at + HOLD_MIN / 2), HELD_SPIN);
+        // After it, the window is the adapted one again.
+        assert!(!p.held(at + HOLD_MIN));
+        assert_eq!(p.budget(at + HOLD_MIN), 50 * US);
+    }
+
+    #[test]
+    fn recurring_descheduling_doubles_the_hold_off_up_to_its_bound() {
+        let mut p = warm();
+        let mut at = t0();
+        let mut hold = HOLD_MIN;
+        for _ in 0..10 {
+            assert!(p.spun(PREEMPTED, at));
+            assert_eq!(p.budget(at + hold - US), HELD_SPIN);
+            assert_eq!(p.budget(at + hold), 50 * US);
+            // Spinning again after the hold-off, briefly, before the next
+            // descheduling.
+            at += hold;
+            assert!(!p.spun(US, at));
+            at += 2 * MS;
+            hold = (hold * 2).min(HOLD_MAX);
+        }
+        assert_eq!(hold, HOLD_MAX);
+        assert!(p.spun(PREEMPTED, at));
+        assert_eq!(p.budget(at + HOLD_MAX - US), HELD_SPIN);
+        assert_eq!(p.budget(at + HOLD_MAX), 50 * US);
+    }
+
+    #[test]
+    fn spinning_clean_for_a_while_resets_the_hold_off() {
+        let mut p = warm();
+        let mut at = t0();
+        for _ in 0..5 {
+            assert!(p.spun(2 * MS, at));
+            at += HOLD_MAX;
+        }
+        // The competition is gone: looks come on time for CLEAN.
+        assert!(!p.spun(US, at));
+        assert!(!p.spun(US, at + CLEAN / 2));
+        assert!(!p.spun(US, at + CLEAN));
+        // A later descheduling holds off for HOLD_MIN only.
+        let at = at + 2 * CLEAN;
+        assert!(p.spun(PREEMPTED, at));
+        assert_eq!(p.budget(at + HOLD_MIN - US), HELD_SPIN);
+        assert_eq!(p.budget(at + HOLD_MIN), 50 * US);
+    }
+
+    #[test]
+    fn a_hold_off_never_lengthens_a_shorter_window() {
+        let mut p = BusyPoll::new(50 * US);
+        p.waited(US);
+        assert_eq!(p.budget(t0()), 8 * US);
+        assert!(p.spun(PREEMPTED, t0()));
+        assert_eq!(p.budget(t0()), 8 * US);
+    }
+
+    #[test]
+    fn a_zero_bound_never_spins_even_after_a_hold_off() {
+        let mut p = BusyPoll::new(Duration::ZERO);
+        assert!(p.spun(HOLD_MAX, t0()));
+        assert_eq!(p.budget(t0() + 2 * HOLD_MAX), Duration::ZERO);
+    }
 
     #[test]
     fn grows_on_short_waits_up_to_the_bound() {
         let mut p = BusyPoll::new(50 * US);
-        assert_eq!(p.budget(), Duration::ZERO);
+        assert_eq!(p.budget(t0()), Duration::ZERO);
         p.waited(20 * US);
-        assert_eq!(p.budget(), 8 * US);
+        assert_eq!(p.budget(t0()), 8 * US);
         p.waited(5 * US);
-        assert_eq!(p.budget(), 16 * US);
+        assert_eq!(p.budget(t0()), 16 * US);
         for _ in 0..10 {
             p.waited(49 * US);
         }
-        assert_eq!(p.budget(), 50 * US);
+        assert_eq!(p.budget(t0()), 50 * US);
     }
 
     #[test]
@@ -91,15 +271,15 @@ mod tests {
         for _ in 0..10 {
             p.waited(US);
         }
-        assert_eq!(p.budget(), 50 * US);
+        assert_eq!(p.budget(t0()), 50 * US);
         p.waited(Duration::from_millis(3));
-        assert_eq!(p.budget(), 25 * US);
+        assert_eq!(p.budget(t0()), 25 * US);
         p.waited(Duration::from_millis(3));
         p.waited(Duration::from_millis(3));
-        assert_eq!(p.budget(), Duration::ZERO);
+        assert_eq!(p.budget(t0()), Duration::ZERO);
         // And comes back once waits are short again.
         p.waited(10 * US);
-        assert_eq!(p.budget(), 8 * US);
+        assert_eq!(p.budget(t0()), 8 * US);
     }
 
     #[test]
@@ -108,6 +288,6 @@ mod tests {
         for _ in 0..5 {
             p.waited(Duration::ZERO);
         }
-        assert_eq!(p.budget(), Duration::ZERO);
+        assert_eq!(p.budget(t0()), Duration::ZERO);
     }
 }
