@@ -54,7 +54,7 @@ pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
 pub use conn::{PortConn, TurnDriver, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
 pub use poll::BusyPoll;
-pub use reactors::Reactors;
+pub use reactors::{connections_here, Reactors};
 pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;
 pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};

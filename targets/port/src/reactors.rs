@@ -1,8 +1,22 @@
 //! The reactor threads both drivers run their connections on.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+thread_local! {
+    /// On a reactor thread, the count of connections it serves.
+    static HERE: RefCell<Option<Arc<AtomicUsize>>> = const { RefCell::new(None) };
+}
+
+/// How many connections the reactor whose thread calls this serves now;
+/// `None` on any other thread. A connection alone on its reactor may wait
+/// for its peer without letting other tasks of the reactor look at their
+/// sockets, for there are none.
+pub fn connections_here() -> Option<usize> {
+    HERE.with(|h| h.borrow().as_ref().map(|l| l.load(Ordering::Relaxed)))
+}
 
 /// The reactor threads: each runs a single-threaded tokio runtime (its own
 /// epoll, timers and tasks), so a connection's reads, inline commands and
@@ -47,14 +61,17 @@ impl Reactors {
                 .build()?;
             let handle = rt.handle().clone();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let load = Arc::new(AtomicUsize::new(0));
+            let here = Arc::clone(&load);
             std::thread::Builder::new()
                 .name(format!("rustgt-reactor{i}"))
                 .spawn(move || {
+                    HERE.with(|h| *h.borrow_mut() = Some(here));
                     rt.block_on(crate::ring::serve_until(stopped));
                 })?;
             reactors.push(Reactor {
                 handle,
-                load: Arc::new(AtomicUsize::new(0)),
+                load,
                 _stop: stop,
             });
         }
