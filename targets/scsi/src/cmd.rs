@@ -161,8 +161,8 @@ impl Status {
     pub const CHECK_CONDITION: Status = Status(0x02);
     /// 04h: CONDITION MET (PRE-FETCH); this core never returns it.
     pub const CONDITION_MET: Status = Status(0x04);
-    /// 08h: the LU cannot take the command now: the target is shutting
-    /// down. The initiator retries it later.
+    /// 08h: the LU cannot take the command now: its workers are stopping
+    /// (the LUN is being removed or the target shut down).
     pub const BUSY: Status = Status(0x08);
     /// 18h: the command conflicts with a reservation (SPC-2 RESERVE or a
     /// persistent reservation) another nexus holds.
@@ -226,8 +226,9 @@ pub type Completion = Box<dyn FnOnce(Response) + Send + 'static>;
 /// [`Done::Sink`] is an `Arc` clone and a [`Ticket`]). Called once per
 /// command, from whatever thread completes it.
 pub trait ResponseSink: Send + Sync + 'static {
-    /// Takes the response of the command handed over with `ticket`; must
-    /// not block (it runs on LUN workers and reactor threads).
+    /// Takes the response of the command handed over with `ticket`, on the
+    /// thread that completed it (a LUN worker, the target's control thread
+    /// or a reactor), so it should pass the response on rather than block.
     fn deliver(&self, ticket: Ticket, response: Response);
 }
 
@@ -235,7 +236,8 @@ pub trait ResponseSink: Send + Sync + 'static {
 /// was handed over and a number of the front end's choosing.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket {
-    /// When the front end handed the command over (for its latency figures).
+    /// When the front end handed the command over (its statistics time the
+    /// command from here).
     pub started: std::time::Instant,
     /// The front end's own number for the command (e.g. a slot or tag); the
     /// core only carries it.
@@ -322,7 +324,7 @@ pub enum TmfResponse {
     /// INCORRECT LOGICAL UNIT NUMBER: the LUN is not configured.
     IncorrectLun,
     /// ABORT TASK found no task with that tag for this nexus on the LUN
-    /// (the task had already completed).
+    /// (it has completed already, or never arrived).
     TaskNotFound,
     /// The function is not supported (CLEAR ACA).
     NotSupported,
