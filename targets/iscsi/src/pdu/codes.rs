@@ -56,7 +56,7 @@ open_enum! {
     pub struct RejectReason(u8) {
         /// 0x02: a data digest failed; the PDU's data was dropped.
         DATA_DIGEST_ERROR = 0x02,
-        /// 0x03: a SNACK the target cannot honour.
+        /// 0x03: SNACK Reject: a SNACK the target cannot honour.
         SNACK_REJECT = 0x03,
         /// 0x04: the PDU breaks the protocol (e.g. truncated, out of place, a
         /// malformed text continuation).
@@ -65,17 +65,19 @@ open_enum! {
         COMMAND_NOT_SUPPORTED = 0x05,
         /// 0x06: too many immediate commands.
         IMMEDIATE_COMMAND_REJECT = 0x06,
-        /// 0x07: the ITT is already in use by a task in progress.
+        /// 0x07: Task in progress (RFC 7143 §11.17.1).
         TASK_IN_PROGRESS = 0x07,
-        /// 0x08: a DataACK SNACK with an invalid reference.
+        /// 0x08: Invalid DataACK.
         INVALID_DATA_ACK = 0x08,
         /// 0x09: a field of the PDU is invalid (e.g. a malformed AHS).
         INVALID_PDU_FIELD = 0x09,
-        /// 0x0a: the target is out of resources for a long operation.
+        /// 0x0a: Long operation reject: no Target Transfer Tag can be generated
+        /// (out of resources).
         LONG_OPERATION_REJECT = 0x0a,
         /// 0x0b: formerly "negotiation reset"; not sent.
         DEPRECATED = 0x0b,
-        /// 0x0c: the target has asked for a logout and takes no new commands.
+        /// 0x0c: waiting for logout: a new request after the initiator's Logout
+        /// Request (Data-Out aside).
         WAITING_FOR_LOGOUT = 0x0c,
     }
 }
