@@ -37,6 +37,7 @@ pub trait AsyncIo: Send + Sync + Debug {
 /// ([`crate::uring::UringFile`]).
 #[derive(Clone)]
 pub struct AsyncStore {
+    /// The engine's asynchronous interface the SCSI core submits to.
     pub io: Arc<dyn AsyncIo>,
     /// Layers that count the store's I/O. Inline: building one per
     /// command allocates nothing.

@@ -93,14 +93,19 @@ pub struct BufStorage {
 }
 
 impl BufStorage {
+    /// Address of the allocation's first byte (the key a memory
+    /// registration cache, such as iSER's, files it under).
     pub fn addr(&self) -> usize {
         self.addr
     }
 
+    /// Bytes in the allocation (its size class plus alignment slack), not
+    /// the length of the buffer that lies in it.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the allocation has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -258,6 +263,8 @@ impl IoBuf {
         }
     }
 
+    /// The buffer's `len` bytes (for a [`Self::zeros`] buffer, the shared
+    /// zeros).
     pub fn as_slice(&self) -> &[u8] {
         if self.zeros {
             return ZEROS.get(..self.len).unwrap_or_default();
@@ -267,6 +274,8 @@ impl IoBuf {
             .unwrap_or_default()
     }
 
+    /// The buffer's `len` bytes, writable; a [`Self::zeros`] buffer first
+    /// gets storage of its own (zeroed), so the shared zeros never change.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         if self.zeros {
             *self = IoBuf::zeroed(self.len);
@@ -281,6 +290,8 @@ impl IoBuf {
         self.len = self.len.min(len);
     }
 
+    /// Makes the buffer empty; its storage stays with it (a pooled one goes
+    /// back to the pool on drop).
     pub fn clear(&mut self) {
         self.len = 0;
     }

@@ -18,6 +18,7 @@ use crate::{error::Result, spec::BackstoreSpec, spec::EngineKind, store::Backsto
 /// Everything that makes one LUN's store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LunStoreSpec {
+    /// The engine and what it opens (path, size, block size, flags).
     pub backstore: BackstoreSpec,
     /// Placement on a simulated device; used when the engine is `hddsim`.
     pub hddsim: HddSimOptions,

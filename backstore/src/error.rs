@@ -7,20 +7,41 @@
 // compile there rather than fall into a wildcard.
 #[derive(Debug, thiserror::Error)]
 pub enum BackstoreError {
+    /// The engine cannot do this operation (the [`Backstore`](crate::Backstore)
+    /// trait's default): ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE.
     #[error("operation not supported by this backstore")]
     Unsupported,
+    /// The byte range reaches past the end of the store, or `offset + len`
+    /// overflows: ILLEGAL REQUEST, LOGICAL BLOCK ADDRESS OUT OF RANGE.
     #[error("access at byte {offset} length {len} is beyond the end of the store")]
-    OutOfRange { offset: u64, len: u64 },
+    OutOfRange {
+        /// First byte of the refused access.
+        offset: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// A write, WRITE SAME or unmap on a read-only store: DATA PROTECT,
+    /// WRITE PROTECTED.
     #[error("backstore is read-only")]
     ReadOnly,
+    /// The store cannot be opened or used as configured; the message says
+    /// why, for the operator. Reaching a command, it is HARDWARE ERROR,
+    /// INTERNAL TARGET FAILURE.
     #[error("invalid backstore configuration: {0}")]
     Config(String),
+    /// Reading the medium failed: MEDIUM ERROR, UNRECOVERED READ ERROR.
     #[error("read failed: {0}")]
     Read(#[source] std::io::Error),
+    /// Writing the medium failed: MEDIUM ERROR, WRITE ERROR; with ENOSPC
+    /// (`StorageFull`) DATA PROTECT, SPACE ALLOCATION FAILED WRITE PROTECT.
     #[error("write failed: {0}")]
     Write(#[source] std::io::Error),
+    /// Making written data durable failed: reported as a failed write.
     #[error("flush failed: {0}")]
     Flush(#[source] std::io::Error),
+    /// Any other I/O error (e.g. opening or sizing the store, deallocating,
+    /// an extent query): HARDWARE ERROR, INTERNAL TARGET FAILURE, or the
+    /// out-of-space sense above with ENOSPC.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// The store refused the I/O because another client owns it now (an
@@ -35,4 +56,5 @@ pub enum BackstoreError {
     WouldBlock,
 }
 
+/// The result of a backstore operation.
 pub type Result<T> = std::result::Result<T, BackstoreError>;

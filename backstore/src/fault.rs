@@ -63,7 +63,9 @@ pub const UNCANCELLABLE_HANG_LIMIT: Duration = Duration::from_secs(30);
 /// Logical blocks `first..=last`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LbaRange {
+    /// The first block of the range, in logical blocks of the store.
     pub first: u64,
+    /// The last block of the range (inclusive); `u64::MAX` for "to the end".
     pub last: u64,
 }
 
@@ -142,17 +144,28 @@ impl Trigger {
 /// A delay and when it applies.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Delay {
+    /// How long a read or write waits before it goes to the inner store
+    /// (configuration refuses more than [`MAX_DELAY`]).
     pub time: Duration,
+    /// Which I/Os wait.
     pub when: Trigger,
 }
 
 /// The faults of one LUN; `None` is no such fault.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct FaultSpec {
+    /// Reads that fail with EIO ([`BackstoreError::Read`]).
     pub read_error: Option<Trigger>,
+    /// Writes that fail with EIO ([`BackstoreError::Write`]), writing nothing.
     pub write_error: Option<Trigger>,
+    /// Writes that fail with ENOSPC ([`BackstoreError::Write`] of kind
+    /// `StorageFull`), writing nothing.
     pub write_nospace: Option<Trigger>,
+    /// Reads and writes that wait a while first.
     pub delay: Option<Delay>,
+    /// Reads and writes that wait until the fault no longer covers them or
+    /// their work item is cancelled (or, where nothing can cancel them,
+    /// [`UNCANCELLABLE_HANG_LIMIT`], then fail as an I/O error).
     pub hang: Option<Trigger>,
 }
 
@@ -240,6 +253,8 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Faults with `spec` in force (an empty spec: none yet), ready to share
+    /// between a [`FaultBackstore`] and the admin path.
     pub fn new(spec: FaultSpec) -> Arc<Faults> {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -408,6 +423,8 @@ pub struct FaultBackstore {
 }
 
 impl FaultBackstore {
+    /// Wraps `inner`; its reads and writes obey `faults` from now on,
+    /// whatever [`Faults::set`] puts in force later.
     pub fn new(inner: Arc<dyn Backstore>, faults: Arc<Faults>) -> FaultBackstore {
         FaultBackstore { inner, faults }
     }

@@ -4,6 +4,14 @@
 //! nothing of SCSI, CDBs or iSCSI: it is handed byte offsets and lengths that
 //! the SCSI core has already checked against the store's [`Geometry`].
 //!
+//! Layer: the bottom of the stack. Of the workspace's crates it depends on
+//! `rustgt-histogram` only (the histograms of [`IoStats`]). The SCSI core
+//! (`rustgt-scsi`) issues the commands' I/O through it; the
+//! port layer, the iSER driver and the `rustgt` binary use it to open
+//! stores from configuration, for the per-thread [`uring`] and for the
+//! buffer pool ([`IoBuf`], [`buf::set_release_hook`]); `rustgt-rabench`
+//! drives its I/O contexts in simulated time.
+//!
 //! Guarantees:
 //! - every engine is `Send + Sync` and is shared by all workers of a LUN (one
 //!   open fd per LUN, not one per worker);
@@ -16,7 +24,9 @@
 //!   [`BackstoreError::ReadOnly`];
 //! - unmapped ranges read back as zeros;
 //! - [`Backstore::extents`] describes every byte of the range it is asked
-//!   about, in order, as runs of mapped or deallocated bytes.
+//!   about, in order, as runs of mapped or deallocated bytes;
+//! - every public item is documented (`warn(missing_docs)`, an error under
+//!   clippy `-D warnings`).
 //!
 //! Engines: [`FileBackstore`] (regular file), [`MmapBackstore`] (regular
 //! file, memory-mapped), [`BlockDevBackstore`] (block device),
@@ -36,6 +46,8 @@
 //! [`fault`] wraps any store to inject I/O errors, ENOSPC, delays and
 //! hangs; [`cancel`] lets a long wait inside a store see that its work
 //! item was given up (an aborted task).
+
+#![warn(missing_docs)]
 
 pub mod aio;
 mod blockdev;

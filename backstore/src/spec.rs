@@ -75,6 +75,7 @@ impl FromStr for EngineKind {
 /// Configuration of one LUN's backing store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackstoreSpec {
+    /// The engine that serves the LUN.
     pub kind: EngineKind,
     /// File or device path; required for `file`, `mmap` and `blockdev`,
     /// refused for `ram` and `null`.
@@ -86,6 +87,9 @@ pub struct BackstoreSpec {
     /// Logical block size: 512 or 4096. For `blockdev` only, 0 means "the
     /// device's own block size".
     pub block_size: u32,
+    /// The store refuses writes, WRITE SAME and unmap
+    /// ([`BackstoreError::ReadOnly`](crate::BackstoreError::ReadOnly));
+    /// `file`, `mmap` and `blockdev` open their path read-only.
     pub read_only: bool,
     /// `file`/`mmap`/`blockdev`: an all-zero WRITE SAME deallocates instead
     /// of writing zeros. (`ram` is always thin; `null` holds nothing.)

@@ -99,6 +99,8 @@ pub fn probe() -> Result<(), String> {
 /// What a store hands the ring: its open file and how it must be driven.
 #[derive(Clone)]
 pub struct UringFile {
+    /// The store's open file or block device; the ring reads and writes
+    /// its fd at the store's byte offsets (the store's own fd, not a dup).
     pub file: Arc<File>,
     /// `Some(alignment)` when the file was opened with O_DIRECT: buffers,
     /// offsets and lengths must be multiples of it.
@@ -146,8 +148,11 @@ impl UringFile {
 /// Which kind of operation a meter is told about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoKind {
+    /// A read of `len` bytes.
     Read,
+    /// A write of `len` bytes (with or without FUA).
     Write,
+    /// A flush (SYNCHRONIZE CACHE: an fdatasync on the ring).
     Flush,
 }
 
@@ -155,6 +160,10 @@ pub enum IoKind {
 /// an I/O context): told of each op the ring did for it, since those ops
 /// bypass its `read_at`/`write_at`.
 pub trait IoMeter: Send + Sync + fmt::Debug {
+    /// One op of `kind`, `len` bytes, started at `started`, has just
+    /// completed (`ok`: without error). Called once per op, on the thread
+    /// that completed it (a reactor reaping its ring, or the store's own
+    /// thread for [`crate::aio`]); must not block.
     fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool);
 }
 
@@ -184,14 +193,17 @@ impl RingBuf {
         Ok(buf)
     }
 
+    /// Bytes of memory the op may use (0 for [`RingBuf::Empty`]).
     pub fn len(&self) -> usize {
         self.as_slice().len()
     }
 
+    /// Whether the buffer has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The buffer's bytes, whichever memory holds them.
     pub fn as_slice(&self) -> &[u8] {
         match self {
             RingBuf::Pooled(v) => v,
@@ -226,12 +238,20 @@ impl RingBuf {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     /// Fill the first `len` bytes of the buffer from `offset`.
-    Read { offset: u64, len: usize },
+    Read {
+        /// Byte offset in the file.
+        offset: u64,
+        /// Bytes to read, at most the buffer's length.
+        len: usize,
+    },
     /// Write the first `len` bytes of the buffer at `offset`; `dsync`
     /// makes them durable before completion (FUA).
     Write {
+        /// Byte offset in the file.
         offset: u64,
+        /// Bytes to write, at most the buffer's length.
         len: usize,
+        /// Durable before completion (`RWF_DSYNC`).
         dsync: bool,
     },
     /// fdatasync the file.

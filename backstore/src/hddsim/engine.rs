@@ -94,10 +94,12 @@ impl SimDevice {
         Ok(dev)
     }
 
+    /// The device's name, which LUNs use to share it (e.g. "md0").
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The disk and striping parameters the device was created with.
     pub fn params(&self) -> &ArrayParams {
         &self.params
     }

@@ -104,6 +104,7 @@ fn ms_to_ns(ms: f64) -> u64 {
 /// A device: one disk, or md RAID-0 over `disks` disks with `chunk`-byte chunks.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ArrayParams {
+    /// The parameters of each disk (all disks are alike).
     pub disk: DiskParams,
     /// Number of disks, at least 1; more than one stripes (RAID-0).
     pub disks: u32,
@@ -193,6 +194,8 @@ pub struct ArrayState {
 }
 
 impl ArrayState {
+    /// A device at rest: every head idle at byte 0 (a first request seeks
+    /// from there), counters at zero.
     pub fn new(params: ArrayParams) -> Self {
         Self {
             params,
@@ -202,6 +205,7 @@ impl ArrayState {
         }
     }
 
+    /// The parameters the state models.
     pub fn params(&self) -> &ArrayParams {
         &self.params
     }

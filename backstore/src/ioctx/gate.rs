@@ -113,6 +113,7 @@ impl TurnState {
         self.idle_since.map(|t| t.saturating_add(ANTICIPATE_NS))
     }
 
+    /// The counters so far.
     pub fn stats(&self) -> GateStats {
         self.stats
     }
@@ -243,10 +244,12 @@ impl DeviceGate {
         g
     }
 
+    /// The device key the gate was made for ([`Self::of_device`]).
     pub fn key(&self) -> &str {
         &self.key
     }
 
+    /// The gate's counters so far, for the LUN statistics.
     pub fn stats(&self) -> GateStats {
         self.lock().stats
     }

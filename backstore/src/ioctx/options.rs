@@ -82,7 +82,9 @@ impl std::str::FromStr for DeviceSlice {
 /// Configuration of one LUN's I/O context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoContextOptions {
+    /// The readahead policy the context runs.
     pub policy: ReadaheadPolicy,
+    /// One context for the LUN, or one per worker.
     pub mode: ContextMode,
     /// Memory bound of the readahead cache, bytes.
     pub cache_bytes: u64,
@@ -93,6 +95,10 @@ pub struct IoContextOptions {
     pub max_io: u64,
     /// Threads issuing backing reads (the context's I/O depth).
     pub io_threads: usize,
+    /// Positioning time and bandwidth of the backing device: the bytes one
+    /// positioning time transfers bound `streams`' distances from below
+    /// and decide when the backing queue holds a read for a demand read,
+    /// and the `auto` device slice is a multiple of them.
     pub device: DeviceHints,
     /// Turns at a device shared with other LUNs.
     pub device_slice: DeviceSlice,

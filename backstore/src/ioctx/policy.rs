@@ -125,6 +125,7 @@ pub enum ReadaheadChoice {
     /// file or block device), else `kernel` (the kernel's readahead and
     /// page cache, with the passthrough data path).
     Auto,
+    /// This policy, whatever the device.
     Fixed(ReadaheadPolicy),
 }
 
@@ -165,8 +166,10 @@ pub enum ContextMode {
 }
 
 impl ContextMode {
+    /// Both modes, in the order reports use.
     pub const ALL: [ContextMode; 2] = [ContextMode::Shared, ContextMode::PerWorker];
 
+    /// The name configuration and reports use: "shared" or "per-worker".
     pub fn as_str(self) -> &'static str {
         match self {
             ContextMode::Shared => "shared",

@@ -20,8 +20,9 @@ pub struct IoStats {
     pub miss_bytes: u64,
     /// Readahead bytes evicted before any read used them.
     pub wasted_bytes: u64,
-    /// Backing reads issued (after coalescing) and their total bytes.
+    /// Backing reads issued (after coalescing).
     pub backing_requests: u64,
+    /// Total bytes of those backing reads.
     pub backing_bytes: u64,
     /// Backing read sizes in bytes.
     pub backing_sizes: Log2Histogram,

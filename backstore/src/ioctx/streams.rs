@@ -82,6 +82,9 @@ pub struct StreamParams {
 }
 
 impl StreamParams {
+    /// The tunables for a context's policy parameters: distances from its
+    /// readahead maximum, competitive distance and largest backing read,
+    /// and fixed reorder window (4 MiB), expiry (2 s) and table sizes.
     pub fn new(p: &PolicyParams) -> Self {
         Self {
             max_pages: p.max_pages.max(4 * p.competitive_pages).max(MIN_DISTANCE),
@@ -213,6 +216,7 @@ fn insert_lru(list: &mut Vec<Stream>, cap: usize, s: Stream) {
 }
 
 impl Streams {
+    /// An empty table: no streams, no candidates.
     pub fn new(p: StreamParams) -> Self {
         Self {
             p,

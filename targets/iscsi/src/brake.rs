@@ -77,6 +77,7 @@ pub struct LoginBrake {
 }
 
 impl LoginBrake {
+    /// No address remembered, counters at zero.
     pub fn new() -> Self {
         Self::default()
     }
@@ -171,6 +172,7 @@ impl LoginBrake {
         self.entries.len()
     }
 
+    /// Whether no address is remembered.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -33,7 +33,9 @@ pub const MAX_CHALLENGE_LEN: usize = 1024;
 /// A CHAP name and secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ChapCredentials {
+    /// The CHAP name (CHAP_N) that goes with the secret.
     pub user: String,
+    /// The shared secret, as bytes (never logged: `Debug` redacts it).
     pub secret: Vec<u8>,
 }
 
@@ -79,7 +81,9 @@ impl ChapPolicy {
 /// CHAP hash algorithms we implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChapAlgorithm {
+    /// MD5 (CHAP_A=5), the algorithm every initiator supports.
     Md5,
+    /// SHA-256 (CHAP_A=7, RFC 7143 §12.1.3).
     Sha256,
 }
 
@@ -124,30 +128,51 @@ impl ChapAlgorithm {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
+    /// A key out of order in the exchange (e.g. a renegotiated AuthMethod,
+    /// CHAP_A after the algorithm was chosen); the message names it.
     #[error("security protocol error: {0}")]
     Protocol(String),
+    /// A security key whose value does not parse.
     #[error("invalid value for {key}")]
-    InvalidValue { key: String },
+    InvalidValue {
+        /// The key.
+        key: String,
+    },
+    /// The named security key appeared twice in one request.
     #[error("key {0} sent more than once")]
     DuplicateKey(String),
+    /// The initiator's CHAP_C for mutual CHAP is empty or longer than
+    /// [`MAX_CHALLENGE_LEN`] bytes (its length).
     #[error("challenge length {0} out of bounds")]
     BadChallengeLength(usize),
+    /// CHAP_A offered neither MD5 nor SHA-256.
     #[error("no supported CHAP algorithm offered")]
     UnsupportedAlgorithm,
+    /// CHAP_N is not the configured initiator name.
     #[error("unknown CHAP user")]
     UnknownUser,
+    /// CHAP_R does not match the response the secret gives.
     #[error("wrong CHAP response")]
     BadResponse,
+    /// The initiator's challenge is the target's own (a reflection attack).
     #[error("initiator reflected the target's challenge")]
     Reflection,
+    /// The initiator asked for mutual CHAP (sent CHAP_I/CHAP_C) but the
+    /// target has no credentials of its own.
     #[error("initiator challenged the target but mutual CHAP is not configured")]
     MutualNotConfigured,
+    /// The target requires mutual CHAP and the initiator sent no challenge.
     #[error("mutual CHAP required but the initiator sent no challenge")]
     MutualRequired,
+    /// The initiator asked to leave the security stage before the exchange
+    /// completed.
     #[error("authentication has not completed")]
     NotAuthenticated,
+    /// A call after an earlier failure: the exchange stays failed.
     #[error("authentication already failed")]
     Failed,
+    /// The target's own CHAP configuration is unusable (see
+    /// [`ChapPolicy::validate`]).
     #[error("target CHAP configuration error: {0}")]
     Config(String),
 }

@@ -15,6 +15,7 @@ use crate::negotiate::Limits;
 pub struct TargetInfo {
     /// iSCSI name (RFC 7143 §4.2.7).
     pub name: String,
+    /// TargetAlias (RFC 7143 §13.6), sent in the login response when set.
     pub alias: Option<String>,
     /// Target portal group tag (RFC 7143 §13.9).
     pub tpgt: u16,
@@ -25,6 +26,7 @@ pub struct TargetInfo {
     pub iser_portals: Vec<String>,
     /// Initiator names allowed to log in; empty means any.
     pub acl: Vec<String>,
+    /// CHAP for Normal sessions to this target.
     pub chap: ChapPolicy,
 }
 
@@ -82,6 +84,7 @@ fn covers(portal: SocketAddr, local: SocketAddr) -> bool {
 /// Everything a connection consults during its life.
 #[derive(Debug, Clone)]
 pub struct PortalConfig {
+    /// The targets the portals serve (names compare ignoring ASCII case).
     pub targets: Vec<TargetInfo>,
     /// CHAP for discovery sessions.
     pub discovery_chap: ChapPolicy,
@@ -110,6 +113,8 @@ pub struct PortalConfig {
 }
 
 impl PortalConfig {
+    /// The target named `name`, compared as iSCSI names are (ignoring
+    /// ASCII case).
     pub fn target(&self, name: &str) -> Option<&TargetInfo> {
         self.targets
             .iter()

@@ -66,13 +66,20 @@ pub enum Event {
     LoggedIn(SessionInfo),
     /// Session reinstatement: the driver must close this other connection
     /// and abort its tasks (RFC 7143 §6.3.5).
-    Reinstate { conn_id: u64 },
+    Reinstate {
+        /// The driver's id of the connection to close ([`ConnectionSetup::conn_id`]).
+        conn_id: u64,
+    },
     /// Run this SCSI command; answer with [`Connection::complete`].
     Command(Command),
     /// Run this task-management function; answer with [`Connection::tmf_done`].
     TaskMgmt {
+        /// Initiator Task Tag of the TMF request, for [`Connection::tmf_done`].
         itt: u32,
+        /// The LUN the function acts on, decoded from the SAM LUN field
+        /// (an unsupported address form gives [`crate::pdu::INVALID_LUN`]).
         lun: u64,
+        /// The function, with its referenced tag where it has one.
         function: TmfFunction,
     },
 }
@@ -80,7 +87,10 @@ pub enum Event {
 /// Fixed per-connection facts the driver supplies.
 #[derive(Debug, Clone)]
 pub struct ConnectionSetup {
+    /// The driver's id for the connection, unique in the process; the
+    /// session table and [`Event::Reinstate`] name connections by it.
     pub conn_id: u64,
+    /// TCP or iSER: how PDUs are framed and data moves.
     pub transport: Transport,
     /// `host:port` the initiator connected to.
     pub local_addr: String,
@@ -189,6 +199,8 @@ enum Wire {
 }
 
 impl Connection {
+    /// A connection at the start of login, answering with `cfg` and
+    /// registering its session in `sessions`; `now` starts the login timeout.
     pub fn new(
         cfg: Arc<PortalConfig>,
         sessions: Arc<Mutex<SessionTable>>,
@@ -236,6 +248,7 @@ impl Connection {
         self.session.as_ref()
     }
 
+    /// The driver's id given in [`ConnectionSetup::conn_id`].
     pub fn conn_id(&self) -> u64 {
         self.setup.conn_id
     }

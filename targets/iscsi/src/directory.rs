@@ -9,6 +9,8 @@ use rustgt_scsi::ScsiTarget;
 
 use crate::config::PortalConfig;
 
+/// The live configuration and the SCSI targets by iSCSI name; shared by
+/// every connection (behind an `Arc`), changed at run time by the daemon.
 #[derive(Debug)]
 pub struct Directory {
     config: RwLock<Arc<PortalConfig>>,
@@ -18,6 +20,7 @@ pub struct Directory {
 }
 
 impl Directory {
+    /// A directory with `config` and no SCSI targets attached yet.
     pub fn new(config: PortalConfig) -> Directory {
         Directory {
             config: RwLock::new(Arc::new(config)),
@@ -30,6 +33,7 @@ impl Directory {
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
     }
 
+    /// The configuration now in force; a login keeps the snapshot it took.
     pub fn config(&self) -> Arc<PortalConfig> {
         self.config
             .read()
@@ -45,6 +49,8 @@ impl Directory {
             .insert(name.to_ascii_lowercase(), target);
     }
 
+    /// Detaches the SCSI target of iSCSI target `name` (ignoring ASCII
+    /// case) and returns it; sessions already on it keep their `Arc`.
     pub fn remove_target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
         self.targets
             .write()
@@ -52,6 +58,7 @@ impl Directory {
             .remove(&name.to_ascii_lowercase())
     }
 
+    /// The SCSI target that serves iSCSI target `name` (ignoring ASCII case).
     pub fn target(&self, name: &str) -> Option<Arc<ScsiTarget>> {
         self.targets
             .read()

@@ -66,8 +66,15 @@ const REJECT_BIT: u8 = 0x01;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IserError {
+    /// The buffer is shorter than the message's fixed part.
     #[error("iSER message truncated: {have} bytes, need {need}")]
-    Truncated { need: usize, have: usize },
+    Truncated {
+        /// Bytes the message needs.
+        need: usize,
+        /// Bytes there were.
+        have: usize,
+    },
+    /// The high nibble of byte 0 is no iSER opcode this codec knows (the value).
     #[error("unknown iSER opcode {0:#x}")]
     UnknownOpcode(u8),
 }
@@ -76,8 +83,11 @@ open_enum! {
     /// iSER opcode, the high nibble of byte 0 (RFC 7145 §9.1). Open: unknown
     /// values are representable.
     pub struct IserOpcode(u8) {
+        /// 0x1: an iSCSI control-type PDU follows the 28-byte header.
         CONTROL = 0x1,
+        /// 0x2: Hello, the initiator's versions and IRD.
         HELLO = 0x2,
+        /// 0x3: HelloReply, the target's version and ORD, or a rejection.
         HELLO_REPLY = 0x3,
     }
 }
@@ -92,7 +102,10 @@ impl IserOpcode {
 /// key) and the address of its first byte as the STag sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct RemoteBuffer {
+    /// The STag (remote key) the initiator registered the buffer under.
     pub stag: u32,
+    /// The Base Offset: the buffer's first byte as the STag addresses it (a
+    /// virtual address; this target never agrees to zero-based ones).
     pub base: u64,
 }
 
@@ -101,11 +114,16 @@ pub struct RemoteBuffer {
 /// its Data-In (read). Every other PDU carries neither.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct ControlHeader {
+    /// The buffer the target RDMA Reads a write's solicited Data-Out from
+    /// (W bit); it starts at the first solicited byte.
     pub write: Option<RemoteBuffer>,
+    /// The buffer the target RDMA Writes a read's Data-In into (R bit).
     pub read: Option<RemoteBuffer>,
 }
 
 impl ControlHeader {
+    /// The 28 header bytes: CONTROL opcode, W and R bits for the buffers
+    /// present, absent buffers as zeros.
     pub fn encode(&self) -> [u8; ISER_HEADER_LEN] {
         let mut out = [0u8; ISER_HEADER_LEN];
         let w = self.write.unwrap_or_default();
@@ -158,10 +176,13 @@ pub struct Hello {
     pub max_ver: u8,
     /// 4 bits.
     pub min_ver: u8,
+    /// iSER-IRD: RDMA Read requests the initiator can serve at once, as
+    /// responder (bounds the target's ORD).
     pub ird: u16,
 }
 
 impl Hello {
+    /// The 12 bytes of the message (versions truncated to 4 bits).
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut out = [0u8; HELLO_LEN];
         out[0] = IserOpcode::HELLO.0 << 4;
@@ -202,10 +223,13 @@ pub struct HelloReply {
     pub max_ver: u8,
     /// 4 bits.
     pub cur_ver: u8,
+    /// iSER-ORD: RDMA Read requests the target will have outstanding at once;
+    /// at most the initiator's IRD.
     pub ord: u16,
 }
 
 impl HelloReply {
+    /// The 12 bytes of the message (versions truncated to 4 bits).
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut out = [0u8; HELLO_LEN];
         out[0] = (IserOpcode::HELLO_REPLY.0 << 4) | if self.reject { REJECT_BIT } else { 0 };
@@ -231,14 +255,21 @@ pub enum IserMessage<'a> {
     /// An iSCSI control-type PDU: BHS, AHS and data segment follow the
     /// header, without digests (RFC 7145 §7.2).
     Control {
+        /// The initiator's advertised buffers.
         header: ControlHeader,
+        /// The PDU after the 28-byte header, as received.
         pdu: &'a [u8],
     },
+    /// A Hello: the initiator's first message on a new connection.
     Hello(Hello),
+    /// A HelloReply: the target's answer to a Hello (a target that receives
+    /// one closes the connection).
     HelloReply(HelloReply),
 }
 
 impl<'a> IserMessage<'a> {
+    /// Splits a received Send Message by its opcode; an unknown opcode or a
+    /// buffer too short for its fixed part is an error, never a panic.
     pub fn parse(buf: &'a [u8]) -> Result<IserMessage<'a>, IserError> {
         let first = *buf
             .first()
@@ -260,6 +291,7 @@ impl<'a> IserMessage<'a> {
 /// ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct CmPrivateData {
+    /// The raw flags byte (see the constants).
     pub flags: u8,
 }
 
@@ -271,11 +303,15 @@ impl CmPrivateData {
     /// target will not use it.
     pub const SEND_WITH_INVALIDATE_NOT_SUPPORTED: u8 = 0x40;
 
+    /// Reads the flags from private data of at least
+    /// [`CM_PRIVATE_DATA_LEN`] bytes (the rest is ignored); shorter is
+    /// [`IserError::Truncated`].
     pub fn parse(buf: &[u8]) -> Result<CmPrivateData, IserError> {
         let b = fixed::<CM_PRIVATE_DATA_LEN>(buf)?;
         Ok(CmPrivateData { flags: b[0] })
     }
 
+    /// The private data to send: the flags byte and three zero bytes.
     pub fn encode(&self) -> [u8; CM_PRIVATE_DATA_LEN] {
         [self.flags, 0, 0, 0]
     }
@@ -288,10 +324,14 @@ impl CmPrivateData {
         }
     }
 
+    /// REQ: whether the initiator can use zero-based virtual addresses; REP:
+    /// whether the target will.
     pub fn zero_based_va(&self) -> bool {
         self.flags & Self::ZBVA_NOT_SUPPORTED == 0
     }
 
+    /// REQ: whether the initiator accepts Send with Invalidate; REP: whether
+    /// the target will use it.
     pub fn send_with_invalidate(&self) -> bool {
         self.flags & Self::SEND_WITH_INVALIDATE_NOT_SUPPORTED == 0
     }

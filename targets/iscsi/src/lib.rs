@@ -10,14 +10,24 @@
 //! `Connection` serves both transports; only framing and data movement
 //! differ, inside it.
 //!
+//! Layer: of the workspace's crates it depends on `rustgt-scsi` only, for
+//! the types of the SCSI interface ([`rustgt_scsi::Command`], TMFs, the
+//! I_T nexus) and the [`Directory`] of SCSI targets by name; it runs no
+//! SCSI command itself, the driver does. The port layer (`rustgt-port`),
+//! the two drivers (`rustgt-iscsi-tcp`, `rustgt-iser`), the `rustgt`
+//! binary and the test initiator depend on it.
+//!
 //! Guarantees:
 //! - every header is validated (opcode against phase, lengths against the
 //!   negotiated limits, CmdSN window) before its data segment is buffered;
 //! - nothing a peer sends panics; a bad PDU gets a Reject or a clean close;
 //! - memory per connection is bounded by the negotiated limits and the
-//!   configured queue depth.
+//!   configured queue depth;
+//! - every public item is documented (`warn(missing_docs)`, which clippy
+//!   `-D warnings` makes an error).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 // Peer bytes are read with `get` and checked conversions, never by
 // indexing that could panic; the lint keeps it so (tests may index).
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]

@@ -15,27 +15,41 @@ use crate::negotiate::{SessionParams, SessionType};
 /// Who is on the other end, once logged in.
 #[derive(Debug, Clone)]
 pub struct SessionInfo {
+    /// TargetName of the session (empty for a discovery session).
     pub target: String,
+    /// InitiatorName the initiator logged in with.
     pub initiator: String,
+    /// ISID: the initiator part of the session identifier.
     pub isid: [u8; 6],
+    /// TSIH the target gave the session.
     pub tsih: u16,
+    /// CID of this connection.
     pub cid: u16,
+    /// Normal or Discovery.
     pub session_type: SessionType,
+    /// The session's I_T nexus, as the SCSI core knows it (port names built
+    /// from the initiator name and ISID, and the target name and TPGT).
     pub nexus: Arc<Nexus>,
+    /// The operational parameters negotiated at login.
     pub params: SessionParams,
 }
 
 /// Identity of a session: initiator name plus ISID (RFC 7143 §4.4.1 "SSID").
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionKey {
+    /// InitiatorName (compared as given; [`SessionTable::sessions_of`]
+    /// ignores ASCII case).
     pub initiator: String,
+    /// ISID.
     pub isid: [u8; 6],
+    /// TargetName: the same ISID may hold one session per target.
     pub target: String,
 }
 
 /// A registered session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionEntry {
+    /// The TSIH assigned at registration, non-zero.
     pub tsih: u16,
     /// Driver's id for the (single) connection of the session.
     pub conn_id: u64,
@@ -44,6 +58,7 @@ pub struct SessionEntry {
 /// Outcome of registering a new session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Registered {
+    /// The new session's TSIH, non-zero and unique among registered sessions.
     pub tsih: u16,
     /// The connection of a session with the same key, which must now be
     /// closed and its tasks aborted (session reinstatement).
@@ -70,6 +85,9 @@ impl RegisterError {
     }
 }
 
+/// Every Normal session of the process, by [`SessionKey`], with the
+/// TSIHs in use and the [`LoginBrake`]. One per process, shared by every
+/// connection of both transports behind a lock.
 #[derive(Debug, Default)]
 pub struct SessionTable {
     by_key: HashMap<SessionKey, SessionEntry>,
@@ -78,6 +96,7 @@ pub struct SessionTable {
 }
 
 impl SessionTable {
+    /// An empty table: no sessions, no brake entries.
     pub fn new() -> Self {
         Self::default()
     }
@@ -124,10 +143,12 @@ impl SessionTable {
         self.by_key.retain(|_, e| e.conn_id != conn_id);
     }
 
+    /// Sessions registered (Normal ones: discovery sessions are not).
     pub fn len(&self) -> usize {
         self.by_key.len()
     }
 
+    /// Whether no session is registered.
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }
@@ -137,6 +158,7 @@ impl SessionTable {
         &self.brake
     }
 
+    /// The login brake, to record a failed or successful authentication.
     pub fn brake_mut(&mut self) -> &mut LoginBrake {
         &mut self.brake
     }

@@ -87,10 +87,12 @@ impl ReadDest {
         self.buf.0.data_addr().saturating_add(self.offset)
     }
 
+    /// Bytes the Read may write: exactly the `len` of its [`crate::RdmaRead`].
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the range has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -31,26 +31,61 @@ pub const MAX_VALUE_LEN: usize = 8192;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TextError {
+    /// The text does not end with a NUL (every key=value ends with one).
     #[error("text data is not NUL-terminated")]
     Unterminated,
+    /// Two NULs in a row: an entry with no key and no value.
     #[error("empty key=value entry at offset {offset}")]
-    EmptyEntry { offset: usize },
+    EmptyEntry {
+        /// Byte offset of the entry in the text data.
+        offset: usize,
+    },
+    /// An entry without '='.
     #[error("key=value entry at offset {offset} has no '='")]
-    MissingSeparator { offset: usize },
+    MissingSeparator {
+        /// Byte offset of the entry in the text data.
+        offset: usize,
+    },
+    /// An entry that starts with '='.
     #[error("empty key at offset {offset}")]
-    EmptyKey { offset: usize },
+    EmptyKey {
+        /// Byte offset of the entry in the text data.
+        offset: usize,
+    },
+    /// A key longer than [`MAX_KEY_LEN`] bytes.
     #[error("key at offset {offset} is longer than {MAX_KEY_LEN} bytes")]
-    KeyTooLong { offset: usize },
+    KeyTooLong {
+        /// Byte offset of the entry in the text data.
+        offset: usize,
+    },
+    /// A key with a character outside the RFC 7143 §6.1 set.
     #[error("key at offset {offset} contains an invalid character")]
-    InvalidKeyChar { offset: usize },
+    InvalidKeyChar {
+        /// Byte offset of the entry in the text data.
+        offset: usize,
+    },
+    /// A value longer than [`MAX_VALUE_LEN`] bytes.
     #[error("value of key {key} is longer than {MAX_VALUE_LEN} bytes")]
-    ValueTooLong { key: String },
+    ValueTooLong {
+        /// The key whose value it is.
+        key: String,
+    },
+    /// A value that is not UTF-8.
     #[error("value of key {key} is not valid UTF-8")]
-    ValueNotUtf8 { key: String },
+    ValueNotUtf8 {
+        /// The key whose value it is.
+        key: String,
+    },
+    /// The text, joined across C-bit PDUs, is longer than the limit.
     #[error("text data exceeds {max} bytes")]
-    TooLong { max: usize },
+    TooLong {
+        /// The limit, bytes (the portal's `max_text_len`).
+        max: usize,
+    },
+    /// A binary value (0x hex or 0b base64, RFC 7143 §6.1) that does not decode.
     #[error("invalid binary value")]
     InvalidBinary,
+    /// A numerical value (decimal, or 0x hex) that does not parse or fit.
     #[error("invalid numerical value")]
     InvalidNumber,
 }

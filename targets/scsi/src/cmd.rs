@@ -16,6 +16,7 @@ pub struct CdbBytes {
 }
 
 impl CdbBytes {
+    /// A copy of `bytes`: inline when 16 bytes or fewer, else on the heap.
     pub fn new(bytes: &[u8]) -> CdbBytes {
         let mut c = CdbBytes {
             len: bytes.len(),
@@ -43,6 +44,7 @@ impl CdbBytes {
         }
     }
 
+    /// The CDB, exactly as many bytes as were given (also through `Deref`).
     pub fn as_slice(&self) -> &[u8] {
         if self.long.is_empty() {
             self.inline.get(..self.len).unwrap_or_default()
@@ -115,16 +117,23 @@ pub struct Nexus {
 /// SAM task attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TaskAttr {
+    /// SIMPLE: runs once no older ORDERED task of the LU waits or runs.
     #[default]
     Simple,
+    /// ORDERED: runs once every older task of the LU has completed; younger
+    /// SIMPLE tasks wait for it.
     Ordered,
+    /// HEAD OF QUEUE: runs at once, ahead of every queued task.
     HeadOfQueue,
+    /// ACA: accepted, and scheduled like SIMPLE (this core never establishes
+    /// an ACA condition, since NACA is not supported).
     Aca,
 }
 
 /// A SCSI command as a front end hands it over.
 #[derive(Debug)]
 pub struct Command {
+    /// The I_T nexus that sent it (shared by every command of the session).
     pub nexus: Arc<Nexus>,
     /// Logical unit number (the 64-bit SAM LUN decoded to a flat number).
     pub lun: u64,
@@ -132,6 +141,7 @@ pub struct Command {
     pub tag: u64,
     /// The CDB, 6 to 16 bytes (longer with AHS).
     pub cdb: CdbBytes,
+    /// Task attribute: how it is ordered against the LU's other tasks.
     pub attr: TaskAttr,
     /// Data-In buffer size: the most bytes the initiator will accept.
     pub data_in_len: u32,
@@ -145,13 +155,27 @@ pub struct Command {
 pub struct Status(pub u8);
 
 impl Status {
+    /// 00h: the command completed successfully.
     pub const GOOD: Status = Status(0x00);
+    /// 02h: the command failed; [`Response::sense`] says why.
     pub const CHECK_CONDITION: Status = Status(0x02);
+    /// 04h: CONDITION MET (PRE-FETCH); this core never returns it.
     pub const CONDITION_MET: Status = Status(0x04);
+    /// 08h: the LU cannot take the command now: its workers are stopping
+    /// (the LUN is being removed or the target shut down).
     pub const BUSY: Status = Status(0x08);
+    /// 18h: the command conflicts with a reservation (SPC-2 RESERVE or a
+    /// persistent reservation) another nexus holds.
     pub const RESERVATION_CONFLICT: Status = Status(0x18);
+    /// 28h: the LU already holds
+    /// [`MAX_TASKS_PER_LUN`](crate::MAX_TASKS_PER_LUN) tasks; the initiator
+    /// retries with fewer in flight.
     pub const TASK_SET_FULL: Status = Status(0x28);
+    /// 30h: ACA ACTIVE; this core never returns it (no ACA conditions).
     pub const ACA_ACTIVE: Status = Status(0x30);
+    /// 40h: TASK ABORTED: the status of a task aborted by task management;
+    /// its [`Response::aborted`] is set and, as TAS=0, the front end sends
+    /// no response for it.
     pub const TASK_ABORTED: Status = Status(0x40);
 }
 
@@ -159,6 +183,7 @@ impl Status {
 /// gave and the bytes the command wanted to transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Residual {
+    /// The command transferred exactly the buffer's size.
     #[default]
     None,
     /// The command transferred fewer bytes than the buffer held.
@@ -170,13 +195,17 @@ pub enum Residual {
 /// The outcome of a [`Command`].
 #[derive(Debug, Default)]
 pub struct Response {
+    /// The [`Command::tag`] it answers.
     pub tag: u64,
+    /// SCSI status; [`Status::CHECK_CONDITION`] comes with `sense`.
     pub status: Status,
     /// Sense data, already formatted (fixed or descriptor); empty when none.
     pub sense: Vec<u8>,
     /// Data-In, at most `data_in_len` bytes (medium reads come from the
     /// buffer pool and go back to it when the front end drops them).
     pub data_in: IoBuf,
+    /// Residual against [`Command::data_in_len`] (Data-In) or the Data-Out
+    /// buffer size (Data-Out), for the front end's residual count.
     pub residual: Residual,
     /// The task was aborted by task management: the front end sends no
     /// response for it (SAM-5 §7.2, TAS=0).
@@ -197,6 +226,9 @@ pub type Completion = Box<dyn FnOnce(Response) + Send + 'static>;
 /// [`Done::Sink`] is an `Arc` clone and a [`Ticket`]). Called once per
 /// command, from whatever thread completes it.
 pub trait ResponseSink: Send + Sync + 'static {
+    /// Takes the response of the command handed over with `ticket`, on the
+    /// thread that completed it (a LUN worker, the target's control thread
+    /// or a reactor), so it should pass the response on rather than block.
     fn deliver(&self, ticket: Ticket, response: Response);
 }
 
@@ -204,14 +236,20 @@ pub trait ResponseSink: Send + Sync + 'static {
 /// was handed over and a number of the front end's choosing.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket {
+    /// When the front end handed the command over (its statistics time the
+    /// command from here).
     pub started: std::time::Instant,
+    /// The front end's own number for the command (e.g. a slot or tag); the
+    /// core only carries it.
     pub token: u64,
 }
 
 /// Where a command's response goes: a boxed closure, or a front end's
 /// shared [`ResponseSink`] (no allocation per command).
 pub enum Done {
+    /// A closure of its own, allocated per command.
     Boxed(Completion),
+    /// A shared sink and the ticket it gets back: nothing allocated.
     Sink(Arc<dyn ResponseSink>, Ticket),
 }
 
@@ -243,24 +281,52 @@ impl std::fmt::Debug for Done {
 /// Task management functions (SAM-5 §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TmfFunction {
-    AbortTask { tag: u64 },
+    /// ABORT TASK: aborts the nexus's task with [`Command::tag`] `tag` on
+    /// the LUN, and waits until it has left the backstore.
+    AbortTask {
+        /// The task's tag (iSCSI Referenced Task Tag).
+        tag: u64,
+    },
+    /// ABORT TASK SET: aborts every task of this nexus on the LUN.
     AbortTaskSet,
+    /// CLEAR TASK SET: aborts every task of every nexus on the LUN; the
+    /// other nexuses get COMMANDS CLEARED BY ANOTHER INITIATOR.
     ClearTaskSet,
+    /// CLEAR ACA: answered [`TmfResponse::NotSupported`] (no ACA conditions).
     ClearAca,
+    /// LOGICAL UNIT RESET: aborts every task, restores the default mode
+    /// pages, ends SPC-2 reservations and medium removal prevention, and
+    /// gives every known nexus BUS DEVICE RESET FUNCTION OCCURRED.
     LogicalUnitReset,
+    /// TARGET WARM RESET: a logical unit reset of every LUN, with SCSI BUS
+    /// RESET OCCURRED.
     TargetWarmReset,
+    /// TARGET COLD RESET: as a warm reset, with POWER ON OCCURRED.
     TargetColdReset,
-    QueryTask { tag: u64 },
+    /// QUERY TASK: whether the nexus's task `tag` is still in the task set.
+    QueryTask {
+        /// The task's tag (iSCSI Referenced Task Tag).
+        tag: u64,
+    },
 }
 
 /// Task management service responses (SAM-5 §7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TmfResponse {
+    /// FUNCTION COMPLETE: done (for QUERY TASK: the task is not there).
     FunctionComplete,
+    /// FUNCTION SUCCEEDED: QUERY TASK found the task in the task set.
     FunctionSucceeded,
+    /// FUNCTION REJECTED: the front end could not run the function (no
+    /// target or nexus yet, its task-management pool full, or the function
+    /// panicked); the core itself never answers it.
     FunctionRejected,
+    /// INCORRECT LOGICAL UNIT NUMBER: the LUN is not configured.
     IncorrectLun,
+    /// ABORT TASK found no task with that tag for this nexus on the LUN
+    /// (it has completed already, or never arrived).
     TaskNotFound,
+    /// The function is not supported (CLEAR ACA).
     NotSupported,
 }
 

@@ -7,9 +7,18 @@
 //! iSCSI: a front end hands it a [`Command`] and gets a [`Response`] back
 //! through a callback.
 //!
+//! Layer: of the workspace's crates it depends on `rustgt-backstore` only
+//! (the stores, pooled [`IoBuf`]s and the per-thread [`uring`]); the
+//! iSCSI core (`rustgt-iscsi`), the port layer (`rustgt-port`), the
+//! `rustgt` binary, the test initiator and the fuzz targets depend on it.
+//! It never calls up: a response leaves through the front end's
+//! [`Completion`] or [`ResponseSink`].
+//!
 //! Guarantees: no CDB, however malformed, panics; every command gets exactly
 //! one completion; every error leaves as CHECK CONDITION with sense data
-//! built in one place ([`sense`], including `From<BackstoreError>`).
+//! built in one place ([`sense`], including `From<BackstoreError>`); no
+//! `unsafe` code (`forbid(unsafe_code)`); every public item is documented
+//! (`warn(missing_docs)`, which clippy `-D warnings` makes an error).
 //!
 //! Layout, in layers (a module uses only modules of its own or lower
 //! layers; there are no import cycles):
@@ -54,6 +63,7 @@
 //!   (as LIO and tgt behave).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod cmd;
 pub mod sense;

@@ -49,6 +49,8 @@ pub(crate) struct ModeState {
 /// Configuration of one logical unit.
 #[derive(Debug, Clone)]
 pub struct LunConfig {
+    /// The store the LUN's blocks live in (shared by all its workers); its
+    /// geometry gives the block size and capacity.
     pub backstore: Arc<dyn Backstore>,
     /// Worker threads for this LUN; all share the LUN's I/O context.
     pub workers: usize,
@@ -128,9 +130,16 @@ impl LunConfig {
 /// A snapshot of a LUN's I/O counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LunStats {
+    /// Successful medium reads since the LUN was added: READ commands, and
+    /// each chunk an EXTENDED COPY read from this LUN.
     pub read_commands: u64,
+    /// Successful medium writes since the LUN was added: WRITE, WRITE AND
+    /// VERIFY, WRITE SAME and COMPARE AND WRITE commands, and each chunk an
+    /// EXTENDED COPY wrote to this LUN.
     pub write_commands: u64,
+    /// Bytes those reads returned from the medium.
     pub read_bytes: u64,
+    /// Bytes those writes stored on the medium.
     pub write_bytes: u64,
 }
 

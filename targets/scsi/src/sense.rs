@@ -13,74 +13,166 @@ use rustgt_backstore::BackstoreError;
 pub struct SenseKey(pub u8);
 
 impl SenseKey {
+    /// 0h: no error to report; REQUEST SENSE returns it when nothing is pending.
     pub const NO_SENSE: SenseKey = SenseKey(0x0);
+    /// 1h: the command succeeded after recovery; this core never reports it.
     pub const RECOVERED_ERROR: SenseKey = SenseKey(0x1);
+    /// 2h: the logical unit cannot be accessed now (medium removed, a
+    /// sanitize in progress, an ALUA state transition, see [`Asc`]).
     pub const NOT_READY: SenseKey = SenseKey(0x2);
+    /// 3h: a read, write or flush of the store failed with an I/O error, or
+    /// a SANITIZE failed.
     pub const MEDIUM_ERROR: SenseKey = SenseKey(0x3);
+    /// 4h: the target failed, not the command: a handler that panicked, an
+    /// APTPL file that could not be saved, a backstore configuration or I/O
+    /// error it cannot attribute to a read or a write.
     pub const HARDWARE_ERROR: SenseKey = SenseKey(0x4);
+    /// 5h: the CDB or its parameter list is invalid, or asks for something
+    /// this LU does not support.
     pub const ILLEGAL_REQUEST: SenseKey = SenseKey(0x5);
+    /// 6h: a unit attention condition (reset, changed parameters or
+    /// capacity, reservations): reported once, to the nexus it was
+    /// established for, in place of running one of its commands.
     pub const UNIT_ATTENTION: SenseKey = SenseKey(0x6);
+    /// 7h: a write to a write-protected LU (read-only store, SWP bit) or a
+    /// thin store out of space.
     pub const DATA_PROTECT: SenseKey = SenseKey(0x7);
+    /// Bh: the target aborted the command (a tag already in use, an iSCSI
+    /// data sequence or digest error); the initiator may retry it.
     pub const ABORTED_COMMAND: SenseKey = SenseKey(0xB);
+    /// Eh: COMPARE AND WRITE or VERIFY (BYTCHK=01b) found different data;
+    /// the INFORMATION field holds the offset of the first differing byte
+    /// in the Data-Out buffer.
     pub const MISCOMPARE: SenseKey = SenseKey(0xE);
 }
 
 /// Additional sense code and qualifier (SPC-4 §4.5.6, table 28). Open type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Asc {
+    /// ADDITIONAL SENSE CODE (byte 12 of fixed-format sense data).
     pub asc: u8,
+    /// ADDITIONAL SENSE CODE QUALIFIER (byte 13 of fixed-format sense data).
     pub ascq: u8,
 }
 
 impl Asc {
+    /// The code `asc`/`ascq`, for codes without a named constant.
     pub const fn new(asc: u8, ascq: u8) -> Asc {
         Asc { asc, ascq }
     }
 
+    /// 00h/00h: no additional information (with NO SENSE from REQUEST SENSE,
+    /// or with COPY ABORTED for an EXTENDED COPY segment whose LBA range a
+    /// copy target would refuse).
     pub const NO_ADDITIONAL_SENSE: Asc = Asc::new(0x00, 0x00);
+    /// 04h/00h: LOGICAL UNIT NOT READY, CAUSE NOT REPORTABLE; this core
+    /// reports more specific causes.
     pub const LOGICAL_UNIT_NOT_READY: Asc = Asc::new(0x04, 0x00);
     /// LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION.
     pub const ASYMMETRIC_ACCESS_STATE_TRANSITION: Asc = Asc::new(0x04, 0x0A);
+    /// 0Ch/00h: WRITE ERROR, with MEDIUM ERROR: a backstore write or flush
+    /// failed with an I/O error other than out of space.
     pub const WRITE_ERROR: Asc = Asc::new(0x0C, 0x00);
     /// iSCSI: unsolicited data where none was allowed (RFC 7143 §11.4.7.2).
     pub const UNEXPECTED_UNSOLICITED_DATA: Asc = Asc::new(0x0C, 0x0C);
     /// iSCSI: an incorrect amount of (unsolicited) data (RFC 7143
     /// §11.4.7.2; SPC-4's name for the code).
     pub const NOT_ENOUGH_UNSOLICITED_DATA: Asc = Asc::new(0x0C, 0x0D);
+    /// 11h/00h: UNRECOVERED READ ERROR, with MEDIUM ERROR: a backstore read failed.
     pub const UNRECOVERED_READ_ERROR: Asc = Asc::new(0x11, 0x00);
+    /// 1Ah/00h: PARAMETER LIST LENGTH ERROR: the PARAMETER LIST LENGTH (or
+    /// the Data-Out) does not fit the list the command requires, e.g. shorter
+    /// than its header or than the lengths the header announces.
     pub const PARAMETER_LIST_LENGTH_ERROR: Asc = Asc::new(0x1A, 0x00);
+    /// 1Dh/00h: MISCOMPARE DURING VERIFY OPERATION, with MISCOMPARE.
     pub const MISCOMPARE_DURING_VERIFY: Asc = Asc::new(0x1D, 0x00);
+    /// 20h/00h: INVALID COMMAND OPERATION CODE: an opcode or service action
+    /// not in the command table, or one the LU's backstore does not support.
     pub const INVALID_COMMAND_OPERATION_CODE: Asc = Asc::new(0x20, 0x00);
+    /// 21h/00h: LOGICAL BLOCK ADDRESS OUT OF RANGE: the LBA range reaches past
+    /// the last block of the LU.
     pub const LBA_OUT_OF_RANGE: Asc = Asc::new(0x21, 0x00);
+    /// 24h/00h: INVALID FIELD IN CDB, with a field pointer to the byte (and
+    /// bit) at fault ([`Sense::invalid_cdb_field`]).
     pub const INVALID_FIELD_IN_CDB: Asc = Asc::new(0x24, 0x00);
+    /// 25h/00h: LOGICAL UNIT NOT SUPPORTED: the command addresses a LUN that is
+    /// not configured (and is not one of the few commands that need no LU).
     pub const LOGICAL_UNIT_NOT_SUPPORTED: Asc = Asc::new(0x25, 0x00);
+    /// 26h/00h: INVALID FIELD IN PARAMETER LIST, with a field pointer into the
+    /// data-out buffer ([`Sense::invalid_param_field`]).
     pub const INVALID_FIELD_IN_PARAMETER_LIST: Asc = Asc::new(0x26, 0x00);
+    /// 26h/04h: INVALID RELEASE OF PERSISTENT RESERVATION: PERSISTENT RESERVE
+    /// OUT RELEASE with a type other than the reservation's.
     pub const INVALID_RELEASE_OF_PERSISTENT_RESERVATION: Asc = Asc::new(0x26, 0x04);
+    /// 27h/00h: WRITE PROTECTED, with DATA PROTECT: the store is read-only.
     pub const WRITE_PROTECTED: Asc = Asc::new(0x27, 0x00);
+    /// 27h/02h: WRITE PROTECTED, SOFTWARE WRITE PROTECTED, with DATA PROTECT:
+    /// the control mode page's SWP bit is set.
     pub const SOFTWARE_WRITE_PROTECTED: Asc = Asc::new(0x27, 0x02);
     /// A thin store could not allocate the blocks a write needs (SBC-3
     /// §4.7.3.6, resource exhaustion): with DATA PROTECT.
     pub const SPACE_ALLOCATION_FAILED_WRITE_PROTECT: Asc = Asc::new(0x27, 0x07);
+    /// 29h/00h: POWER ON, RESET, OR BUS DEVICE RESET OCCURRED (unit
+    /// attention); this core establishes the more specific 29h codes.
     pub const POWER_ON_RESET: Asc = Asc::new(0x29, 0x00);
+    /// 29h/01h: POWER ON OCCURRED: the unit attention of a TARGET COLD RESET.
     pub const POWER_ON_OCCURRED: Asc = Asc::new(0x29, 0x01);
+    /// 29h/02h: SCSI BUS RESET OCCURRED: the unit attention of a TARGET WARM
+    /// RESET.
     pub const SCSI_BUS_RESET_OCCURRED: Asc = Asc::new(0x29, 0x02);
+    /// 29h/03h: BUS DEVICE RESET FUNCTION OCCURRED: the unit attention of a
+    /// LOGICAL UNIT RESET.
     pub const BUS_DEVICE_RESET_FUNCTION_OCCURRED: Asc = Asc::new(0x29, 0x03);
+    /// 29h/07h: I_T NEXUS LOSS OCCURRED (unit attention); not established:
+    /// a lost nexus's unit attentions are dropped with it, and a new
+    /// session starts with none.
     pub const I_T_NEXUS_LOSS_OCCURRED: Asc = Asc::new(0x29, 0x07);
+    /// 2Ah/01h: MODE PARAMETERS CHANGED: unit attention for the other known
+    /// nexuses after a MODE SELECT changed the LU's mode parameters.
     pub const MODE_PARAMETERS_CHANGED: Asc = Asc::new(0x2A, 0x01);
+    /// 2Ah/09h: CAPACITY DATA HAS CHANGED: unit attention for every known
+    /// nexus when the LU's store changed size
+    /// ([`ScsiTarget::capacity_changed`](crate::ScsiTarget::capacity_changed)).
     pub const CAPACITY_DATA_HAS_CHANGED: Asc = Asc::new(0x2A, 0x09);
+    /// 2Ah/03h: RESERVATIONS PREEMPTED: unit attention for the other
+    /// registrants when PERSISTENT RESERVE OUT CLEAR removes every
+    /// registration and the reservation.
     pub const RESERVATIONS_PREEMPTED: Asc = Asc::new(0x2A, 0x03);
+    /// 2Ah/04h: RESERVATIONS RELEASED: unit attention for the other
+    /// registrants when a registrants-only or all-registrants reservation is
+    /// released (or its holder unregisters), or a PREEMPT changes its type.
     pub const RESERVATIONS_RELEASED: Asc = Asc::new(0x2A, 0x04);
+    /// 2Ah/05h: REGISTRATIONS PREEMPTED: unit attention for the nexuses whose
+    /// registration a PREEMPT (or PREEMPT AND ABORT) removed.
     pub const REGISTRATIONS_PREEMPTED: Asc = Asc::new(0x2A, 0x05);
+    /// 2Fh/00h: COMMANDS CLEARED BY ANOTHER INITIATOR: unit attention for the
+    /// nexuses whose tasks another nexus aborted (CLEAR TASK SET, TAS=0).
     pub const COMMANDS_CLEARED_BY_ANOTHER_INITIATOR: Asc = Asc::new(0x2F, 0x00);
+    /// 39h/00h: SAVING PARAMETERS NOT SUPPORTED: MODE SENSE asked for saved
+    /// values (PC=3); this core keeps no saved pages.
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: Asc = Asc::new(0x39, 0x00);
+    /// 3Fh/0Eh: REPORTED LUNS DATA HAS CHANGED: unit attention after a LUN was
+    /// added to or removed from the target.
     pub const REPORTED_LUNS_DATA_HAS_CHANGED: Asc = Asc::new(0x3F, 0x0E);
+    /// 44h/00h: INTERNAL TARGET FAILURE, with HARDWARE ERROR (see
+    /// [`SenseKey::HARDWARE_ERROR`] for when).
     pub const INTERNAL_TARGET_FAILURE: Asc = Asc::new(0x44, 0x00);
     /// iSCSI: a data digest failed (RFC 7143 §7.8).
     pub const PROTOCOL_SERVICE_CRC_ERROR: Asc = Asc::new(0x47, 0x05);
+    /// 4Bh/00h: DATA PHASE ERROR, with ABORTED COMMAND: iSCSI Data-Out out of
+    /// sequence (DataSN) or with no buffer to land in.
     pub const DATA_PHASE_ERROR: Asc = Asc::new(0x4B, 0x00);
+    /// 4Bh/01h: INVALID TARGET PORT TRANSFER TAG RECEIVED, with ABORTED
+    /// COMMAND: a Data-Out PDU with a Target Transfer Tag the target never gave.
     pub const INVALID_TARGET_PORT_TRANSFER_TAG_RECEIVED: Asc = Asc::new(0x4B, 0x01);
+    /// 4Bh/05h: DATA OFFSET ERROR, with ABORTED COMMAND: a Data-Out PDU's
+    /// buffer offset outside the expected range.
     pub const DATA_OFFSET_ERROR: Asc = Asc::new(0x4B, 0x05);
+    /// 4Eh/00h: OVERLAPPED COMMANDS ATTEMPTED, with ABORTED COMMAND: a new
+    /// command reuses the tag of a task still in the task set (SAM-5 §5.10).
     pub const OVERLAPPED_COMMANDS_ATTEMPTED: Asc = Asc::new(0x4E, 0x00);
+    /// 55h/04h: INSUFFICIENT REGISTRATION RESOURCES: PERSISTENT RESERVE OUT
+    /// REGISTER when the LU already holds its maximum of registrations.
     pub const INSUFFICIENT_REGISTRATION_RESOURCES: Asc = Asc::new(0x55, 0x04);
 
     /// Unit attentions of the "power on, reset" family (ASC 29h), which
@@ -130,7 +222,9 @@ pub enum SenseFormat {
 /// A current-error sense condition, independent of wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sense {
+    /// SENSE KEY: the class of the condition.
     pub key: SenseKey,
+    /// ADDITIONAL SENSE CODE and qualifier: the condition itself.
     pub asc: Asc,
     /// INFORMATION field (e.g. the miscompare offset), VALID bit set when present.
     pub information: Option<u64>,
@@ -145,6 +239,7 @@ pub struct Sense {
 pub const FIXED_SENSE_LEN: usize = 18;
 
 impl Sense {
+    /// A condition with no INFORMATION and no sense-key-specific field.
     pub const fn new(key: SenseKey, asc: Asc) -> Sense {
         Sense {
             key,

@@ -139,6 +139,7 @@ impl ScsiTarget {
         })
     }
 
+    /// The name given at creation (thread names, logs).
     pub fn name(&self) -> &str {
         &self.name
     }

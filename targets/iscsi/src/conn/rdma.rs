@@ -66,8 +66,11 @@ impl Default for IserParams {
 /// them in that order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IserOp {
+    /// Post an RDMA Send (a PDU, a HelloReply).
     Send(IserSend),
+    /// Post an RDMA Write of Data-In.
     Write(RdmaWrite),
+    /// Post an RDMA Read of Data-Out.
     Read(RdmaRead),
 }
 
@@ -75,7 +78,12 @@ pub enum IserOp {
 /// Message; with `invalidate`, as Send with Invalidate of that STag.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IserSend {
+    /// The whole message: iSER header, then BHS, AHS and data segment
+    /// (no digests), or a HelloReply.
     pub msg: Bytes,
+    /// The initiator's STag to invalidate with the Send (the SCSI
+    /// Response of a command that advertised one buffer, when both sides
+    /// agreed to Send with Invalidate).
     pub invalidate: Option<u32>,
 }
 
@@ -83,9 +91,14 @@ pub struct IserSend {
 /// of task `itt`. Nothing comes back to the core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaWrite {
+    /// Initiator Task Tag of the read command.
     pub itt: u32,
+    /// The initiator's Read STag from the command's iSER header.
     pub stag: u32,
+    /// Where in the initiator's buffer: its Read Base Offset plus the
+    /// data's offset in the command's Data-In.
     pub remote_addr: u64,
+    /// The bytes to write.
     pub data: Bytes,
     /// The pooled buffer `data` is a slice of (the command's `data_in`),
     /// which lives at least as long as `data`: a driver that registered it
@@ -106,11 +119,20 @@ pub struct RdmaWrite {
 /// [`Connection::data_arrived`](crate::Connection::data_arrived)`(itt, ttt, bytes)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaRead {
+    /// Initiator Task Tag of the write command.
     pub itt: u32,
+    /// The target's transfer tag for this Read, as for an R2T; hand it back
+    /// with the data.
     pub ttt: u32,
+    /// Offset of the data in the command's Data-Out buffer, bytes.
     pub offset: u32,
+    /// Bytes to read.
     pub len: u32,
+    /// The initiator's Write STag from the command's iSER header.
     pub stag: u32,
+    /// Where in the initiator's buffer: its Write Base Offset, which is the
+    /// first solicited byte (unsolicited data is not in that buffer), plus
+    /// `offset` less the unsolicited bytes.
     pub remote_addr: u64,
     /// Where the data may land without a copy (exactly `len` bytes).
     pub dest: Option<ReadDest>,

@@ -392,6 +392,7 @@ impl Reject {
 }
 
 impl Reply {
+    /// The opcode of this PDU.
     pub fn opcode(&self) -> Opcode {
         match self {
             Reply::NopIn(_) => Opcode::NOP_IN,

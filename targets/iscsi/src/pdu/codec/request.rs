@@ -307,6 +307,7 @@ impl RequestHeader {
         })
     }
 
+    /// The opcode of this header's PDU.
     pub fn opcode(&self) -> Opcode {
         match self {
             RequestHeader::NopOut(_) => Opcode::NOP_OUT,
@@ -320,6 +321,7 @@ impl RequestHeader {
         }
     }
 
+    /// The Initiator Task Tag (every request PDU has one).
     pub fn itt(&self) -> u32 {
         match self {
             RequestHeader::NopOut(h) => h.itt,
@@ -360,6 +362,7 @@ impl RequestHeader {
         }
     }
 
+    /// ExpStatSN: the initiator acknowledges every status before it.
     pub fn exp_stat_sn(&self) -> u32 {
         match self {
             RequestHeader::NopOut(h) => h.exp_stat_sn,
