@@ -1,5 +1,6 @@
 //! What a portal serves: the protocol configuration logins see and the
-//! SCSI target devices by iSCSI name. One per transport driver, changed
+//! SCSI target devices by iSCSI name. One for the port, which hands it to
+//! every connection of both transports (TCP and iSER), changed
 //! live by the daemon while connections look names up. No I/O.
 
 use std::collections::HashMap;
