@@ -205,52 +205,40 @@ async fn drive(
         // a turn takes several of its commands and answers them with one
         // read and one write, rather than one command a turn.
         if streaming && !held && !out.pending() {
-            let first = (wait_from + COALESCE).min(until);
-            while std::time::Instant::now() < first {
-                std::hint::spin_loop();
-            }
+            spin_until((wait_from + COALESCE).min(until));
         }
         let mut looks = 0u32;
         while !out.pending() && std::time::Instant::now() < until {
             looks += 1;
-            if let Some(d) = alone {
-                if let Some(msg) = pc.try_recv() {
-                    on_msg(&mut conn, msg, &mut killed);
-                    got = Got::Input;
-                    break;
-                }
-                got = read_direct(d, &sock, &mut conn)?;
-                if !matches!(got, Got::Nothing) {
-                    break;
-                }
-            } else {
+            if alone.is_none() {
                 // Let the reactor's other tasks run and its epoll look
                 // (without sleeping) at every socket, this one included.
                 tokio::task::yield_now().await;
-                if let Some(msg) = pc.try_recv() {
-                    on_msg(&mut conn, msg, &mut killed);
-                    got = Got::Input;
-                    break;
-                }
-                tokio::select! {
+            }
+            if let Some(msg) = pc.try_recv() {
+                on_msg(&mut conn, msg, &mut killed);
+                got = Got::Input;
+                break;
+            }
+            got = match alone {
+                Some(d) => read_into(&sock, Some(d), &mut conn)?,
+                None => tokio::select! {
                     biased;
                     r = sock.readable() => {
                         r?;
-                        got = read_into(&sock, &mut conn)?;
-                        if !matches!(got, Got::Nothing) {
-                            break;
-                        }
+                        read_into(&sock, None, &mut conn)?
                     }
-                    () = std::future::ready(()) => {}
-                }
+                    () = std::future::ready(()) => Got::Nothing,
+                },
+            };
+            if !matches!(got, Got::Nothing) {
+                break;
             }
             // Between looks the CPU stays busy but makes no system call;
             // the looks thin out the longer the wait.
             let from = std::time::Instant::now();
             let next = from + step;
-            while std::time::Instant::now() < next.min(until) {
-                std::hint::spin_loop();
-            }
+            spin_until(next.min(until));
             step = (step * 2).min(SPIN_STEP_MAX);
             // A short wait (the next PDU of a busy initiator) gives up
             // nothing; a longer one offers the CPU to whatever else is
@@ -287,7 +275,7 @@ async fn drive(
                 }
                 r = sock.readable() => {
                     r?;
-                    got = read_into(&sock, &mut conn)?;
+                    got = read_into(&sock, None, &mut conn)?;
                 }
                 r = sock.writable(), if out.pending() => r?,
                 _ = sleep => conn.handle_timeout(std::time::Instant::now()),
@@ -387,39 +375,29 @@ fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
 /// How long a closing connection may take to send what it queued.
 const LINGER: Duration = Duration::from_secs(10);
 
-/// Reads what the socket holds (without waiting) into the connection.
-fn read_into(sock: &TcpStream, conn: &mut Connection) -> std::io::Result<Got> {
-    let now = std::time::Instant::now();
-    let full_feature = conn.session().is_some();
-    got_of(read_into_core(
-        full_feature,
-        |buf| read_some(sock, buf),
-        |data| conn.handle_input(data, now),
-    ))
-}
-
-/// Reads what the socket holds (without waiting) into the connection
-/// through `direct`, a second descriptor of `sock`'s socket, whatever
-/// tokio last saw of its readiness. A read that drained the socket clears
-/// that readiness as [`read_some`] does.
-fn read_direct(
-    direct: &std::net::TcpStream,
+/// Reads what the socket holds (without waiting) into the connection:
+/// through tokio, or through `direct`, a second descriptor of `sock`'s
+/// socket, whatever tokio last saw of its readiness. Either way a read
+/// that drained the socket clears that readiness (see [`read_some`]).
+fn read_into(
     sock: &TcpStream,
+    direct: Option<&std::net::TcpStream>,
     conn: &mut Connection,
 ) -> std::io::Result<Got> {
     let now = std::time::Instant::now();
     let full_feature = conn.session().is_some();
     got_of(read_into_core(
         full_feature,
-        |buf| {
-            let n = std::io::Read::read(&mut &*direct, buf)?;
-            if n > 0 && n < buf.len() {
-                clear_readable(sock);
-            }
-            Ok(n)
-        },
+        |buf| read_some(sock, direct, buf),
         |data| conn.handle_input(data, now),
     ))
+}
+
+/// Keeps the CPU busy, without a system call, until `deadline`.
+fn spin_until(deadline: std::time::Instant) {
+    while std::time::Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
 }
 
 /// What one read's result means for the turn.
@@ -493,24 +471,27 @@ fn read_into_core(
     })
 }
 
-/// One read of what the socket holds, without waiting. A read that did
-/// not fill `buf` drained the socket, so its readiness is cleared at once
+/// One read of what the socket holds, without waiting: through tokio, or
+/// through `direct` (the same socket, read past tokio's readiness). A read
+/// that did not fill `buf` drained the socket, so tokio's readiness is
+/// cleared at once
 /// rather than by a second read that would only fail with EAGAIN (new data
 /// raises a new edge, which the reactor sees before it sleeps).
-fn read_some(sock: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-    let n = sock.try_read(buf)?;
+fn read_some(
+    sock: &TcpStream,
+    direct: Option<&std::net::TcpStream>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    let n = match direct {
+        Some(d) => std::io::Read::read(&mut &*d, buf)?,
+        None => sock.try_read(buf)?,
+    };
     if n > 0 && n < buf.len() {
-        clear_readable(sock);
+        let _ = sock.try_io(tokio::io::Interest::READABLE, || {
+            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+        });
     }
     Ok(n)
-}
-
-/// Clears what tokio knows of `sock`'s readiness to read: a later edge
-/// (new data) sets it again when the reactor's epoll next looks.
-fn clear_readable(sock: &TcpStream) {
-    let _ = sock.try_io(tokio::io::Interest::READABLE, || {
-        Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-    });
 }
 
 /// The connection's queue of PDU segments to send, written with vectored
