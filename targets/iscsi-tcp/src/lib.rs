@@ -182,9 +182,22 @@ async fn drive(
         let wait_from = std::time::Instant::now();
         let mut got = Got::Nothing;
         let for_peer = conn.in_flight() == 0;
+        // A spin needs its reactor's slot (`rustgt_port::SpinSlot`): one
+        // connection of a reactor spins for all of them, and a CPU is
+        // always left over; without one the connection parks at once.
+        let budget = if for_peer {
+            poll.budget(wait_from)
+        } else {
+            Duration::ZERO
+        };
+        let slot = if budget.is_zero() {
+            None
+        } else {
+            rustgt_port::SpinSlot::take()
+        };
         let until = wait_from
-            + if for_peer {
-                poll.budget(wait_from)
+            + if slot.is_some() {
+                budget
             } else {
                 Duration::ZERO
             };
@@ -258,6 +271,7 @@ async fn drive(
                 break;
             }
         }
+        drop(slot);
         streaming = for_peer && looks == 1 && matches!(got, Got::Input);
         if matches!(got, Got::Nothing) {
             let timeout = conn.poll_timeout();

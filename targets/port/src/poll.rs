@@ -36,6 +36,9 @@
 //! holds one of them. Drivers therefore spin, and report waits, only when
 //! nothing is in flight.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The smallest window a growing budget starts from.
@@ -55,6 +58,69 @@ pub const HOLD_MAX: Duration = Duration::from_secs(1);
 /// Spinning this long after a hold-off without being descheduled resets
 /// the hold-off to [`HOLD_MIN`].
 pub const CLEAN: Duration = Duration::from_secs(1);
+
+/// Reactors spinning now, over the whole process.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Whether a connection of this thread's reactor holds a [`SpinSlot`].
+    static SPINNING_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How many reactors may spin at once: one fewer than the CPUs this
+/// process may run on (its affinity mask and CPU quota, as
+/// `available_parallelism` reads them), so one CPU is always left for
+/// the initiator, the kernel's network work and the host's other
+/// processes; none on one CPU.
+pub fn spin_slots() -> usize {
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .saturating_sub(1)
+    })
+}
+
+/// The right to spin, held by one connection of a reactor while it
+/// spins; given back when dropped.
+///
+/// A reactor spins for all its connections at once: the spinning
+/// connection's looks let the reactor's other tasks run and its epoll
+/// look at every socket, so a second connection of the same reactor gets
+/// no slot and parks, to be woken by that look. Across reactors, at most
+/// [`spin_slots`] spin at once. A slot is dropped on the thread that took
+/// it (a connection's task never leaves its reactor), where it clears
+/// that reactor's mark.
+#[derive(Debug)]
+pub struct SpinSlot(());
+
+impl SpinSlot {
+    /// A slot for the calling thread's reactor, if it has none yet and
+    /// fewer than [`spin_slots`] reactors spin now.
+    pub fn take() -> Option<SpinSlot> {
+        SpinSlot::take_within(spin_slots())
+    }
+
+    fn take_within(slots: usize) -> Option<SpinSlot> {
+        if SPINNING_HERE.get() {
+            return None;
+        }
+        SPINNING
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < slots).then_some(n + 1)
+            })
+            .ok()?;
+        SPINNING_HERE.set(true);
+        Some(SpinSlot(()))
+    }
+}
+
+impl Drop for SpinSlot {
+    fn drop(&mut self) {
+        SPINNING_HERE.set(false);
+        SPINNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// How long one connection spins before it parks, adapted from how long
 /// its recent waits lasted.
@@ -280,6 +346,33 @@ mod tests {
         // And comes back once waits are short again.
         p.waited(10 * US);
         assert_eq!(p.budget(t0()), 8 * US);
+    }
+
+    #[test]
+    fn one_slot_per_reactor_and_no_more_than_the_spare_cpus() {
+        // This thread plays one reactor, two others two more; with two
+        // slots the third reactor gets none until one is given back.
+        let mine = SpinSlot::take_within(2).expect("a free slot");
+        // A second connection of the same reactor gets none.
+        assert!(SpinSlot::take_within(2).is_none());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let slot = SpinSlot::take_within(2);
+            held_tx.send(slot.is_some()).expect("main thread waits");
+            go_rx.recv().expect("main thread signals");
+            drop(slot);
+        });
+        assert!(held_rx.recv().expect("other thread answers"));
+        let third = std::thread::spawn(|| SpinSlot::take_within(2).is_some());
+        assert!(!third.join().expect("third thread"));
+        drop(mine);
+        let fourth = std::thread::spawn(|| SpinSlot::take_within(2).is_some());
+        assert!(fourth.join().expect("fourth thread"));
+        go_tx.send(()).expect("other thread waits");
+        other.join().expect("other thread");
+        // No slots (one CPU): never.
+        assert!(SpinSlot::take_within(0).is_none());
     }
 
     #[test]
