@@ -281,6 +281,7 @@ pub(crate) fn conn_limits(cfg: &Config) -> rustgt_port::ConnLimits {
         max_connections: l.max_connections.max(1),
         max_per_address: l.max_connections_per_address.max(1),
         max_in_login: l.max_login_connections.max(1),
+        max_in_login_per_address: l.max_login_connections_per_address.max(1),
     }
 }
 
