@@ -327,7 +327,7 @@ impl Runtime {
                         )))
                     }
                 };
-                crate::wiring::rewrap_lun_store(cfg, &u.lun, engine, cur.faults).map_err(|e| {
+                crate::wiring::rewrap_lun_store(cfg, &u.lun, engine, cur.faults, cur.image_lock).map_err(|e| {
                     AdminError::Failed(format!(
                         "target {}: LUN {}: cannot set up its I/O context: {}",
                         tp.iqn,
