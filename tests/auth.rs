@@ -256,7 +256,10 @@ fn the_brake_holds_the_failing_name_only_and_never_past_the_login_timeout() {
     let t = Instant::now();
     assert_inquiry_ok(&inq(&args!["-i", NEIGHBOUR, &right]));
     let took = t.elapsed();
-    assert!(took < Duration::from_secs(2), "the other name took {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "the other name took {took:?}"
+    );
     assert_eq!(counter(&mut a, "rustgt_logins_held_total"), held);
 
     // The failing name: held about 5 s (15 s / 3), then let in.

@@ -644,7 +644,10 @@ fn silent_floods_from_other_addresses_do_not_delay_a_real_login() {
     );
     let kept = one.iter_mut().map(still_open).filter(|o| *o).count();
     assert_eq!(kept, 16, "of {ONE_ADDRESS} connections from {LO2}");
-    assert!(t.elapsed() < Duration::from_secs(10), "settled before the login timeout");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "settled before the login timeout"
+    );
     eprintln!(
         "300 from one address: iscsi-inq in {took:?}, {kept} kept, daemon {} fds above idle",
         fds(pid).saturating_sub(idle_fds)

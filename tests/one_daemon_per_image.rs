@@ -177,11 +177,7 @@ fn two_luns_on_one_image_are_refused_at_start_and_when_added_live() {
     std::os::unix::fs::symlink(&image, &link).expect("symlink");
     let link_text = link.display().to_string();
     let err = refused(&["--config", &two_luns(&image_text, &link_text)]);
-    for needle in [
-        link_text.as_str(),
-        "iqn.2026-12.org.test:a LUN 0",
-        "LUN 3",
-    ] {
+    for needle in [link_text.as_str(), "iqn.2026-12.org.test:a LUN 0", "LUN 3"] {
         assert!(err.contains(needle), "the error names {needle:?}:\n{err}");
     }
 
@@ -194,7 +190,14 @@ fn two_luns_on_one_image_are_refused_at_start_and_when_added_live() {
     let out = cli(
         &d,
         &[
-            "lun", "add", DEFAULT_IQN, "5", "--backstore", "file", "--path", &image,
+            "lun",
+            "add",
+            DEFAULT_IQN,
+            "5",
+            "--backstore",
+            "file",
+            "--path",
+            &image,
         ],
     );
     out.assert_failure();
@@ -236,7 +239,9 @@ fn two_luns_on_one_image_are_refused_at_start_and_when_added_live() {
         d.stderr_tail(20)
     );
     assert_eq!(
-        std::fs::metadata(d.data_dir().join("lun0.img")).map(|m| m.len()).ok(),
+        std::fs::metadata(d.data_dir().join("lun0.img"))
+            .map(|m| m.len())
+            .ok(),
         Some(128 << 20),
         "reopened at the new size"
     );

@@ -185,10 +185,12 @@ impl Drop for ImageLock {
         if e.holders.is_empty() {
             // Closing the descriptor releases the lock.
             t.remove(&self.key);
-        } else if e.exclusive && !e.holders.iter().any(|(_, w)| *w) {
-            if ofd_lock(&e.file, libc::F_RDLCK as libc::c_short).is_ok() {
-                e.exclusive = false;
-            }
+        } else if e.exclusive
+            && !e.holders.iter().any(|(_, w)| *w)
+            && ofd_lock(&e.file, libc::F_RDLCK as libc::c_short).is_ok()
+        {
+            // Only readers left: the lock is shared again.
+            e.exclusive = false;
         }
     }
 }
@@ -237,7 +239,10 @@ mod tests {
         let r2 = lock_image(&p, "LUN 2", false).expect("readers share");
         assert!(other_process_can_lock(&p, libc::F_RDLCK));
         assert!(!other_process_can_lock(&p, libc::F_WRLCK));
-        assert!(lock_image(&p, "LUN 3", true).is_err(), "no writer among readers");
+        assert!(
+            lock_image(&p, "LUN 3", true).is_err(),
+            "no writer among readers"
+        );
         drop(r2);
         let w = lock_image(&p, "LUN 1", true).expect("the reader reopened writable");
         assert!(!other_process_can_lock(&p, libc::F_RDLCK), "exclusive now");

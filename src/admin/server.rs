@@ -180,12 +180,10 @@ impl Drop for AdminSocket {
 /// anything is opened or bound; [`AdminSocket::bind`] looks again).
 pub fn ensure_unused(path: &Path) -> Result<(), SocketError> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => Err(SocketError::InUse(path.to_owned())),
-                Err(_) => Ok(()),
-            }
-        }
+        Ok(m) if m.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => Err(SocketError::InUse(path.to_owned())),
+            Err(_) => Ok(()),
+        },
         _ => Ok(()),
     }
 }

@@ -320,7 +320,14 @@ mod tests {
         }
         assert!(b.hold(&s, ip("127.0.0.1"), N, t0, NO_CAP).is_some());
         assert!(
-            b.hold(&s, ip("127.0.0.1"), "IQN.2026-12.org.test:GUESSER", t0, NO_CAP).is_some(),
+            b.hold(
+                &s,
+                ip("127.0.0.1"),
+                "IQN.2026-12.org.test:GUESSER",
+                t0,
+                NO_CAP
+            )
+            .is_some(),
             "names compare without case"
         );
         assert_eq!(b.hold(&s, ip("127.0.0.1"), "iqn.x:other", t0, NO_CAP), None);
@@ -360,7 +367,11 @@ mod tests {
         let t1 = t0 + Duration::from_secs(31);
         assert_eq!(b.hold(&s, a, N, t1, NO_CAP), Some(t1 + 2 * SEC));
         let t2 = t0 + Duration::from_secs(75);
-        assert_eq!(b.hold(&s, a, N, t2, NO_CAP), Some(t2 + SEC), "5 left: still held");
+        assert_eq!(
+            b.hold(&s, a, N, t2, NO_CAP),
+            Some(t2 + SEC),
+            "5 left: still held"
+        );
         let t2 = t0 + Duration::from_secs(95);
         assert_eq!(b.hold(&s, a, N, t2, NO_CAP), None, "4 left: free again");
         // A failure now counts from what is left (4), not from 7.
@@ -409,7 +420,9 @@ mod tests {
         assert_eq!(b.len(), 3);
         // 10.0.0.0 had the oldest failure and made room.
         assert_eq!(b.hold(&s, IpAddr::from([10, 0, 0, 0]), N, t, NO_CAP), None);
-        assert!(b.hold(&s, IpAddr::from([10, 0, 0, 1]), N, t, NO_CAP).is_some());
+        assert!(b
+            .hold(&s, IpAddr::from([10, 0, 0, 1]), N, t, NO_CAP)
+            .is_some());
         // At most two names per address: a third replaces its oldest.
         let mut b = LoginBrake::new();
         let a = ip("10.0.0.1");

@@ -399,9 +399,7 @@ mod tests {
     }
 
     fn evicted(a: &Admitted) -> bool {
-        a.login
-            .as_ref()
-            .is_some_and(|s| lock(&s.kill).evicted)
+        a.login.as_ref().is_some_and(|s| lock(&s.kill).evicted)
     }
 
     #[test]
@@ -473,7 +471,10 @@ mod tests {
             first.attach(tx.clone());
         }
         let mut legit = a.admit(peer("127.0.0.1:1")).expect("evicts, not refused");
-        assert!(big.first().is_some_and(evicted), "the oldest of the biggest");
+        assert!(
+            big.first().is_some_and(evicted),
+            "the oldest of the biggest"
+        );
         assert!(matches!(rx.try_recv(), Ok(PortMsg::Kill)), "told to close");
         assert!(!big.iter().skip(1).any(evicted));
         assert!(!small.iter().any(evicted));

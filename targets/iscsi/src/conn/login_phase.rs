@@ -32,10 +32,10 @@ impl Connection {
             // time left to finish.
             let cap = self.cfg.login_timeout / 3;
             let until = peer.and_then(|ip| {
-                self.sessions.lock().ok().and_then(|mut t| {
-                    t.brake_mut()
-                        .hold(&self.cfg.brake, ip, &name, now, cap)
-                })
+                self.sessions
+                    .lock()
+                    .ok()
+                    .and_then(|mut t| t.brake_mut().hold(&self.cfg.brake, ip, &name, now, cap))
             });
             if let Some(until) = until {
                 tracing::info!(
