@@ -76,9 +76,16 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<rustgt_backstore::image_lock::
             source,
         })?;
     rustgt_backstore::image_lock::lock_image(&path, "this daemon", true).map_err(|e| {
+        let why = match e {
+            rustgt_backstore::image_lock::LockError::Elsewhere { .. } => format!(
+                "in use by another rustgt daemon (it holds the lock on {})",
+                path.display()
+            ),
+            other => other.to_string(),
+        };
         DaemonError::DataDirInUse {
             path: dir.to_owned(),
-            why: format!("another rustgt daemon uses it ({e})"),
+            why,
         }
     })
 }

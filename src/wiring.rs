@@ -139,7 +139,8 @@ pub(crate) fn lock_lun_image(
     path: &std::path::Path,
     b: &BackstoreSpec,
 ) -> Result<Arc<ImageLock>> {
-    let lock = rustgt_backstore::image_lock::lock_image(path, &lun_holder(iqn, l), !b.read_only)?;
+    let lock = rustgt_backstore::image_lock::lock_image(path, &lun_holder(iqn, l), !b.read_only)
+        .map_err(BackstoreError::from)?;
     Ok(Arc::new(lock))
 }
 

@@ -24,7 +24,62 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::error::{BackstoreError, Result};
+use crate::error::BackstoreError;
+
+/// Why an image could not be locked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another holder of this process uses the image.
+    #[error(
+        "image {} is already used by {holder} (as {}); one image backs one LUN \
+         (read-only LUNs may share one)",
+        path.display(),
+        first.display()
+    )]
+    InUse {
+        /// The image as asked for.
+        path: PathBuf,
+        /// The other holder.
+        holder: String,
+        /// The path the other holder locked it under.
+        first: PathBuf,
+    },
+    /// Another process holds a conflicting lock.
+    #[error(
+        "image {} is locked by another process (another rustgt serving it?); \
+         two daemons must not serve one image",
+        path.display()
+    )]
+    Elsewhere {
+        /// The image.
+        path: PathBuf,
+    },
+    /// The image could not be examined, opened or locked.
+    #[error("image {}: {what}: {source}", path.display())]
+    Io {
+        /// The image.
+        path: PathBuf,
+        /// What failed.
+        what: &'static str,
+        /// The system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl From<LockError> for BackstoreError {
+    fn from(e: LockError) -> Self {
+        BackstoreError::Config(e.to_string())
+    }
+}
+
+type Result<T, E = LockError> = std::result::Result<T, E>;
+
+fn io_error(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> LockError {
+    let path = path.to_owned();
+    move |source| LockError::Io { path, what, source }
+}
 
 /// One image locked by this process.
 #[derive(Debug)]
@@ -53,12 +108,11 @@ pub struct ImageLock {
 
 /// Locks the image at `path` for `holder` (a name for messages, such as
 /// "target iqn.… LUN 0"; the same holder may lock the same image again),
-/// exclusively if `write`, shared otherwise. Fails with a configuration
-/// error naming the image (and the other holder, when it is in this
-/// process) if another holder or another process uses it.
+/// exclusively if `write`, shared otherwise. Fails with an error naming
+/// the image (and the other holder, when it is in this process) if another
+/// holder or another process uses it.
 pub fn lock_image(path: &Path, holder: &str, write: bool) -> Result<ImageLock> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| BackstoreError::Config(format!("{}: cannot stat: {e}", path.display())))?;
+    let meta = std::fs::metadata(path).map_err(io_error(path, "cannot stat"))?;
     let key = (meta.dev(), meta.ino());
     let mut t = lock_table();
     if let Some(e) = t.get_mut(&key) {
@@ -67,23 +121,21 @@ pub fn lock_image(path: &Path, holder: &str, write: bool) -> Result<ImageLock> {
             .iter()
             .find(|(h, w)| h != holder && (write || *w))
             .map(|(h, _)| h.clone());
-        if let Some(other) = other {
-            return Err(BackstoreError::Config(format!(
-                "image {} is already used by {other} (as {}); one image backs one LUN \
-                 (read-only LUNs may share one)",
-                path.display(),
-                e.path.display(),
-            )));
+        if let Some(holder) = other {
+            return Err(LockError::InUse {
+                path: path.to_owned(),
+                holder,
+                first: e.path.clone(),
+            });
         }
         if write && !e.exclusive {
             if !e.writable {
-                return Err(BackstoreError::Config(format!(
-                    "image {}: cannot lock it for writing (opened read-only)",
-                    path.display()
-                )));
+                return Err(io_error(path, "cannot lock it for writing")(
+                    io::Error::from_raw_os_error(libc::EBADF),
+                ));
             }
             ofd_lock(&e.file, libc::F_WRLCK as libc::c_short)
-                .map_err(|err| locked_elsewhere(path, &err))?;
+                .map_err(|err| locked_elsewhere(path, err))?;
             e.exclusive = true;
         }
         e.holders.push((holder.to_owned(), write));
@@ -98,20 +150,13 @@ pub fn lock_image(path: &Path, holder: &str, write: bool) -> Result<ImageLock> {
     let (file, writable) = match OpenOptions::new().read(true).write(true).open(path) {
         Ok(f) => (f, true),
         Err(_) if !write => (
-            File::open(path).map_err(|e| {
-                BackstoreError::Config(format!("{}: cannot open: {e}", path.display()))
-            })?,
+            File::open(path).map_err(io_error(path, "cannot open"))?,
             false,
         ),
-        Err(e) => {
-            return Err(BackstoreError::Config(format!(
-                "{}: cannot open: {e}",
-                path.display()
-            )))
-        }
+        Err(e) => return Err(io_error(path, "cannot open")(e)),
     };
     let kind = if write { libc::F_WRLCK } else { libc::F_RDLCK };
-    ofd_lock(&file, kind as libc::c_short).map_err(|err| locked_elsewhere(path, &err))?;
+    ofd_lock(&file, kind as libc::c_short).map_err(|err| locked_elsewhere(path, err))?;
     t.insert(
         key,
         Entry {
@@ -137,14 +182,12 @@ fn lock_table() -> MutexGuard<'static, HashMap<Key, Entry>> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
-fn locked_elsewhere(path: &Path, err: &io::Error) -> BackstoreError {
+fn locked_elsewhere(path: &Path, err: io::Error) -> LockError {
     match err.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => BackstoreError::Config(format!(
-            "image {} is locked by another process (another rustgt serving it?); \
-             two daemons must not serve one image",
-            path.display()
-        )),
-        _ => BackstoreError::Config(format!("image {}: cannot lock it: {err}", path.display())),
+        Some(libc::EAGAIN | libc::EACCES) => LockError::Elsewhere {
+            path: path.to_owned(),
+        },
+        _ => io_error(path, "cannot lock it")(err),
     }
 }
 
