@@ -18,12 +18,15 @@ use common::{run_tool, Daemon, DEFAULT_IQN, TOOL_TIMEOUT};
 /// How long a refused daemon may take to exit.
 const EXIT_WITHIN: Duration = Duration::from_secs(30);
 
-/// Runs `rustgt` with `args` (plus `--listen 127.0.0.1:0`), expects it to
-/// exit with an error within [`EXIT_WITHIN`] without ever listening, and
-/// returns its stderr.
+/// Runs `rustgt` with `args`, its portal on an address this test holds
+/// bound, expects it to exit with an error within [`EXIT_WITHIN`] and
+/// returns its stderr. Had it tried to bind its portal before refusing,
+/// its error would be that it cannot listen there.
 fn refused(args: &[&str]) -> String {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let portal = taken.local_addr().expect("address").to_string();
     let mut child = Command::new(env!("CARGO_BIN_EXE_rustgt"))
-        .args(["--listen", "127.0.0.1:0", "--log", "info"])
+        .args(["--listen", portal.as_str(), "--log", "info"])
         .args(args)
         .env_remove("RUSTGT_CONFIG")
         .env_remove("RUSTGT_DATA_DIR")
@@ -53,9 +56,10 @@ fn refused(args: &[&str]) -> String {
         "refused daemon exited 0\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
-        !stdout.contains("listening on") && !stderr.contains("portal listening"),
+        !stderr.contains("cannot listen") && !stdout.contains("listening on"),
         "no portal may be bound before the refusal\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
+    drop(taken);
     stderr
 }
 
