@@ -30,6 +30,9 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    /// Another daemon holds the data directory's lock.
+    #[error("data directory {}: {why}", path.display())]
+    DataDirInUse { path: PathBuf, why: String },
     /// Building the configured targets, LUNs and portals failed.
     #[error("{0}")]
     Start(AdminError),
@@ -56,6 +59,37 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Requests waiting for the control task before senders wait too.
 const CONTROL_QUEUE: usize = 64;
 
+/// The lock file in the data directory that one daemon at a time holds.
+const DATA_DIR_LOCK: &str = "rustgt.lock";
+
+/// Takes the data directory's lock (an OFD lock on its `rustgt.lock`,
+/// released when the process ends).
+fn lock_data_dir(dir: &std::path::Path) -> Result<rustgt_backstore::image_lock::ImageLock> {
+    let path = dir.join(DATA_DIR_LOCK);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| DaemonError::DataDir {
+            path: path.clone(),
+            source,
+        })?;
+    rustgt_backstore::image_lock::lock_image(&path, "this daemon", true).map_err(|e| {
+        let why = match e {
+            rustgt_backstore::image_lock::LockError::Elsewhere { .. } => format!(
+                "in use by another rustgt daemon (it holds the lock on {})",
+                path.display()
+            ),
+            other => other.to_string(),
+        };
+        DaemonError::DataDirInUse {
+            path: dir.to_owned(),
+            why,
+        }
+    })
+}
+
 /// Build everything from `cfg`, serve until SIGINT/SIGTERM, shut down cleanly.
 pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -64,6 +98,10 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
         path: cfg.data_dir.clone(),
         source,
     })?;
+    // One daemon per data directory and admin socket, checked before any
+    // image is opened or portal bound; the lock is held until exit.
+    let _data_dir_lock = lock_data_dir(&cfg.data_dir)?;
+    crate::admin::server::ensure_unused(&cfg.admin_socket_path())?;
     // Installed first, so a SIGHUP during start-up is not fatal.
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustgt_backstore::hddsim::ArrayParams;
+use rustgt_backstore::image_lock::ImageLock;
 use rustgt_backstore::{
-    Backstore, BackstoreError, BackstoreSpec, FaultBackstore, Faults, HddSimOptions,
+    Backstore, BackstoreError, BackstoreSpec, EngineKind, FaultBackstore, Faults, HddSimOptions,
     IoContextOptions, LunStoreSpec, ReadaheadChoice, ReadaheadPolicy,
 };
 use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
@@ -85,6 +86,13 @@ pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
 /// context's handle for stats and live policy changes.
 pub(crate) fn open_lun_store(cfg: &Config, iqn: &str, l: &LunSettings) -> Result<Current> {
     let mut spec = lun_store_spec(cfg, l)?;
+    // One user per image: locked before the engine opens (and may grow)
+    // an existing image, right after it created a missing one.
+    let image = locked_image(&spec.backstore).map(std::path::Path::to_path_buf);
+    let mut lock = match &image {
+        Some(p) if p.exists() => Some(lock_lun_image(iqn, l, p, &spec.backstore)?),
+        _ => None,
+    };
     let gateway = cfg
         .targets
         .iter()
@@ -94,7 +102,46 @@ pub(crate) fn open_lun_store(cfg: &Config, iqn: &str, l: &LunSettings) -> Result
         rbd.gateway = gateway;
     }
     let engine = rustgt_backstore::open_engine(&spec)?;
-    wrap_engine(&spec, engine, l, None)
+    if let (None, Some(p)) = (&lock, &image) {
+        lock = Some(lock_lun_image(iqn, l, p, &spec.backstore)?);
+    }
+    let mut cur = wrap_engine(&spec, engine, l, None)?;
+    cur.image_lock = lock;
+    Ok(cur)
+}
+
+/// The path of the image a LUN's engine serves, if it is one that takes
+/// an image lock (file, mmap and block device; RBD keeps its own
+/// exclusive lock).
+pub(crate) fn locked_image(b: &BackstoreSpec) -> Option<&std::path::Path> {
+    match b.kind {
+        EngineKind::File | EngineKind::Mmap | EngineKind::BlockDev => b.path.as_deref(),
+        _ => None,
+    }
+}
+
+/// The name a LUN holds its image lock under (in messages about it;
+/// IQNs compare without case).
+pub(crate) fn lun_holder(iqn: &str, l: &LunSettings) -> String {
+    format!("target {} LUN {}", iqn.to_ascii_lowercase(), l.id)
+}
+
+/// The engine part of a LUN's store settings (`None` if a setting does
+/// not convert, which a checked config never has).
+pub(crate) fn backstore_spec(cfg: &Config, l: &LunSettings) -> Option<BackstoreSpec> {
+    lun_store_spec(cfg, l).ok().map(|s| s.backstore)
+}
+
+/// Locks the image of LUN `l` of `iqn` for it ([`rustgt_backstore::image_lock`]).
+pub(crate) fn lock_lun_image(
+    iqn: &str,
+    l: &LunSettings,
+    path: &std::path::Path,
+    b: &BackstoreSpec,
+) -> Result<Arc<ImageLock>> {
+    let lock = rustgt_backstore::image_lock::lock_image(path, &lun_holder(iqn, l), !b.read_only)
+        .map_err(BackstoreError::from)?;
+    Ok(Arc::new(lock))
 }
 
 /// A new I/O context for `l` around an engine that is already open (a
@@ -105,8 +152,11 @@ pub(crate) fn rewrap_lun_store(
     l: &LunSettings,
     engine: Arc<dyn Backstore>,
     faults: Option<Arc<Faults>>,
+    image_lock: Option<Arc<ImageLock>>,
 ) -> Result<Current> {
-    wrap_engine(&lun_store_spec(cfg, l)?, engine, l, faults)
+    let mut cur = wrap_engine(&lun_store_spec(cfg, l)?, engine, l, faults)?;
+    cur.image_lock = image_lock;
+    Ok(cur)
 }
 
 fn wrap_engine(
@@ -120,11 +170,13 @@ fn wrap_engine(
             store: ctx.clone(),
             io_context: Some(ctx),
             faults: None,
+            image_lock: None,
         },
         None => Current {
             store: engine,
             io_context: None,
             faults: None,
+            image_lock: None,
         },
     };
     if let Some(f) = &l.fault {
@@ -281,6 +333,7 @@ pub(crate) fn conn_limits(cfg: &Config) -> rustgt_port::ConnLimits {
         max_connections: l.max_connections.max(1),
         max_per_address: l.max_connections_per_address.max(1),
         max_in_login: l.max_login_connections.max(1),
+        max_in_login_per_address: l.max_login_connections_per_address.max(1),
     }
 }
 

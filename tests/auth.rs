@@ -215,3 +215,60 @@ fn failed_chap_logins_hold_back_that_address_only() {
         t.elapsed()
     );
 }
+
+/// The brake cannot lock anyone out (issue 32 item 3): after 20 wrong CHAP
+/// answers under one initiator name from 127.0.0.1, a login with the right
+/// secret under another name from there is not held at all, and one under
+/// the failing name is held (at most a third of the 15 s login timeout)
+/// and then succeeds. The failures run ten at a time, so the second ten,
+/// which are held themselves, take one hold together.
+#[test]
+fn the_brake_holds_the_failing_name_only_and_never_past_the_login_timeout() {
+    const GUESSER: &str = "iqn.2026-12.org.rustgt.test:guesser";
+    const NEIGHBOUR: &str = "iqn.2026-12.org.rustgt.test:neighbour";
+    let d = Daemon::start_with_config(&auth_config(), 3);
+    let mut a = Admin::connect(&d);
+    let wrong = d.chap_url(USER, "wrong-secret-0123", CHAP_IQN, 0);
+    for round in 0..2 {
+        let runs: Vec<_> = (0..10)
+            .map(|_| {
+                let args = args!["-i", GUESSER, &wrong];
+                std::thread::spawn(move || inq(&args))
+            })
+            .collect();
+        for r in runs {
+            r.join().expect("iscsi-inq thread").assert_failure();
+        }
+        assert_eq!(
+            counter(&mut a, "rustgt_auth_failures_total"),
+            10 * (round + 1),
+            "{}",
+            d.stderr_tail(20)
+        );
+    }
+    // The second ten came after five failures: each was held (and a few
+    // of the first ten may have been, if they came after five others).
+    let held = counter(&mut a, "rustgt_logins_held_total");
+    assert!((10..=15).contains(&held), "{held} logins held");
+
+    // Another initiator name from the same address: not held.
+    let right = d.chap_url(USER, SECRET, CHAP_IQN, 0);
+    let t = Instant::now();
+    assert_inquiry_ok(&inq(&args!["-i", NEIGHBOUR, &right]));
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the other name took {took:?}"
+    );
+    assert_eq!(counter(&mut a, "rustgt_logins_held_total"), held);
+
+    // The failing name: held about 5 s (15 s / 3), then let in.
+    let t = Instant::now();
+    assert_inquiry_ok(&inq(&args!["-i", GUESSER, &right]));
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(15),
+        "the failing name's right login took {took:?} (held 5 s, login timeout 15 s)"
+    );
+    assert_eq!(counter(&mut a, "rustgt_logins_held_total"), held + 1);
+}

@@ -179,6 +179,16 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     false
 }
 
+/// Whether `s` is open at this instant (a non-blocking look: nothing to
+/// read, no end of file, no reset).
+fn still_open(s: &mut TcpStream) -> bool {
+    let _ = s.set_nonblocking(true);
+    let mut buf = [0u8; 64];
+    let open = matches!(s.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    let _ = s.set_nonblocking(false);
+    open
+}
+
 /// Whether `s` is still open now (nothing to read, no end of file).
 fn open_now(s: &mut TcpStream) -> bool {
     !closed_within(s, Duration::from_millis(200))
@@ -328,6 +338,7 @@ fn connection_floods_stay_within_a_memory_bound_and_logins_keep_working() {
         ("max_connections", "8192"),
         ("max_connections_per_address", "8192"),
         ("max_login_connections", "8192"),
+        ("max_login_connections_per_address", "8191"),
         ("login_timeout_secs", "120"),
     ]);
     let pid = pid(&d);
@@ -450,6 +461,7 @@ fn max_connections_refuses_past_the_cap_and_accepts_again() {
         ("max_connections", "6"),
         ("max_connections_per_address", "6"),
         ("max_login_connections", "6"),
+        ("max_login_connections_per_address", "5"),
         ("login_timeout_secs", "120"),
     ]);
     // Two sessions in full feature phase and four silent connections.
@@ -534,12 +546,13 @@ fn refusals_are_logged_once_per_interval_not_per_connection() {
 }
 
 #[test]
-fn max_login_connections_spares_logged_in_sessions() {
+fn max_login_connections_spares_logged_in_sessions_and_evicts_the_biggest_holder() {
     let d = start(&[
         ("max_login_connections", "3"),
+        ("max_login_connections_per_address", "2"),
         ("login_timeout_secs", "120"),
     ]);
-    // Logged-in sessions do not count against the login-phase cap.
+    // Logged-in sessions do not count against the login-phase caps.
     let mut sessions: Vec<Session> = (1..=4u8)
         .map(|i| Session::login(d.portal, DEFAULT_IQN, INITIATOR, [0x80, 0, 0, 0, 0x55, i]))
         .collect();
@@ -548,22 +561,145 @@ fn max_login_connections_spares_logged_in_sessions() {
     for c in &mut held {
         assert!(open_now(c));
     }
-    for src in [LO, LO2] {
-        let mut over = connect_from(src, d.portal).expect("connect");
-        assert!(
-            closed_within(&mut over, Duration::from_secs(5)),
-            "a fourth connection in the login phase (from {src}) must be closed at once"
-        );
-    }
+    // 127.0.0.1 has its share (2): a third from there is closed at once.
+    let mut over = connect_from(LO, d.portal).expect("connect");
+    assert!(
+        closed_within(&mut over, Duration::from_secs(5)),
+        "a third connection in the login phase from {LO} must be closed at once"
+    );
+    // The pool is full (3): a new one from 127.0.0.3 is kept, and the
+    // oldest of the address holding the most (127.0.0.1) is closed.
+    let mut new = connect_from(Ipv4Addr::new(127, 0, 0, 3), d.portal).expect("connect");
+    assert!(
+        closed_within(&mut held[0], Duration::from_secs(5)),
+        "the oldest silent connection of {LO} must be evicted\n{}",
+        d.stderr_tail(20)
+    );
+    assert!(open_now(&mut new), "the new connection is kept");
+    assert!(open_now(&mut held[1]) && open_now(&mut held[2]));
+    assert!(
+        d.stderr().contains("login slots full"),
+        "evictions are logged\n{}",
+        d.stderr_tail(20)
+    );
     for (i, s) in sessions.iter_mut().enumerate() {
         assert!(s.ping(0x100 + i as u32), "session {i} is not affected");
     }
-    drop(held.pop());
+    // 127.0.0.2 has one slot: it can still log in (evicting 127.0.0.1's).
     assert!(
         logs_in_again(&d, LO2, 9),
-        "no login accepted after a silent connection closed\n{}",
+        "no login accepted from {LO2}\n{}",
         d.stderr_tail(20)
     );
+}
+
+/// Fair login slots (issue 32 item 2): 300 silent connections from one
+/// address, then 3,000 from 30 addresses, never keep a real initiator
+/// (`iscsi-inq` from 127.0.0.1) from logging in, in under 2 s each time,
+/// with the default caps: one address holds at most its share (16) of the
+/// login slots, and a connection that finds them all taken evicts the
+/// oldest of the address holding the most instead of being refused.
+#[test]
+fn silent_floods_from_other_addresses_do_not_delay_a_real_login() {
+    const ONE_ADDRESS: usize = 300;
+    const ADDRESSES: u8 = 30;
+    const PER_ADDRESS: usize = 100;
+    /// A login this slow counts as delayed by the flood.
+    const QUICK: Duration = Duration::from_secs(2);
+    if !enough_fds(ADDRESSES as u64 * PER_ADDRESS as u64 + 1000) {
+        return;
+    }
+    let d = start(&[]);
+    let pid = pid(&d);
+    inq(&d).assert_success();
+    let idle_fds = fds(pid);
+    let quick_login = |what: &str| {
+        let t = Instant::now();
+        let out = inq(&d);
+        let took = t.elapsed();
+        assert!(
+            out.success() && took < QUICK,
+            "{what}: iscsi-inq took {took:?} ({out})\n{}",
+            d.stderr_tail(20)
+        );
+        took
+    };
+
+    // 300 from 127.0.0.2: it keeps 16, the rest are closed at once.
+    let mut one: Vec<TcpStream> = (0..ONE_ADDRESS)
+        .map(|_| {
+            let c = connect_from(LO2, d.portal).expect("connect");
+            reset_on_close(&c);
+            c
+        })
+        .collect();
+    let took = quick_login("300 silent connections from 127.0.0.2");
+    let t = Instant::now();
+    assert!(
+        // Up to three descriptors a connection (the socket, the probe and
+        // the busy-poll's direct reader).
+        wait_until(SETTLE, || fds(pid) <= idle_fds + 3 * 16 + 8),
+        "one address holds more than its 16 login slots ({} descriptors, {idle_fds} idle)",
+        fds(pid)
+    );
+    let kept = one.iter_mut().map(still_open).filter(|o| *o).count();
+    assert_eq!(kept, 16, "of {ONE_ADDRESS} connections from {LO2}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "settled before the login timeout"
+    );
+    eprintln!(
+        "300 from one address: iscsi-inq in {took:?}, {kept} kept, daemon {} fds above idle",
+        fds(pid).saturating_sub(idle_fds)
+    );
+    drop(one);
+
+    // 3,000 from 127.0.0.10 .. 127.0.0.39, opened while real logins run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = Arc::clone(&stop);
+        let portal = d.portal;
+        thread::spawn(move || {
+            let mut conns = Vec::with_capacity(usize::from(ADDRESSES) * PER_ADDRESS);
+            for round in 0..PER_ADDRESS {
+                for a in 0..ADDRESSES {
+                    if stop.load(Ordering::Relaxed) {
+                        return conns;
+                    }
+                    let src = Ipv4Addr::new(127, 0, 0, 10 + a);
+                    match connect_from(src, portal) {
+                        Ok(c) => {
+                            reset_on_close(&c);
+                            conns.push(c);
+                        }
+                        Err(e) => panic!("connect {round}/{a}: {e}"),
+                    }
+                }
+                // About 3,000 connections over 2 s, while logins run.
+                thread::sleep(Duration::from_millis(20));
+            }
+            conns
+        })
+    };
+    let mut during = Vec::new();
+    for _ in 0..3 {
+        during.push(quick_login("during a flood from 30 addresses"));
+        thread::sleep(Duration::from_millis(200));
+    }
+    let conns = flood.join().expect("flood thread");
+    assert_eq!(conns.len(), usize::from(ADDRESSES) * PER_ADDRESS);
+    // The login slots are all taken by the flood now: a real login still
+    // gets one at once.
+    let after = quick_login("after 3,000 silent connections from 30 addresses");
+    // The daemon holds at most its login slots of them (256), not 3,000.
+    assert!(
+        wait_until(SETTLE, || fds(pid) <= idle_fds + 3 * 256 + 8),
+        "{} descriptors held ({idle_fds} idle)",
+        fds(pid)
+    );
+    eprintln!("3,000 from 30 addresses: iscsi-inq in {during:?} during, {after:?} after");
+    stop.store(true, Ordering::Relaxed);
+    drop(conns);
 }
 
 #[test]

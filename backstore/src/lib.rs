@@ -64,6 +64,7 @@ mod geometry;
 pub mod hddsim;
 mod hint;
 pub mod hold;
+pub mod image_lock;
 pub mod ioctx;
 mod mmap;
 pub mod nowait;

@@ -327,14 +327,15 @@ impl Runtime {
                         )))
                     }
                 };
-                crate::wiring::rewrap_lun_store(cfg, &u.lun, engine, cur.faults).map_err(|e| {
-                    AdminError::Failed(format!(
-                        "target {}: LUN {}: cannot set up its I/O context: {}",
-                        tp.iqn,
-                        u.lun.id,
-                        crate::wiring::error_chain(&e)
-                    ))
-                })?
+                crate::wiring::rewrap_lun_store(cfg, &u.lun, engine, cur.faults, cur.image_lock)
+                    .map_err(|e| {
+                        AdminError::Failed(format!(
+                            "target {}: LUN {}: cannot set up its I/O context: {}",
+                            tp.iqn,
+                            u.lun.id,
+                            crate::wiring::error_chain(&e)
+                        ))
+                    })?
             };
             out.stores.insert((k.clone(), u.lun.id), s);
         }

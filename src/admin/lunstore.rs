@@ -41,6 +41,10 @@ pub struct Current {
     /// The LUN's live faults when it has a `fault` table: `store` is then
     /// the fault wrapper around the context (or engine).
     pub faults: Option<Arc<Faults>>,
+    /// The lock on the LUN's image (file, mmap and block-device LUNs),
+    /// held as long as this store is (docs/ARCHITECTURE.md, "One daemon
+    /// per image").
+    pub image_lock: Option<Arc<rustgt_backstore::image_lock::ImageLock>>,
 }
 
 /// The swappable, metered store of one LUN.
@@ -382,6 +386,7 @@ mod tests {
             store: ram(1 << 20),
             io_context: None,
             faults: None,
+            image_lock: None,
         });
         s.write_at(&[7u8; 4096], 0, false).expect("write");
         let mut buf = [0u8; 4096];
@@ -402,12 +407,14 @@ mod tests {
             store: ram(1 << 20),
             io_context: None,
             faults: None,
+            image_lock: None,
         });
         assert_eq!(s.geometry().size_bytes(), 1 << 20);
         let old = s.replace(Current {
             store: ram(2 << 20),
             io_context: None,
             faults: None,
+            image_lock: None,
         });
         assert_eq!(old.store.geometry().size_bytes(), 1 << 20);
         assert_eq!(s.geometry().size_bytes(), 2 << 20);

@@ -146,7 +146,13 @@ impl Runtime {
             admin_socket: None,
             metrics: None,
         };
+        // Every existing image a LUN will open is locked for it before
+        // anything is bound: a second daemon, or two LUNs on one image,
+        // fail here. The stores take their own share of the locks as
+        // they open (same holder), after which these go.
+        let preflight = lock_images(&cfg)?;
         rt.apply(cfg, true, false).await?;
+        drop(preflight);
         Ok(rt)
     }
 
@@ -448,4 +454,35 @@ fn list(addrs: &[SocketAddr]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Locks the existing images of `cfg`'s file, mmap and block-device LUNs
+/// for their LUNs (start-up's check before any portal is bound).
+fn lock_images(
+    cfg: &Config,
+) -> Result<Vec<Arc<rustgt_backstore::image_lock::ImageLock>>, AdminError> {
+    let mut held = Vec::new();
+    for t in &cfg.targets {
+        for l in &t.luns {
+            let Some(spec) = crate::wiring::backstore_spec(cfg, l) else {
+                continue;
+            };
+            let Some(path) = crate::wiring::locked_image(&spec) else {
+                continue;
+            };
+            if !path.exists() {
+                continue;
+            }
+            let lock = crate::wiring::lock_lun_image(&t.iqn, l, path, &spec).map_err(|e| {
+                AdminError::Failed(format!(
+                    "target {}: LUN {}: {}",
+                    t.iqn,
+                    l.id,
+                    crate::wiring::error_chain(&e)
+                ))
+            })?;
+            held.push(lock);
+        }
+    }
+    Ok(held)
 }

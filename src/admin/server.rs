@@ -176,6 +176,18 @@ impl Drop for AdminSocket {
 
 /// Removes a socket nobody listens on; refuses to touch a live socket or
 /// a file that is not a socket.
+/// Fails if a daemon answers on `path` (checked at start-up before
+/// anything is opened or bound; [`AdminSocket::bind`] looks again).
+pub fn ensure_unused(path: &Path) -> Result<(), SocketError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => Err(SocketError::InUse(path.to_owned())),
+            Err(_) => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
 fn remove_stale(path: &Path) -> Result<(), SocketError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,

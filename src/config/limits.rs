@@ -24,6 +24,11 @@ pub struct LimitSettings {
     /// Connections open at once that have not reached full feature phase,
     /// 1..=max_connections.
     pub max_login_connections: usize,
+    /// Connections open at once from one source address that have not
+    /// reached full feature phase, 1..max_login_connections (below it, so
+    /// that the slot of a flooding address can always be evicted for a
+    /// login from elsewhere).
+    pub max_login_connections_per_address: usize,
     /// Normal sessions one initiator name may hold at once (all ISIDs and
     /// targets together), 1..=65535; the login of one more fails with
     /// Out of Resources.
@@ -37,6 +42,7 @@ impl Default for LimitSettings {
             max_connections: 4096,
             max_connections_per_address: 256,
             max_login_connections: 256,
+            max_login_connections_per_address: 16,
             max_sessions_per_initiator: 64,
         }
     }
@@ -65,6 +71,16 @@ pub(super) fn check_limits(c: &mut Checker, key: &KeyPath, s: &LimitSettings) {
                 format!("{value} is out of range 1..=max_connections ({total})"),
             );
         }
+    }
+    let share = s.max_login_connections_per_address;
+    if share == 0 || share >= s.max_login_connections {
+        c.fail(
+            key.key("max_login_connections_per_address"),
+            format!(
+                "{share} must be at least 1 and below max_login_connections ({}), so a flooding address's login slots can be given to others",
+                s.max_login_connections
+            ),
+        );
     }
     c.range(
         key.key("max_sessions_per_initiator"),

@@ -184,6 +184,7 @@ fn limits_defaults_match_the_documentation() {
     assert_eq!(l.max_connections, 4096);
     assert_eq!(l.max_connections_per_address, 256);
     assert_eq!(l.max_login_connections, 256);
+    assert_eq!(l.max_login_connections_per_address, 16);
     assert_eq!(l.max_sessions_per_initiator, 64);
     assert_eq!(Config::default().limits, l);
 }
@@ -198,10 +199,12 @@ fn limits_are_read_from_file_and_environment_and_checked_by_key() {
         );
         let path = write_config(dir.path(), &body);
         jail.set_env("RUSTGT_LIMITS__MAX_LOGIN_CONNECTIONS", 10);
+        jail.set_env("RUSTGT_LIMITS__MAX_LOGIN_CONNECTIONS_PER_ADDRESS", 4);
         let cfg = load(Some(&path), &Overrides::default()).expect("loads");
         assert_eq!(cfg.limits.login_timeout_secs, 5);
         assert_eq!(cfg.limits.max_connections, 1000);
         assert_eq!(cfg.limits.max_login_connections, 10);
+        assert_eq!(cfg.limits.max_login_connections_per_address, 4);
         assert_eq!(cfg.limits.max_connections_per_address, 256);
     });
 }
@@ -230,6 +233,11 @@ fn limits_out_of_range_name_the_key() {
             &with("max_connections = 10\nmax_login_connections = 0"),
             "limits.max_login_connections",
             "out of range",
+        );
+        assert_problem(
+            &with("max_login_connections = 8"),
+            "limits.max_login_connections_per_address",
+            "below max_login_connections (8)",
         );
         assert_problem(
             &with("max_sessions_per_initiator = 0"),

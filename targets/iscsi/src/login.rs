@@ -218,7 +218,8 @@ impl LoginState {
             if sec.authenticated() {
                 // Proven with CHAP: the address's failures are forgotten.
                 if let (Some(ip), Ok(mut t)) = (ctx.peer_ip, ctx.sessions.lock()) {
-                    t.brake_mut().succeeded(ip);
+                    t.brake_mut()
+                        .succeeded(ip, st.initiator.as_deref().unwrap_or_default());
                 }
             }
             if req.transit && !complete && sec_answer.is_empty() {

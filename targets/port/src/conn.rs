@@ -59,6 +59,7 @@ impl Port {
     /// side of the port until it is dropped (which forgets the connection).
     pub fn open(self: &Arc<Self>, mut info: ConnInfo) -> PortConn {
         let r = self.register(&mut info);
+        info.admitted.attach(r.tx.clone());
         PortConn::new(
             Arc::clone(self),
             r.conn_id,

@@ -334,13 +334,15 @@ async fn caps_count_both_transports_and_logged_in_connections_leave_the_login_ca
         max_connections: 3,
         max_per_address: 2,
         max_in_login: 2,
+        max_in_login_per_address: 1,
     });
     let mut tcp = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
     let _iser = Driven::open(&port, Transport::Iser, "127.0.0.2:50001");
-    // Two logging in: the login-phase cap refuses a third.
+    // One logging in from 127.0.0.2 over either transport: its share of
+    // the login slots is taken.
     assert_eq!(
-        port.admit(addr("127.0.0.3:1")).unwrap_err(),
-        Refusal::InLogin
+        port.admit(addr("127.0.0.2:1")).unwrap_err(),
+        Refusal::InLoginPerAddress
     );
     // A driver reports full feature phase; the slot frees.
     tcp.login();

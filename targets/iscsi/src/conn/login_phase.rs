@@ -24,11 +24,18 @@ impl Connection {
             return;
         }
         if st.first_brake_check() {
+            // The brake counts failures per address and initiator name;
+            // the first request declares the name (a request without one
+            // fails anyway).
+            let name = declared_initiator(data);
+            // Held at most a third of the login timeout, so the login has
+            // time left to finish.
+            let cap = self.cfg.login_timeout / 3;
             let until = peer.and_then(|ip| {
                 self.sessions
                     .lock()
                     .ok()
-                    .and_then(|mut t| t.brake_mut().hold(&self.cfg.brake, ip, now))
+                    .and_then(|mut t| t.brake_mut().hold(&self.cfg.brake, ip, &name, now, cap))
             });
             if let Some(until) = until {
                 tracing::info!(
@@ -144,8 +151,12 @@ impl Connection {
         let Some(ip) = self.peer_ip() else {
             return;
         };
+        let name = match &self.phase {
+            Phase::Login(st) => st.who().0.unwrap_or_default(),
+            _ => String::new(),
+        };
         if let Ok(mut t) = self.sessions.lock() {
-            t.brake_mut().failed(&self.cfg.brake, ip, now);
+            t.brake_mut().failed(&self.cfg.brake, ip, &name, now);
         }
     }
 
@@ -186,4 +197,18 @@ impl Connection {
         };
         self.send(Reply::LoginResponse(r));
     }
+}
+
+/// The InitiatorName a login request's text declares (empty if none, or
+/// if the text does not parse: such a login fails on its own).
+fn declared_initiator(data: &[u8]) -> String {
+    crate::text::parse_text(data)
+        .ok()
+        .and_then(|pairs| {
+            pairs
+                .into_iter()
+                .find(|(k, _)| k == "InitiatorName")
+                .map(|(_, v)| v)
+        })
+        .unwrap_or_default()
 }
