@@ -367,6 +367,14 @@ pub struct StatusView {
     pub portals: Vec<SocketAddr>,
     pub sessions: usize,
     pub connections: usize,
+    /// Whether admin changes are written to `config_file`.
+    #[serde(default)]
+    pub persist: bool,
+    /// The running state has changes the configuration file lacks (only
+    /// with persistence off, or after a failed write); SIGHUP then refuses
+    /// to revert them unless forced.
+    #[serde(default)]
+    pub unsaved_changes: bool,
 }
 
 /// CHAP as shown: names only, never secrets.
@@ -595,6 +603,13 @@ pub struct ChangeReport {
     pub changes: Vec<String>,
     /// Settings that differ but only take effect after a restart.
     pub restart_needed: Vec<String>,
+    /// The file the change was written to (persistence on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_to: Option<String>,
+    /// Why the change, applied, is not in the configuration file: the
+    /// write failed, or persistence is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// Result of `config_save`.

@@ -34,6 +34,8 @@ impl Runtime {
             portals: self.portals(),
             sessions: sessions_of(&conns).len(),
             connections: conns.len(),
+            persist: self.source.persist,
+            unsaved_changes: self.unsaved,
         }
     }
 

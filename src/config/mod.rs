@@ -57,7 +57,7 @@ pub use load::{admin_socket_of, load, load_text};
 pub use luns::LunSettings;
 pub use targets::TargetSettings;
 pub use top::{Config, Overrides};
-pub use values::ByteSize;
+pub use values::{ByteSize, Naa, Wwn};
 
 #[cfg(test)]
 mod tests;

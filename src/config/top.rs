@@ -61,6 +61,10 @@ pub struct Config {
     /// in progress, sessions per initiator.
     #[serde(default)]
     pub limits: LimitSettings,
+    /// Write every change made over the admin socket back to the
+    /// configuration file (default true); `--no-persist` also turns it off.
+    #[serde(default = "super::luns::default_true")]
+    pub persist: bool,
 }
 
 /// Command-line values that beat the file and the environment.
@@ -102,6 +106,7 @@ impl Config {
                 write_cache: true,
                 workers: None,
                 serial: None,
+                wwn: None,
                 removable: false,
                 pr_state: None,
                 physical_block_size: None,
@@ -157,6 +162,7 @@ impl Default for Config {
             metrics_listen: None,
             reactor: ReactorSettings::default(),
             limits: LimitSettings::default(),
+            persist: true,
         }
     }
 }

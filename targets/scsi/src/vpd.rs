@@ -10,7 +10,6 @@ use crate::cmd::Nexus;
 use crate::limits;
 use crate::lun::{Identity, LogicalUnit, DEFAULT_PRODUCT, DEFAULT_VENDOR};
 use crate::max_transfer::max_transfer_blocks;
-use crate::registry::naa_registered_extended;
 
 /// Peripheral device type: direct-access block device (SPC-4 table 137).
 const TYPE_DISK: u8 = 0x00;
@@ -139,7 +138,7 @@ fn device_identification(ident: &Identity, nexus: &Nexus) -> Vec<u8> {
         0,
         0x1,
         0x03,
-        &naa_registered_extended(ident.naa_id),
+        &ident.designator(),
     ));
     // Logical unit: T10 vendor ID (ASCII, type 1): vendor + serial.
     let mut t10 = ascii_field(&ident.vendor, 8);
@@ -261,7 +260,7 @@ mod tests {
 
     #[test]
     fn naa_designator_value() {
-        let v = naa_registered_extended(0x1122_3344_5566_7788);
+        let v = crate::registry::naa_registered_extended(0x1122_3344_5566_7788);
         assert_eq!(
             v,
             [0x60, 0, 0, 0, 0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
