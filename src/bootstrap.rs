@@ -118,12 +118,11 @@ fn data_config(overrides: &Overrides, no_persist: bool) -> Result<Option<PathBuf
         ..Config::default()
     };
     identity::fill(&mut full, None, Source::Random)?;
-    let text = persist::edit::update(HEADER, &empty, &full).map_err(|source| {
-        SaveError::Edit {
-            path: path.clone(),
-            source,
-        }
+    let body = persist::edit::update("", &empty, &full).map_err(|source| SaveError::Edit {
+        path: path.clone(),
+        source,
     })?;
+    let text = format!("{HEADER}{body}");
     persist::atomic::write_atomic(&path, text.as_bytes()).map_err(|source| SaveError::Write {
         path: path.clone(),
         source,

@@ -125,10 +125,7 @@ pub fn status(s: &StatusView) -> String {
         ("LUNs", s.luns.to_string()),
         ("sessions", s.sessions.to_string()),
         ("connections", s.connections.to_string()),
-        (
-            "persist",
-            if s.persist { "on" } else { "off" }.to_owned(),
-        ),
+        ("persist", if s.persist { "on" } else { "off" }.to_owned()),
         (
             "unsaved changes",
             if s.unsaved_changes {

@@ -35,7 +35,11 @@ pub fn update(text: &str, old: &Config, new: &Config) -> Result<String> {
     merge(doc.as_table_mut(), &ov, &nv, &src, &["targets"]);
     let root = doc.as_table_mut();
     for t in &old.targets {
-        if !new.targets.iter().any(|n| n.iqn.eq_ignore_ascii_case(&t.iqn)) {
+        if !new
+            .targets
+            .iter()
+            .any(|n| n.iqn.eq_ignore_ascii_case(&t.iqn))
+        {
             if let Some(list) = root.get_mut("targets") {
                 remove_where(list, |x| is_target(x, &t.iqn));
             }
@@ -57,7 +61,11 @@ pub fn update(text: &str, old: &Config, new: &Config) -> Result<String> {
     Ok(doc.to_string())
 }
 
-fn update_target(doc: &mut dyn TableLike, old: &TargetSettings, new: &TargetSettings) -> Result<()> {
+fn update_target(
+    doc: &mut dyn TableLike,
+    old: &TargetSettings,
+    new: &TargetSettings,
+) -> Result<()> {
     let src = source(new)?;
     merge(doc, &as_table(old)?, &as_table(new)?, &src, &["luns"]);
     for l in &old.luns {
@@ -259,7 +267,12 @@ fn append(doc: &mut dyn TableLike, key: &str, table: Table) -> Result<()> {
 fn new_target(t: &TargetSettings) -> Result<Table> {
     let mut table = fresh(&source(t)?);
     if let Ok(min) = toml::from_str::<TargetSettings>(&format!("iqn = {:?}", t.iqn)) {
-        prune(&mut table, &as_table(t)?, &as_table(&min)?, &["iqn", "luns"]);
+        prune(
+            &mut table,
+            &as_table(t)?,
+            &as_table(&min)?,
+            &["iqn", "luns"],
+        );
     }
     if let Some(Item::ArrayOfTables(luns)) = table.get_mut("luns") {
         for (dl, l) in luns.iter_mut().zip(&t.luns) {
@@ -328,8 +341,12 @@ size = "1G"
 "#;
 
     fn load(text: &str) -> Config {
-        load_text(Path::new("test.toml"), text.to_owned(), &Overrides::default())
-            .expect("valid config")
+        load_text(
+            Path::new("test.toml"),
+            text.to_owned(),
+            &Overrides::default(),
+        )
+        .expect("valid config")
     }
 
     fn edited(change: impl FnOnce(&mut Config)) -> (String, Config) {
@@ -358,7 +375,9 @@ size = "1G"
         assert!(text.contains("# The boot disk."), "{text}");
         assert!(text.contains("size = \"16M\"   # small"), "{text}");
         let five = text.find("id = 5").expect("LUN 5 written");
-        let other = text.find("iqn.2026-11.org.example:other").expect("second target");
+        let other = text
+            .find("iqn.2026-11.org.example:other")
+            .expect("second target");
         assert!(five < other, "LUN 5 belongs to the first target:\n{text}");
         // Defaults are not spelt out.
         assert!(!text.contains("block_size"), "{text}");
@@ -388,7 +407,9 @@ size = "1G"
         assert!(text.contains("# rustgt at the lab"), "{text}");
         assert!(text.contains("queue_depth = 64 # deep enough"), "{text}");
         let chap = text.find("user = \"alice\"").expect("chap written");
-        let other = text.find("iqn.2026-11.org.example:other").expect("second target");
+        let other = text
+            .find("iqn.2026-11.org.example:other")
+            .expect("second target");
         assert!(chap < other, "chap belongs to the first target:\n{text}");
     }
 

@@ -134,12 +134,7 @@ fn name_string(name: &str) -> Vec<u8> {
 fn device_identification(ident: &Identity, nexus: &Nexus) -> Vec<u8> {
     let mut body = Vec::new();
     // Logical unit: NAA (binary, type 3).
-    body.extend(designator(
-        0,
-        0x1,
-        0x03,
-        &ident.designator(),
-    ));
+    body.extend(designator(0, 0x1, 0x03, &ident.designator()));
     // Logical unit: T10 vendor ID (ASCII, type 1): vendor + serial.
     let mut t10 = ascii_field(&ident.vendor, 8);
     t10.extend(serial(ident, 255 - 8));
