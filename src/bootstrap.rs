@@ -77,18 +77,31 @@ pub fn prepare(
         }
     }
     let before = cfg.clone();
-    let filled = identity::fill(&mut cfg, None, source)?;
-    match &file {
-        Some(f) if persist && !filled.is_empty() => {
-            persist::save(f, &before, &cfg)?;
-            tracing::info!(file = %f.display(), luns = ?filled, "LUN serial and wwn generated and saved");
+    let mut filled = identity::fill(&mut cfg, None, source)?;
+    let mut derived = !persist;
+    if let (Some(f), true) = (&file, persist && !filled.is_empty()) {
+        match persist::save(f, &before, &cfg) {
+            Ok(()) => {
+                tracing::info!(file = %f.display(), luns = ?filled, "LUN serial and wwn generated and saved")
+            }
+            Err(e) => {
+                // Random ones that are not saved would change at every
+                // start: derive them instead.
+                tracing::error!(error = %e, "LUN identities cannot be saved");
+                cfg = before;
+                let id = identity::machine_id(&cfg.data_dir)?;
+                filled = identity::fill(&mut cfg, None, Source::Derived(id))?;
+                derived = true;
+            }
         }
-        _ if !filled.is_empty() => tracing::warn!(
+    }
+    if derived && !filled.is_empty() {
+        tracing::warn!(
             luns = ?filled,
-            "persistence off: LUN serial and wwn derived from the data directory's machine id; \
-             set `serial` and `wwn` in the configuration to keep them wherever it is used"
-        ),
-        _ => {}
+            "LUN serial and wwn not saved: derived from the data directory's machine id; \
+             set `serial` and `wwn` in the configuration to keep them wherever it is used \
+             (persistence off, or the file cannot be written)"
+        );
     }
     Ok(Start { cfg, file, persist })
 }

@@ -422,6 +422,10 @@ pub struct LunView {
     pub write_cache: bool,
     pub workers: usize,
     pub serial: String,
+    /// The configured NAA designator ("naa.6..."); none for rbd LUNs,
+    /// whose designator is derived from the target name and LUN.
+    #[serde(default)]
+    pub wwn: Option<String>,
     /// The readahead policy running, if the LUN has an I/O context.
     pub readahead: Option<String>,
     /// With a `fault` table: the faults set now ("read_error", "hang", ...;

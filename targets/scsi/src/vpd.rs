@@ -222,6 +222,7 @@ mod tests {
             product: "VIRTUAL-DISK".into(),
             serial: "abc123".into(),
             naa_id: 0x0102_0304_0506_0708,
+            naa: None,
             removable: false,
         }
     }
@@ -260,6 +261,30 @@ mod tests {
             v,
             [0x60, 0, 0, 0, 0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
         );
+    }
+
+    #[test]
+    fn a_configured_designator_beats_the_derived_one() {
+        let wwn = [
+            0x60, 0, 0, 0x05, 0x83, 0x59, 0x22, 0x46, 0x25, 0x09, 0x6a, 0x2d, 0x01, 0x3d, 0xfd,
+            0x15,
+        ];
+        let ident = Identity {
+            naa: Some(wwn),
+            ..ident()
+        };
+        assert_eq!(ident.designator(), wwn);
+        let nexus = Nexus {
+            id: 1,
+            initiator_port: "iqn.i".into(),
+            target_port: "iqn.t,t,0x0001".into(),
+            relative_port_id: 3,
+            port_group: 7,
+        };
+        let p = device_identification(&ident, &nexus);
+        // The first descriptor: logical unit, binary, NAA, 16 bytes.
+        assert_eq!(&p[4..8], &[0x01, 0x03, 0x00, 0x10]);
+        assert_eq!(&p[8..24], &wwn);
     }
 
     #[test]
