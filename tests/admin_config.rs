@@ -519,3 +519,67 @@ fn fresh_daemons_have_identities_of_their_own_and_keep_them() {
     let c = fresh(Some(c.stop_keep_files()), &["--no-persist"]);
     assert_eq!(identity_of(&c), ic);
 }
+
+#[test]
+fn portal_and_target_changes_are_saved_as_configured() {
+    let file_text = format!(
+        "[[targets]]\niqn = \"{A}\"\nportals = [\"127.0.0.1:0\"] # any free port\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"16M\"\n\n\
+         [[targets]]\niqn = \"{B}\"\nportals = [\"127.0.0.1:0\"]\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"16M\"\n"
+    );
+    let d = Daemon::start_with(DaemonOptions {
+        config: Some(file_text),
+        targets: Some(2),
+        keep_portals: true,
+        ..DaemonOptions::default()
+    });
+    let file = d.data_dir().parent().expect("scratch").join("rustgt.toml");
+    let mut a = Admin::connect(&d);
+    a.ok(json!({"cmd": "add_portal", "target": A, "portal": "127.0.0.2:0"}));
+    a.ok(
+        json!({"cmd": "add_target", "target": {"iqn": C, "portals": ["127.0.0.1:0"],
+        "luns": [{"id": 0, "backstore": "null", "size": "1G"}]}}),
+    );
+    a.ok(json!({"cmd": "remove_target", "target": B}));
+    let text = std::fs::read_to_string(&file).expect("config file");
+    let doc: toml::Value = toml::from_str(&text).expect("parses");
+    let targets = doc["targets"].as_array().expect("targets");
+    let names: Vec<&str> = targets.iter().filter_map(|t| t["iqn"].as_str()).collect();
+    assert_eq!(names, [A, C], "{text}");
+    // Port 0 stays port 0 in the file, whatever port it got.
+    assert_eq!(
+        targets[0]["portals"],
+        toml::Value::from(vec!["127.0.0.1:0", "127.0.0.2:0"]),
+        "{text}"
+    );
+    assert!(text.contains("# any free port"), "{text}");
+    let lun = &targets[1]["luns"][0];
+    assert!(
+        lun["serial"].as_str().is_some(),
+        "C's LUN got a serial: {text}"
+    );
+    assert!(
+        lun["wwn"].as_str().is_some_and(|w| w.starts_with("naa.6")),
+        "C's LUN got a wwn: {text}"
+    );
+    let wwn = lun["wwn"].clone();
+    drop(a);
+    let scratch = d.stop_keep_files();
+    let d2 = Daemon::start_with(DaemonOptions {
+        config: Some(text),
+        targets: Some(2),
+        keep_portals: true,
+        scratch: Some(scratch),
+        ..DaemonOptions::default()
+    });
+    let mut a2 = Admin::connect(&d2);
+    let luns = a2.ok(json!({"cmd": "list_luns", "target": C}));
+    assert_eq!(luns[0]["wwn"].as_str(), wwn.as_str(), "{luns}");
+    assert_eq!(
+        a2.ok(json!({"cmd": "show_target", "target": A}))["portals"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+}

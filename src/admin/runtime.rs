@@ -281,7 +281,12 @@ impl Runtime {
         let file = self.source.file.clone();
         match file {
             Some(file) if self.source.persist => {
-                match tokio::task::block_in_place(|| crate::persist::save(&file, before, after)) {
+                let (before, after) = (self.as_configured(before), self.as_configured(after));
+                let after = match self.source.overrides.listen {
+                    Some(_) => keep_portals(&before, after),
+                    None => after,
+                };
+                match tokio::task::block_in_place(|| crate::persist::save(&file, &before, &after)) {
                     Ok(()) => report.saved_to = Some(file.display().to_string()),
                     Err(e) => {
                         self.unsaved = true;
@@ -304,6 +309,22 @@ impl Runtime {
                 report.not_saved = Some(why);
             }
         }
+    }
+
+    /// `cfg` with every portal bound for a configured port 0 written as
+    /// configured, as the file has it.
+    fn as_configured(&self, cfg: &Config) -> Config {
+        let mut out = cfg.clone();
+        for t in &mut out.targets {
+            for p in &mut t.portals {
+                if let Some(l) = self.listeners.get(p) {
+                    *p = l.configured;
+                }
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            t.portals.retain(|p| seen.insert(*p));
+        }
+        out
     }
 
     async fn dispatch(&mut self, req: Request) -> Result<Value, AdminError> {
@@ -550,6 +571,22 @@ fn lun_mut(t: &mut TargetSettings, lun: u64) -> Result<&mut LunSettings, AdminEr
         .iter_mut()
         .find(|l| l.id == lun)
         .ok_or(AdminError::UnknownLun { target: iqn, lun })
+}
+
+/// `after` with the portals of the targets `before` has too taken from
+/// `before`: under `--listen`, which replaces every portal list, portal
+/// changes are not written to the file.
+fn keep_portals(before: &Config, mut after: Config) -> Config {
+    for t in &mut after.targets {
+        if let Some(b) = before
+            .targets
+            .iter()
+            .find(|b| b.iqn.eq_ignore_ascii_case(&t.iqn))
+        {
+            t.portals = b.portals.clone();
+        }
+    }
+    after
 }
 
 fn list(addrs: &[SocketAddr]) -> String {
