@@ -36,8 +36,11 @@ pub enum SaveError {
 
 /// Writes the change from `old` to `new` into `file` (created when
 /// missing). The file is read again each time, so an edit the admin made
-/// by hand and has not reloaded yet is kept.
+/// by hand and has not reloaded yet is kept. A symbolic link is followed:
+/// the file it names is replaced, the link stays.
 pub fn save(file: &Path, old: &Config, new: &Config) -> Result<(), SaveError> {
+    let real = std::fs::canonicalize(file).ok();
+    let file = real.as_deref().unwrap_or(file);
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -59,4 +62,33 @@ pub fn save(file: &Path, old: &Config, new: &Config) -> Result<(), SaveError> {
         path: file.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_linked_file_is_updated_and_the_link_kept() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let real = dir.path().join("real.toml");
+        let link = dir.path().join("rustgt.toml");
+        let text = "# mine\n[[targets]]\niqn = \"iqn.2026-11.org.example:a\"\n";
+        std::fs::write(&real, text).expect("write");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        let old =
+            crate::config::load(Some(&link), &crate::config::Overrides::default()).expect("loads");
+        let mut new = old.clone();
+        if let Some(t) = new.targets.first_mut() {
+            t.acl.push("iqn.2026-11.org.example:host".into());
+        }
+        save(&link, &old, &new).expect("saved");
+        assert!(std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink());
+        let saved = std::fs::read_to_string(&real).expect("read");
+        assert!(saved.starts_with("# mine\n"), "{saved}");
+        assert!(saved.contains("iqn.2026-11.org.example:host"), "{saved}");
+    }
 }
