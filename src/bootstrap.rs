@@ -10,12 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, Config, ConfigError, Overrides};
+use crate::config::{self, Config, ConfigError, Overrides, DATA_DIR_CONFIG};
 use crate::identity::{self, IdentityError, Source};
 use crate::persist::{self, SaveError};
-
-/// The configuration file kept in the data directory without `--config`.
-pub const DATA_CONFIG: &str = "rustgt.toml";
 
 /// The first lines of the file written at first start.
 const HEADER: &str = "\
@@ -109,7 +106,7 @@ pub fn prepare(
 /// `<data_dir>/rustgt.toml`, written first if missing and allowed.
 fn data_config(overrides: &Overrides, no_persist: bool) -> Result<Option<PathBuf>, BootError> {
     let base = config::load(None, overrides)?;
-    let path = base.data_dir.join(DATA_CONFIG);
+    let path = base.data_dir.join(DATA_DIR_CONFIG);
     if path.exists() {
         return Ok(Some(path));
     }

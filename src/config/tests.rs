@@ -1025,3 +1025,27 @@ fn iscsi_name_validation() {
         assert!(err.contains(fragment), "{name}: {err}");
     }
 }
+
+#[test]
+fn admin_socket_of_reads_the_data_directory_file_without_config() {
+    jailed(|_| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let overrides = Overrides {
+            data_dir: Some(dir.path().to_owned()),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            admin_socket_of(None, &overrides).expect("socket"),
+            dir.path().join("admin.sock")
+        );
+        std::fs::write(
+            dir.path().join(DATA_DIR_CONFIG),
+            "admin_socket = \"ctl.sock\"\n",
+        )
+        .expect("write");
+        assert_eq!(
+            admin_socket_of(None, &overrides).expect("socket"),
+            dir.path().join("ctl.sock")
+        );
+    });
+}

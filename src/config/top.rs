@@ -23,6 +23,9 @@ use super::values::{Bytes, Setting};
 pub const DEFAULT_TARGET_IQN: &str = "iqn.2026-11.org.rustgt:default";
 /// Data directory when neither the file, the environment nor `--data-dir` set one.
 pub const DEFAULT_DATA_DIR: &str = "./rustgt-data";
+/// The configuration file in the data directory, read (and written at
+/// first start) when the daemon is started without `--config`.
+pub const DATA_DIR_CONFIG: &str = "rustgt.toml";
 /// Prefix of environment overrides; nested keys are joined with `__`.
 pub const ENV_PREFIX: &str = "RUSTGT_";
 
