@@ -14,8 +14,10 @@ use crate::config::Overrides;
 
 /// Userspace iSCSI block target.
 ///
-/// Without --config, serves `iqn.2026-11.org.rustgt:default` on 127.0.0.1:3260
-/// with LUN 0 backed by a 1 GiB sparse file `lun0.img` in the data directory.
+/// Without --config, serves DATA_DIR/rustgt.toml; at first start that file is
+/// written with a target named for this host
+/// (`iqn.2026-11.org.rustgt:<hostname>.<random hex>`) on 127.0.0.1:3260 and
+/// LUN 0 backed by a 1 GiB sparse file `lun0.img` in the data directory.
 #[derive(Debug, Clone, PartialEq, Eq, Parser)]
 #[command(name = "rustgt", version, about, long_about)]
 pub struct Cli {
@@ -47,6 +49,15 @@ pub struct Cli {
     /// `rustgt admin` finds the daemon's socket the same way.
     #[arg(long, value_name = "PATH")]
     pub admin_socket: Option<PathBuf>,
+
+    /// Do not write admin changes (nor generated identities) to the
+    /// configuration file; same as `persist = false` in it.
+    ///
+    /// `rustgt admin status` and the log then say when the running state
+    /// differs from the file, and SIGHUP refuses to revert live changes
+    /// unless forced (`rustgt admin config reload --force`).
+    #[arg(long)]
+    pub no_persist: bool,
 
     /// Log filter: a level (error, warn, info, debug, trace) or a tracing
     /// directive list such as "info,rustgt_iscsi=debug".

@@ -6,10 +6,13 @@ mod admin;
 #[cfg(feature = "rbd")]
 mod allocator;
 mod bench;
+mod bootstrap;
 mod cli;
 mod config;
 mod daemon;
+mod identity;
 mod iser_portals;
+mod persist;
 mod wiring;
 
 use clap::Parser;
@@ -37,7 +40,7 @@ fn main() -> anyhow::Result<()> {
             &cli.overrides(),
         ));
     }
-    let cfg = config::load(cli.config.as_deref(), &cli.overrides())?;
+    let start = bootstrap::prepare(cli.config.as_deref(), &cli.overrides(), cli.no_persist)?;
     #[cfg(feature = "rbd")]
     tracing::info!(allocator = %allocator::describe(), "built with rbd: C allocator");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -45,8 +48,9 @@ fn main() -> anyhow::Result<()> {
         .thread_name("rustgt-io")
         .build()?;
     let source = admin::runtime::ConfigSource {
-        file: cli.config.clone(),
+        file: start.file,
         overrides: cli.overrides(),
+        persist: start.persist,
     };
-    Ok(rt.block_on(daemon::run(cfg, source))?)
+    Ok(rt.block_on(daemon::run(start.cfg, source))?)
 }

@@ -66,10 +66,13 @@ pub(crate) fn lun_config(
     lc.pr_state_path = Some(pr_state_path(cfg, iqn, l));
     lc.serial = lun_serial(iqn, l);
     lc.naa_id = stable_id(iqn, l.id);
+    lc.naa = l.wwn.as_ref().map(|w| w.value().0);
     lc
 }
 
-/// The unit serial number: configured, or derived from the stable id.
+/// The unit serial number: configured (or generated once and saved, see
+/// [`crate::identity`]), else derived from the target name and LUN (rbd
+/// LUNs, whose gateways must all report the same).
 pub(crate) fn lun_serial(iqn: &str, l: &LunSettings) -> String {
     l.serial
         .clone()
@@ -266,8 +269,9 @@ fn pr_state_path(cfg: &Config, iqn: &str, l: &LunSettings) -> PathBuf {
     }
 }
 
-/// A stable 64-bit id for serial numbers and NAA designators: FNV-1a of
-/// the target name and LUN, so they survive restarts.
+/// A stable 64-bit id for the serial numbers and NAA designators of LUNs
+/// without a configured `serial` / `wwn` (rbd LUNs): FNV-1a of the target
+/// name and LUN, the same on every gateway and across restarts.
 fn stable_id(iqn: &str, lun: u64) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in iqn.bytes().chain(lun.to_le_bytes()) {

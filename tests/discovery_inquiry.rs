@@ -107,9 +107,15 @@ fn vpd_pages_serial_and_identification() {
         .unwrap_or_else(|| panic!("no serial: {serial}"));
     let inner = value.trim_start_matches('[').trim_end_matches(']').trim();
     assert!(!inner.is_empty(), "empty serial: {serial}");
-    // The same LUN reports the same serial every time (it is derived, not random).
+    // The same LUN reports the same serial every time: generated once and
+    // saved with the LUN in the daemon's configuration file.
     let again = tool("iscsi-inq", &args!["-e", 1, "-c", 0x80, &url]);
     assert_eq!(field(&again.stdout, "Unit Serial Number"), Some(value));
+    let saved = std::fs::read_to_string(d.data_dir().join("rustgt.toml")).expect("config file");
+    assert!(
+        saved.contains(&format!("serial = \"{inner}\"")),
+        "serial {inner} not saved:\n{saved}"
+    );
 
     let ident = tool("iscsi-inq", &args!["-e", 1, "-c", 0x83, &url]);
     assert!(

@@ -80,6 +80,7 @@ impl Runtime {
             dry_run,
             changes: plan.describe(),
             restart_needed: plan.restart_needed.clone(),
+            ..ChangeReport::default()
         };
         if dry_run || (plan.is_empty() && self.unbound(&wanted).is_empty()) {
             return Ok(report);
@@ -125,7 +126,7 @@ impl Runtime {
         self.apply(wanted, force, dry_run).await
     }
 
-    fn resolve_ports(&self, wanted: &mut Config) {
+    pub(super) fn resolve_ports(&self, wanted: &mut Config) {
         for t in &mut wanted.targets {
             let running: Vec<SocketAddr> = self
                 .cfg

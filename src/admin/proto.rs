@@ -367,6 +367,14 @@ pub struct StatusView {
     pub portals: Vec<SocketAddr>,
     pub sessions: usize,
     pub connections: usize,
+    /// Whether admin changes are written to `config_file`.
+    #[serde(default)]
+    pub persist: bool,
+    /// The running state has changes the configuration file lacks (only
+    /// with persistence off, or after a failed write); SIGHUP then refuses
+    /// to revert them unless forced.
+    #[serde(default)]
+    pub unsaved_changes: bool,
 }
 
 /// CHAP as shown: names only, never secrets.
@@ -414,6 +422,10 @@ pub struct LunView {
     pub write_cache: bool,
     pub workers: usize,
     pub serial: String,
+    /// The configured NAA designator ("naa.6..."); none for rbd LUNs,
+    /// whose designator is derived from the target name and LUN.
+    #[serde(default)]
+    pub wwn: Option<String>,
     /// The readahead policy running, if the LUN has an I/O context.
     pub readahead: Option<String>,
     /// With a `fault` table: the faults set now ("read_error", "hang", ...;
@@ -595,6 +607,13 @@ pub struct ChangeReport {
     pub changes: Vec<String>,
     /// Settings that differ but only take effect after a restart.
     pub restart_needed: Vec<String>,
+    /// The file the change was written to (persistence on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_to: Option<String>,
+    /// Why the change, applied, is not in the configuration file: the
+    /// write failed, or persistence is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
 }
 
 /// Result of `config_save`.

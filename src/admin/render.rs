@@ -125,6 +125,15 @@ pub fn status(s: &StatusView) -> String {
         ("LUNs", s.luns.to_string()),
         ("sessions", s.sessions.to_string()),
         ("connections", s.connections.to_string()),
+        ("persist", if s.persist { "on" } else { "off" }.to_owned()),
+        (
+            "unsaved changes",
+            if s.unsaved_changes {
+                "yes: the running state differs from the config file".to_owned()
+            } else {
+                "no".to_owned()
+            },
+        ),
     ] {
         t.row(vec![format!("{k}:"), v]);
     }
@@ -659,6 +668,12 @@ pub fn change_report(r: &ChangeReport) -> String {
     for k in &r.restart_needed {
         let _ = writeln!(out, "note: {k} differs; it takes effect after a restart");
     }
+    if let Some(f) = &r.saved_to {
+        let _ = writeln!(out, "saved to {f}");
+    }
+    if let Some(why) = &r.not_saved {
+        let _ = writeln!(out, "warning: not saved: {why}");
+    }
     out
 }
 
@@ -694,6 +709,7 @@ mod tests {
             dry_run: true,
             changes: vec!["target t: LUN 1 added".into()],
             restart_needed: vec!["data_dir".into()],
+            ..ChangeReport::default()
         };
         let text = change_report(&r);
         assert!(

@@ -30,10 +30,13 @@ use crate::config::{self, Config, ConfigError, LunSettings, Overrides, TargetSet
 /// `config_apply` load files the way the daemon's start did.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigSource {
-    /// The `--config` file; what SIGHUP and `config_reload` re-apply.
+    /// The `--config` file, or `<data_dir>/rustgt.toml` without one;
+    /// what SIGHUP and `config_reload` re-apply and changes are saved to.
     pub file: Option<PathBuf>,
     /// `--listen`, `--data-dir`, `--admin-socket`: they beat every file.
     pub overrides: Overrides,
+    /// Changes are written to `file` (`persist` on and no `--no-persist`).
+    pub persist: bool,
 }
 
 /// Errors of admin requests. Each names what was wrong.
@@ -98,6 +101,8 @@ pub struct Runtime {
     pub(super) started: Instant,
     pub(super) admin_socket: Option<PathBuf>,
     pub(super) metrics: Option<SocketAddr>,
+    /// The running state has changes `source.file` lacks.
+    pub(super) unsaved: bool,
 }
 
 fn json<T: Serialize>(v: T) -> Result<Value, AdminError> {
@@ -145,6 +150,7 @@ impl Runtime {
             started: Instant::now(),
             admin_socket: None,
             metrics: None,
+            unsaved: false,
         };
         // Every existing image a LUN will open is locked for it before
         // anything is bound: a second daemon, or two LUNs on one image,
@@ -198,15 +204,133 @@ impl Runtime {
         }
     }
 
-    /// Re-applies the config file (SIGHUP, `config_reload`).
+    /// Re-applies the config file (SIGHUP, `config_reload`). Refused while
+    /// the running state has changes the file lacks, unless `force`d:
+    /// a reload never silently reverts what an admin changed live.
     pub async fn reload(&mut self, force: bool) -> Result<super::proto::ChangeReport, AdminError> {
         let Some(file) = self.source.file.clone() else {
             return Err(AdminError::Refused(
-                "the daemon was started without --config: there is no file to re-apply".into(),
+                "the daemon runs the built-in default target and may write no file \
+                 (persistence off): there is no file to re-apply"
+                    .into(),
             ));
         };
-        let wanted = config::load(Some(&file), &self.source.overrides)?;
-        self.apply_file(wanted, force, false).await
+        if self.unsaved && !force {
+            return Err(AdminError::Refused(format!(
+                "the running configuration has changes that {} lacks (persistence is off or \
+                 a write failed); re-applying the file would revert them. Put them in the \
+                 file, or use `rustgt admin config reload --force` to revert them",
+                file.display()
+            )));
+        }
+        let read = config::load(Some(&file), &self.source.overrides)?;
+        let mut wanted = read.clone();
+        // LUNs added to the file by hand get their identities now, kept
+        // in the file when it may be written.
+        let filled = self.fill_identities(&mut wanted)?;
+        if !filled.is_empty() && self.source.persist {
+            if let Err(e) = crate::persist::save(&file, &read, &wanted) {
+                tracing::error!(error = %e, "identities of LUNs added to the file not saved");
+            }
+        }
+        let report = self.apply_file(wanted, force, false).await?;
+        self.unsaved = false;
+        Ok(report)
+    }
+
+    /// Gives the LUNs of `wanted` that lack a serial or wwn the ones they
+    /// run with, or new ones (random when they are saved, else derived
+    /// from the data directory's machine id).
+    fn fill_identities(&self, wanted: &mut Config) -> Result<Vec<String>, AdminError> {
+        let source = if self.source.persist {
+            crate::identity::Source::Random
+        } else {
+            let id = crate::identity::machine_id(&self.cfg.data_dir)
+                .map_err(|e| AdminError::Failed(e.to_string()))?;
+            crate::identity::Source::Derived(id)
+        };
+        crate::identity::fill(wanted, Some(&self.cfg), source)
+            .map_err(|e| AdminError::Failed(e.to_string()))
+    }
+
+    /// Applies `wanted` like [`Self::apply`] (or [`Self::apply_file`] with
+    /// `file`), after giving new LUNs their identities, and saves what
+    /// changed to the configuration file.
+    async fn change(
+        &mut self,
+        mut wanted: Config,
+        force: bool,
+        dry_run: bool,
+        file: bool,
+    ) -> Result<super::proto::ChangeReport, AdminError> {
+        if file {
+            self.resolve_ports(&mut wanted);
+        }
+        self.fill_identities(&mut wanted)?;
+        let before = self.cfg.clone();
+        let asked = wanted.clone();
+        let mut report = self.apply(wanted, force, dry_run).await?;
+        if !dry_run && !report.changes.is_empty() {
+            self.record(&before, &asked, &mut report);
+        }
+        Ok(report)
+    }
+
+    /// Writes the change from `before` to `after` into the configuration
+    /// file, or notes that the running state now differs from it.
+    pub(super) fn record(
+        &mut self,
+        before: &Config,
+        after: &Config,
+        report: &mut super::proto::ChangeReport,
+    ) {
+        let file = self.source.file.clone();
+        match file {
+            Some(file) if self.source.persist => {
+                let (before, after) = (self.as_configured(before), self.as_configured(after));
+                let after = match self.source.overrides.listen {
+                    Some(_) => keep_portals(&before, after),
+                    None => after,
+                };
+                match tokio::task::block_in_place(|| crate::persist::save(&file, &before, &after)) {
+                    Ok(()) => report.saved_to = Some(file.display().to_string()),
+                    Err(e) => {
+                        self.unsaved = true;
+                        tracing::error!(error = %e, "change applied but not saved: the running configuration differs from the file");
+                        report.not_saved = Some(e.to_string());
+                    }
+                }
+            }
+            file => {
+                self.unsaved = true;
+                let what = file.map_or_else(
+                    || "the built-in defaults".to_owned(),
+                    |f| f.display().to_string(),
+                );
+                let why = format!(
+                    "persistence is off: the running configuration differs from {what}; \
+                     a restart loses the change and SIGHUP refuses to revert it without --force"
+                );
+                tracing::warn!("{why}");
+                report.not_saved = Some(why);
+            }
+        }
+    }
+
+    /// `cfg` with every portal bound for a configured port 0 written as
+    /// configured, as the file has it.
+    fn as_configured(&self, cfg: &Config) -> Config {
+        let mut out = cfg.clone();
+        for t in &mut out.targets {
+            for p in &mut t.portals {
+                if let Some(l) = self.listeners.get(p) {
+                    *p = l.configured;
+                }
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            t.portals.retain(|p| seen.insert(*p));
+        }
+        out
     }
 
     async fn dispatch(&mut self, req: Request) -> Result<Value, AdminError> {
@@ -241,16 +365,17 @@ impl Runtime {
             } => {
                 let origin = origin.unwrap_or_else(|| "config_apply request".to_owned());
                 let wanted = config::load_text(Path::new(&origin), toml, &self.source.overrides)?;
-                json(self.apply_file(wanted, force, dry_run).await?)
+                json(self.change(wanted, force, dry_run, true).await?)
             }
             Request::ConfigReload { force } => json(self.reload(force).await?),
             Request::ResizeLun { target, lun, size } => {
                 json(self.resize(&target, lun, size).await?)
             }
             change => {
-                let (wanted, force) = self.wanted_by(change)?;
+                let (mut wanted, force) = self.wanted_by(change)?;
+                self.fill_identities(&mut wanted)?;
                 config::check(&wanted, "admin request")?;
-                json(self.apply(wanted, force, false).await?)
+                json(self.change(wanted, force, false, false).await?)
             }
         }
     }
@@ -406,7 +531,7 @@ impl Runtime {
                         .map_err(|m| config::invalid("admin request", "size", m))?,
                 );
                 config::check(&w, "admin request")?;
-                let report = self.apply(w, false, false).await?;
+                let report = self.change(w, false, false, false).await?;
                 if report.changes.is_empty() {
                     return Err(AdminError::Refused(format!(
                         "target {iqn}: LUN {lun} already has size {}",
@@ -423,7 +548,13 @@ impl Runtime {
             }
             None => {
                 let l = l.clone();
-                self.refresh_capacity(&iqn, &l).await
+                let before = self.cfg.clone();
+                let mut report = self.refresh_capacity(&iqn, &l).await?;
+                if before != self.cfg {
+                    let after = self.cfg.clone();
+                    self.record(&before, &after, &mut report);
+                }
+                Ok(report)
             }
         }
     }
@@ -446,6 +577,22 @@ fn lun_mut(t: &mut TargetSettings, lun: u64) -> Result<&mut LunSettings, AdminEr
         .iter_mut()
         .find(|l| l.id == lun)
         .ok_or(AdminError::UnknownLun { target: iqn, lun })
+}
+
+/// `after` with the portals of the targets `before` has too taken from
+/// `before`: under `--listen`, which replaces every portal list, portal
+/// changes are not written to the file.
+fn keep_portals(before: &Config, mut after: Config) -> Config {
+    for t in &mut after.targets {
+        if let Some(b) = before
+            .targets
+            .iter()
+            .find(|b| b.iqn.eq_ignore_ascii_case(&t.iqn))
+        {
+            t.portals = b.portals.clone();
+        }
+    }
+    after
 }
 
 fn list(addrs: &[SocketAddr]) -> String {

@@ -34,6 +34,8 @@ impl Runtime {
             portals: self.portals(),
             sessions: sessions_of(&conns).len(),
             connections: conns.len(),
+            persist: self.source.persist,
+            unsaved_changes: self.unsaved,
         }
     }
 
@@ -78,6 +80,7 @@ impl Runtime {
             write_cache: l.write_cache,
             workers: l.effective_workers(&self.cfg.iscsi),
             serial: crate::wiring::lun_serial(&t.iqn, l),
+            wwn: l.wwn.as_ref().map(|w| w.text().to_owned()),
             readahead: store.and_then(|s| s.io_context()).map(|c| c.policy_label()),
             faults: store.and_then(|s| s.faults()).map(|f| {
                 let spec = f.spec();

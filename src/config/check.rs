@@ -74,9 +74,18 @@ pub(super) fn validate(config: &Config) -> Vec<(KeyPath, String)> {
     }
     let mut iqns: HashMap<String, usize> = HashMap::new();
     let mut backing: HashMap<PathBuf, KeyPath> = HashMap::new();
+    let mut wwns: HashMap<[u8; 16], KeyPath> = HashMap::new();
     for (i, target) in config.targets.iter().enumerate() {
         let key = root.key("targets").index(i);
         check_target(&mut c, &key, target, &config.data_dir, &mut backing);
+        // Two LUNs with one designator look like two paths to one disk.
+        for (j, lun) in target.luns.iter().enumerate() {
+            let Some(wwn) = &lun.wwn else { continue };
+            let at = key.key("luns").index(j).key("wwn");
+            if let Some(first) = wwns.insert(wwn.value().0, at.clone()) {
+                c.fail(at, format!("{wwn} is already the wwn of {first}"));
+            }
+        }
         // Names compare case-insensitively (RFC 3722 normalization).
         if let Some(first) = iqns.insert(target.iqn.to_ascii_lowercase(), i) {
             c.fail(

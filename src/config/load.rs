@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::check::validate;
 use super::error::{ConfigError, Problem};
 use super::keypath::{KeyPath, Seg};
-use super::top::{default_data_dir, Config, Overrides, ENV_PREFIX};
+use super::top::{default_data_dir, Config, Overrides, DATA_DIR_CONFIG, ENV_PREFIX};
 
 /// Loads, merges and validates the configuration. With `file == None` the
 /// default target is served (environment and overrides still apply).
@@ -46,7 +46,8 @@ pub fn load_text(
 /// Where the admin socket of the daemon that `file`, the environment and
 /// `overrides` describe is, for `rustgt admin`. Lenient: only `data_dir`
 /// and `admin_socket` are read, so a config with other mistakes still
-/// leads to its daemon.
+/// leads to its daemon. Without `file`, `<data_dir>/rustgt.toml` is read
+/// when it exists, as the daemon does.
 pub fn admin_socket_of(file: Option<&Path>, overrides: &Overrides) -> Result<PathBuf, ConfigError> {
     #[derive(Deserialize)]
     struct Just {
@@ -76,6 +77,11 @@ pub fn admin_socket_of(file: Option<&Path>, overrides: &Overrides) -> Result<Pat
         admin_socket: overrides.admin_socket.clone().or(just.admin_socket),
         ..Config::default()
     };
+    // Without --config the daemon reads the data directory's file.
+    let kept = cfg.data_dir.join(DATA_DIR_CONFIG);
+    if file.is_none() && kept.is_file() {
+        return admin_socket_of(Some(&kept), overrides);
+    }
     Ok(cfg.admin_socket_path())
 }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::fault::FaultSettings;
 use super::iscsi::IscsiSettings;
 use super::keypath::{Checker, KeyPath};
-use super::values::{ByteSize, Bytes, Setting};
+use super::values::{ByteSize, Bytes, Setting, Wwn};
 
 /// SAM-5 flat/peripheral LUN addressing used here: LUN ids 0..=16383.
 pub const MAX_LUN_ID: u64 = 16383;
@@ -53,9 +53,14 @@ pub struct LunSettings {
     /// Worker threads of this LUN; default `iscsi.workers_per_lun`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
-    /// Unit serial number (VPD page 0x80); default derived by the daemon.
+    /// Unit serial number (VPD page 0x80). Generated once and written to
+    /// the configuration when absent (see `crate::identity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
+    /// NAA designator (VPD page 0x83), "naa.6" and 31 hex digits.
+    /// Generated once and written to the configuration when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wwn: Option<Wwn>,
     /// Removable medium: START STOP UNIT with LOEJ ejects and loads it.
     #[serde(default)]
     pub removable: bool,

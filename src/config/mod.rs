@@ -56,8 +56,8 @@ pub use iscsi::IscsiSettings;
 pub use load::{admin_socket_of, load, load_text};
 pub use luns::LunSettings;
 pub use targets::TargetSettings;
-pub use top::{Config, Overrides};
-pub use values::ByteSize;
+pub use top::{Config, Overrides, DATA_DIR_CONFIG};
+pub use values::{ByteSize, Naa, Wwn};
 
 #[cfg(test)]
 mod tests;

@@ -696,6 +696,30 @@ fn lun_errors_name_their_keys() {
         );
         let big_id = base_config(d, "", "").replace("id = 0", "id = 16384");
         assert_problem(&big_id, "targets[0].luns[0].id", "out of range");
+        assert_problem(
+            &lun("wwn = \"naa.5000000000000000000000000000000a\""),
+            "targets[0].luns[0].wwn",
+            "not a WWN",
+        );
+        assert_problem(
+            &lun("wwn = \"naa.60000000000000000000000000000zz\""),
+            "targets[0].luns[0].wwn",
+            "32 hex digits",
+        );
+        let wwn = "wwn = \"naa.6000000000000000000000000000000a\"";
+        let twice = base_config(d, "", wwn)
+            + &format!("[[targets.luns]]\nid = 1\nbackstore = \"null\"\nsize = \"1M\"\n{wwn}\n");
+        assert_problem(
+            &twice,
+            "targets[0].luns[1].wwn",
+            "already the wwn of targets[0].luns[0].wwn",
+        );
+        let (_, ok) = load_str(&lun("wwn = \"6000000000000000000000000000000A\""));
+        let ok = ok.expect("a wwn without naa. and in capitals loads");
+        assert_eq!(
+            ok.targets[0].luns[0].wwn.as_ref().map(|w| w.value().0[15]),
+            Some(0x0a)
+        );
         let bad_size = base_config(d, "", "").replace("\"64M\"", "\"64 potatoes\"");
         assert_problem(&bad_size, "targets[0].luns[0].size", "not a size");
         let zero = base_config(d, "", "").replace("\"64M\"", "\"0\"");
@@ -1008,4 +1032,28 @@ fn iscsi_name_validation() {
         let err = validate_iscsi_name(name).expect_err(name);
         assert!(err.contains(fragment), "{name}: {err}");
     }
+}
+
+#[test]
+fn admin_socket_of_reads_the_data_directory_file_without_config() {
+    jailed(|_| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let overrides = Overrides {
+            data_dir: Some(dir.path().to_owned()),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            admin_socket_of(None, &overrides).expect("socket"),
+            dir.path().join("admin.sock")
+        );
+        std::fs::write(
+            dir.path().join(DATA_DIR_CONFIG),
+            "admin_socket = \"ctl.sock\"\n",
+        )
+        .expect("write");
+        assert_eq!(
+            admin_socket_of(None, &overrides).expect("socket"),
+            dir.path().join("ctl.sock")
+        );
+    });
 }

@@ -23,6 +23,9 @@ use super::values::{Bytes, Setting};
 pub const DEFAULT_TARGET_IQN: &str = "iqn.2026-11.org.rustgt:default";
 /// Data directory when neither the file, the environment nor `--data-dir` set one.
 pub const DEFAULT_DATA_DIR: &str = "./rustgt-data";
+/// The configuration file in the data directory, read (and written at
+/// first start) when the daemon is started without `--config`.
+pub const DATA_DIR_CONFIG: &str = "rustgt.toml";
 /// Prefix of environment overrides; nested keys are joined with `__`.
 pub const ENV_PREFIX: &str = "RUSTGT_";
 
@@ -61,6 +64,10 @@ pub struct Config {
     /// in progress, sessions per initiator.
     #[serde(default)]
     pub limits: LimitSettings,
+    /// Write every change made over the admin socket back to the
+    /// configuration file (default true); `--no-persist` also turns it off.
+    #[serde(default = "super::luns::default_true")]
+    pub persist: bool,
 }
 
 /// Command-line values that beat the file and the environment.
@@ -102,6 +109,7 @@ impl Config {
                 write_cache: true,
                 workers: None,
                 serial: None,
+                wwn: None,
                 removable: false,
                 pr_state: None,
                 physical_block_size: None,
@@ -157,6 +165,7 @@ impl Default for Config {
             metrics_listen: None,
             reactor: ReactorSettings::default(),
             limits: LimitSettings::default(),
+            persist: true,
         }
     }
 }

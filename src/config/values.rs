@@ -173,3 +173,48 @@ impl SettingValue for rustgt_iscsi::negotiate::Digest {
             .ok_or_else(|| format!("unknown digest {text:?}: expected \"None\" or \"CRC32C\""))
     }
 }
+
+/// A LUN's `wwn`: the 16-byte NAA designator of VPD page 83h, written as
+/// "naa." and 32 hex digits, the first one 6 (NAA 6h, IEEE Registered
+/// Extended); "naa." may be left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Naa(pub [u8; 16]);
+
+impl Naa {
+    /// The canonical text, "naa.6" and 31 lowercase hex digits.
+    pub fn to_text(self) -> String {
+        let mut s = String::from("naa.");
+        for b in self.0 {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+impl SettingValue for Naa {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        let hex = text
+            .strip_prefix("naa.")
+            .or_else(|| text.strip_prefix("NAA."))
+            .unwrap_or(text);
+        let bad = || {
+            format!(
+                "{text:?} is not a WWN: expected \"naa.\" and 32 hex digits, the first one 6 \
+                 (NAA IEEE Registered Extended), e.g. \"naa.6{}\"",
+                "0".repeat(31)
+            )
+        };
+        if hex.len() != 32 || !hex.starts_with('6') {
+            return Err(bad());
+        }
+        let mut out = [0u8; 16];
+        for (i, b) in out.iter_mut().enumerate() {
+            let pair = hex.get(2 * i..2 * i + 2).ok_or_else(bad)?;
+            *b = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+        }
+        Ok(Self(out))
+    }
+}
+
+/// A LUN's `wwn` setting.
+pub type Wwn = Setting<Naa>;

@@ -17,8 +17,23 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Name served by the daemon without a config file.
+/// Name of the default target in the tests: without a config file the
+/// daemon serves `<data_dir>/rustgt.toml`, which [`Daemon::start_with`]
+/// writes with this name (a real first start names the target for the
+/// host; [`DaemonOptions::fresh`] tests that).
 pub const DEFAULT_IQN: &str = "iqn.2026-11.org.rustgt:default";
+
+/// The default target as the tests pin it in `<data_dir>/rustgt.toml`.
+pub const DEFAULT_CONFIG: &str = r#"[[targets]]
+iqn = "iqn.2026-11.org.rustgt:default"
+
+[[targets.luns]]
+id = 0
+backstore = "file"
+path = "lun0.img"
+size = "1G"
+readahead = "kernel"
+"#;
 /// libiscsi's default initiator name (iscsi-test-cu -i default).
 pub const LIBISCSI_INITIATOR: &str = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test";
 
@@ -58,6 +73,12 @@ pub struct DaemonOptions {
     /// fresh one: a restart on the same files, e.g. from
     /// [`Daemon::stop_keep_files`].
     pub scratch: Option<tempfile::TempDir>,
+    /// Without `config`: start as on a new host, with no
+    /// `<data_dir>/rustgt.toml` written beforehand (the daemon makes its
+    /// own, with a target named for the host).
+    pub fresh: bool,
+    /// Extra command-line arguments (e.g. `--no-persist`).
+    pub args: Vec<String>,
 }
 
 /// A child process and, once reaped, its exit status (after which its pid
@@ -146,7 +167,14 @@ impl Daemon {
             let body = toml.replace("{data_dir}", &data_dir.display().to_string());
             std::fs::write(&path, body).expect("write config");
             cmd.arg("--config").arg(&path);
+        } else if !opts.fresh {
+            let path = data_dir.join("rustgt.toml");
+            if !path.exists() {
+                std::fs::create_dir_all(&data_dir).expect("data dir");
+                std::fs::write(&path, DEFAULT_CONFIG).expect("write default config");
+            }
         }
+        cmd.args(&opts.args);
         for var in SCRUBBED_ENV {
             cmd.env_remove(var);
         }

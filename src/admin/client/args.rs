@@ -146,8 +146,13 @@ pub enum LunCmd {
         no_write_cache: bool,
         #[arg(long)]
         workers: Option<usize>,
+        /// Unit serial number; default: generated and saved.
         #[arg(long)]
         serial: Option<String>,
+        /// NAA designator, "naa.6" and 31 hex digits; default: generated
+        /// and saved.
+        #[arg(long)]
+        wwn: Option<String>,
         /// none, kernel, classic, context or streams.
         #[arg(long)]
         readahead: Option<String>,

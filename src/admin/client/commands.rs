@@ -185,6 +185,7 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
             no_write_cache,
             workers,
             serial,
+            wwn,
             readahead,
             rbd_image,
             ceph_conf,
@@ -231,6 +232,7 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
                 ("block_size", block_size.map(|b| json!(b))),
                 ("workers", workers.map(|w| json!(w))),
                 ("serial", serial.as_ref().map(|s| json!(s))),
+                ("wwn", wwn.as_ref().map(|s| json!(s))),
                 ("readahead", readahead.as_ref().map(|r| json!(r))),
             ];
             for (k, v) in optional {

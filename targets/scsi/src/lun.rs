@@ -61,7 +61,11 @@ pub struct LunConfig {
     /// Unit serial number (VPD page 80h).
     pub serial: String,
     /// Low bits of the NAA designator (VPD page 83h); stable per LUN.
+    /// Used when `naa` is `None`.
     pub naa_id: u64,
+    /// The whole 16-byte NAA designator (VPD page 83h), e.g. a configured
+    /// WWN; beats `naa_id` when set.
+    pub naa: Option<[u8; 16]>,
     /// WCE in the caching mode page; when false every write is FUA.
     pub write_cache: bool,
     /// Thin provisioning (SBC-3 §4.7.3.3): LBPME in READ CAPACITY(16),
@@ -99,6 +103,7 @@ impl LunConfig {
             product: DEFAULT_PRODUCT.to_string(),
             serial: String::new(),
             naa_id: 0,
+            naa: None,
             write_cache: true,
             thin: false,
             physical_block_size: None,
@@ -180,6 +185,7 @@ pub(crate) struct Identity {
     pub product: String,
     pub serial: String,
     pub naa_id: u64,
+    pub naa: Option<[u8; 16]>,
     pub removable: bool,
 }
 
@@ -237,6 +243,7 @@ impl LogicalUnit {
                 product: cfg.product.clone(),
                 serial: cfg.serial.clone(),
                 naa_id: cfg.naa_id,
+                naa: cfg.naa,
                 removable: cfg.removable,
             },
             stats: Stats::default(),

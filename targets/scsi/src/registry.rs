@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 
-use crate::lun::LogicalUnit;
+use crate::lun::{Identity, LogicalUnit};
 
 /// Length of an NAA IEEE Registered Extended designator (SPC-4 §7.8.6.6.5).
 pub(crate) const NAA_LEN: usize = 16;
@@ -117,7 +117,16 @@ pub(crate) enum Resolved {
 impl LogicalUnit {
     /// The NAA designator value this unit reports in VPD page 83h.
     pub(crate) fn naa_designator(&self) -> [u8; NAA_LEN] {
-        naa_registered_extended(self.ident.naa_id)
+        self.ident.designator()
+    }
+}
+
+impl Identity {
+    /// The NAA designator value of VPD page 83h: the configured one, or
+    /// the IEEE Registered Extended form of `naa_id`.
+    pub(crate) fn designator(&self) -> [u8; NAA_LEN] {
+        self.naa
+            .unwrap_or_else(|| naa_registered_extended(self.naa_id))
     }
 }
 

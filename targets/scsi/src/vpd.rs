@@ -10,7 +10,6 @@ use crate::cmd::Nexus;
 use crate::limits;
 use crate::lun::{Identity, LogicalUnit, DEFAULT_PRODUCT, DEFAULT_VENDOR};
 use crate::max_transfer::max_transfer_blocks;
-use crate::registry::naa_registered_extended;
 
 /// Peripheral device type: direct-access block device (SPC-4 table 137).
 const TYPE_DISK: u8 = 0x00;
@@ -135,12 +134,7 @@ fn name_string(name: &str) -> Vec<u8> {
 fn device_identification(ident: &Identity, nexus: &Nexus) -> Vec<u8> {
     let mut body = Vec::new();
     // Logical unit: NAA (binary, type 3).
-    body.extend(designator(
-        0,
-        0x1,
-        0x03,
-        &naa_registered_extended(ident.naa_id),
-    ));
+    body.extend(designator(0, 0x1, 0x03, &ident.designator()));
     // Logical unit: T10 vendor ID (ASCII, type 1): vendor + serial.
     let mut t10 = ascii_field(&ident.vendor, 8);
     t10.extend(serial(ident, 255 - 8));
@@ -228,6 +222,7 @@ mod tests {
             product: "VIRTUAL-DISK".into(),
             serial: "abc123".into(),
             naa_id: 0x0102_0304_0506_0708,
+            naa: None,
             removable: false,
         }
     }
@@ -261,11 +256,35 @@ mod tests {
 
     #[test]
     fn naa_designator_value() {
-        let v = naa_registered_extended(0x1122_3344_5566_7788);
+        let v = crate::registry::naa_registered_extended(0x1122_3344_5566_7788);
         assert_eq!(
             v,
             [0x60, 0, 0, 0, 0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
         );
+    }
+
+    #[test]
+    fn a_configured_designator_beats_the_derived_one() {
+        let wwn = [
+            0x60, 0, 0, 0x05, 0x83, 0x59, 0x22, 0x46, 0x25, 0x09, 0x6a, 0x2d, 0x01, 0x3d, 0xfd,
+            0x15,
+        ];
+        let ident = Identity {
+            naa: Some(wwn),
+            ..ident()
+        };
+        assert_eq!(ident.designator(), wwn);
+        let nexus = Nexus {
+            id: 1,
+            initiator_port: "iqn.i".into(),
+            target_port: "iqn.t,t,0x0001".into(),
+            relative_port_id: 3,
+            port_group: 7,
+        };
+        let p = device_identification(&ident, &nexus);
+        // The first descriptor: logical unit, binary, NAA, 16 bytes.
+        assert_eq!(&p[4..8], &[0x01, 0x03, 0x00, 0x10]);
+        assert_eq!(&p[8..24], &wwn);
     }
 
     #[test]
