@@ -29,7 +29,7 @@ pub struct ReactorSettings {
 }
 
 /// `[reactor] busy_poll_us` when not set.
-pub const DEFAULT_BUSY_POLL_US: u64 = 200;
+pub const DEFAULT_BUSY_POLL_US: u64 = 100;
 
 impl Default for ReactorSettings {
     fn default() -> Self {

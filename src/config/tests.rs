@@ -895,7 +895,7 @@ fn reactor_settings_load_from_file_and_environment() {
         assert!(!res.expect("env override").reactor.io_uring_enabled());
 
         let (_, res) = load_str("");
-        assert_eq!(res.expect("default").reactor.busy_poll_us, 200);
+        assert_eq!(res.expect("default").reactor.busy_poll_us, 100);
         let (_, res) = load_str("[reactor]\nbusy_poll_us = 0\n");
         assert_eq!(res.expect("off").reactor.busy_poll_us, 0);
         let (_, res) = load_str("[reactor]\nbusy_poll_us = 5000\n");

@@ -193,7 +193,7 @@ async fn drive(
         let slot = if budget.is_zero() {
             None
         } else {
-            rustgt_port::SpinSlot::take()
+            rustgt_port::SpinSlot::take(wait_from)
         };
         let until = wait_from
             + if slot.is_some() {

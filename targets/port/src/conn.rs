@@ -229,6 +229,7 @@ impl PortConn {
                 self.port.kill(conn_id);
             }
             Event::Command(cmd) => {
+                crate::poll::count_command();
                 let started = Instant::now();
                 let data_out = cmd.data_out.len();
                 let Some(t) = &self.target else {

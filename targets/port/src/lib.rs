@@ -53,7 +53,7 @@ mod tmf;
 pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
 pub use conn::{PortConn, TurnDriver, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
-pub use poll::{spin_slots, BusyPoll, SpinSlot};
+pub use poll::{spin_slots, BusyPoll, Governor, SpinSlot};
 pub use reactors::{connections_here, Reactors};
 pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;
