@@ -191,22 +191,6 @@ impl Wire {
     }
 }
 
-/// A logged-in session's connection and sequence numbers
-/// ([`Session::into_raw`]).
-#[derive(Debug)]
-pub struct RawSession {
-    pub sock: TcpStream,
-    /// Bytes read but not yet decoded.
-    pub buf: Vec<u8>,
-    pub cmd_sn: u32,
-    pub exp_stat_sn: u32,
-    pub next_itt: u32,
-    /// The target's MaxRecvDataSegmentLength.
-    pub max_send: usize,
-    /// Immediate data allowed, up to this many bytes (FirstBurstLength).
-    pub immediate: Option<usize>,
-}
-
 /// One logged-in session on one connection.
 #[derive(Debug)]
 pub struct Session {
@@ -338,20 +322,6 @@ impl Session {
     /// replies to them.
     pub fn wire(&mut self) -> &mut Wire {
         &mut self.wire
-    }
-
-    /// The logged-in session taken apart, for a caller that drives the
-    /// connection itself (several commands in flight, its own waits).
-    pub fn into_raw(self) -> RawSession {
-        RawSession {
-            sock: self.wire.sock,
-            buf: self.wire.buf,
-            cmd_sn: self.cmd_sn,
-            exp_stat_sn: self.exp_stat_sn,
-            next_itt: self.next_itt,
-            max_send: self.max_send,
-            immediate: self.immediate,
-        }
     }
 
     /// The CmdSN the next command would carry.
