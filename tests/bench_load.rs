@@ -59,8 +59,10 @@ fn paced_sessions_hold_the_offered_rate() {
     );
     let ios = r["ios"].as_u64().expect("ios");
     assert!(ios >= 3600, "{ios} commands measured: {r}");
+    // Latency counts from the due time: a command sent before it was due
+    // would show as 0; a loopback round trip takes microseconds.
     assert!(
-        r["latency_us"]["p50"].as_f64().is_some_and(|v| v > 0.0),
+        r["latency_us"]["p50"].as_f64().is_some_and(|v| v > 5.0),
         "{r}"
     );
     let p = &r["pids"][0];

@@ -106,6 +106,12 @@ pub struct LoadArgs {
     /// window (repeatable or comma-separated).
     #[arg(long, value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
+    /// Local addresses to connect from, sessions spread round-robin over
+    /// them (comma-separated, e.g. 127.0.0.2,127.0.0.3): a target that
+    /// caps connections per source address (rustgt's
+    /// max_connections_per_address, 256) then takes more sessions.
+    #[arg(long, value_name = "ADDRS", value_delimiter = ',')]
+    pub bind: Vec<std::net::IpAddr>,
     /// Seed of the random offsets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -356,16 +362,22 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
             phase(i, n, rate)
         };
         let isid = isid_of(i);
+        let source = if a.bind.is_empty() {
+            None
+        } else {
+            a.bind.get(i % a.bind.len()).copied()
+        };
         let h = std::thread::Builder::new()
             .name(format!("load-{i}"))
             .stack_size(256 * 1024)
             .spawn(move || {
                 let _ = nix::sys::prctl::set_timerslack(1);
                 let mut stats = SessionStats::new();
-                let conn = Conn::login(addr, &target, &initiator, isid).and_then(|mut c| {
-                    let geo = c.prepare(lun)?;
-                    Ok((c, geo))
-                });
+                let conn =
+                    Conn::login(addr, source, &target, &initiator, isid).and_then(|mut c| {
+                        let geo = c.prepare(lun)?;
+                        Ok((c, geo))
+                    });
                 logged_in.wait();
                 go.wait();
                 let (mut c, (blocks, block_size)) = match conn {
@@ -657,6 +669,8 @@ mod tests {
             "--pid",
             "3",
             "--json",
+            "--bind",
+            "127.0.0.2,127.0.0.3",
         ]);
         assert_eq!(
             (a.sessions, a.rate, a.qd, a.pid.clone(), a.json),
@@ -664,6 +678,7 @@ mod tests {
         );
         let (_, bs, rw) = validate(&a).unwrap();
         assert_eq!((bs, rw), (4096, RwMix::Mix(60)));
+        assert_eq!(a.bind.len(), 2);
         let d = args(&[]);
         assert_eq!(
             (d.sessions, d.qd, d.pattern, d.rw),
