@@ -28,6 +28,13 @@ pub enum BenchError {
     /// `--check`: some of the issue's targets were missed.
     #[error("some targets were missed")]
     TargetsMissed,
+    /// `bench load`: the run could not start or a session failed.
+    #[error("{0}")]
+    Load(#[from] rustgt_load::LoadError),
+    /// `bench load`: some sessions ended early on a transport error (the
+    /// report was printed).
+    #[error("{0} session(s) ended on a transport error")]
+    SessionsFailed(usize),
 }
 
 fn invalid(e: impl std::fmt::Display) -> BenchError {
@@ -35,12 +42,17 @@ fn invalid(e: impl std::fmt::Display) -> BenchError {
 }
 
 /// Benchmarks; none of them starts the daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Subcommand)]
 pub enum BenchCommand {
     /// Every readahead policy, shared and per-worker, on workloads W1..W5
     /// (or those of a workload file), in a simulated 7200 rpm md RAID-0
     /// behind a GbE link.
     Readahead(ReadaheadArgs),
+    /// A paced (open-loop) iSCSI load against any target: N sessions at a
+    /// fixed rate each, latency from each command's due time, the CPU of
+    /// given processes over the window (docs/benchmarks.md, "rustgt bench
+    /// load").
+    Load(rustgt_load::LoadArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -101,6 +113,21 @@ pub struct ReadaheadArgs {
 pub fn run(cmd: &BenchCommand) -> Result<(), BenchError> {
     match cmd {
         BenchCommand::Readahead(args) => readahead(args),
+        BenchCommand::Load(args) => load(args),
+    }
+}
+
+fn load(args: &rustgt_load::LoadArgs) -> Result<(), BenchError> {
+    let report = rustgt_load::run(args)?;
+    if args.json {
+        let line = serde_json::to_string(&report).map_err(invalid)?;
+        println!("{line}");
+    } else {
+        print!("{}", rustgt_load::render(&report));
+    }
+    match report.transport_errors.len() {
+        0 => Ok(()),
+        n => Err(BenchError::SessionsFailed(n)),
     }
 }
 

@@ -18,7 +18,7 @@ use crate::config::Overrides;
 /// written with a target named for this host
 /// (`iqn.2026-11.org.rustgt:<hostname>.<random hex>`) on 127.0.0.1:3260 and
 /// LUN 0 backed by a 1 GiB sparse file `lun0.img` in the data directory.
-#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[derive(Debug, Clone, PartialEq, Parser)]
 #[command(name = "rustgt", version, about, long_about)]
 pub struct Cli {
     /// Listen on ADDR:PORT instead of the configured portals.
@@ -70,7 +70,7 @@ pub struct Cli {
 }
 
 /// Subcommands; running without one starts the daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Subcommand)]
 pub enum Command {
     /// Benchmarks (e.g. `rustgt bench readahead`); no daemon is started.
     #[command(subcommand)]
