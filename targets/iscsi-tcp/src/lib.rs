@@ -212,13 +212,13 @@ async fn drive(
             Some(d) if rustgt_port::connections_here() == Some(1) => Some(d),
             _ => None,
         };
-        let mut step = SPIN_STEP_MIN;
+        let mut step = rustgt_port::poll::SPIN_STEP_MIN;
         // A peer that streams (its next PDU was already there at the last
         // wait's first look) gets a short pause before the first look, so
         // a turn takes several of its commands and answers them with one
         // read and one write, rather than one command a turn.
         if streaming && !held && !out.pending() {
-            spin_until((wait_from + COALESCE).min(until));
+            spin_until((wait_from + rustgt_port::poll::COALESCE).min(until));
         }
         let mut looks = 0u32;
         while !out.pending() && std::time::Instant::now() < until {
@@ -252,11 +252,13 @@ async fn drive(
             let from = std::time::Instant::now();
             let next = from + step;
             spin_until(next.min(until));
-            step = (step * 2).min(SPIN_STEP_MAX);
+            step = (step * 2).min(rustgt_port::poll::SPIN_STEP_MAX);
             // A short wait (the next PDU of a busy initiator) gives up
             // nothing; a longer one offers the CPU to whatever else is
             // runnable on it.
-            if !held && from.saturating_duration_since(wait_from) >= SPIN_YIELD_AFTER {
+            if !held
+                && from.saturating_duration_since(wait_from) >= rustgt_port::poll::SPIN_YIELD_AFTER
+            {
                 std::thread::yield_now();
             }
             // Time this stretch took beyond its pause was time off the CPU:
@@ -423,16 +425,6 @@ fn got_of(read: std::io::Result<usize>) -> std::io::Result<Got> {
         Err(e) => Err(e),
     }
 }
-
-/// The first and the longest pause between two looks of a busy-poll.
-const SPIN_STEP_MIN: Duration = Duration::from_micros(2);
-const SPIN_STEP_MAX: Duration = Duration::from_micros(16);
-/// The pause before the first look of a wait when the peer streams: a few
-/// of a busy initiator's back-to-back commands (about one per 6 µs from
-/// iscsi-perf at QD 32 on loopback) arrive in it.
-const COALESCE: Duration = Duration::from_micros(4);
-/// How long a busy-poll runs before each pause also yields the CPU.
-const SPIN_YIELD_AFTER: Duration = Duration::from_micros(50);
 
 /// Most one read takes in full feature phase.
 const READ_MAX: usize = 256 * 1024;

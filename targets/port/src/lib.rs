@@ -43,7 +43,7 @@
 mod admission;
 mod conn;
 mod msg;
-mod poll;
+pub mod poll;
 mod reactors;
 mod registry;
 mod ring;
