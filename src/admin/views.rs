@@ -34,6 +34,7 @@ impl Runtime {
             portals: self.portals(),
             sessions: sessions_of(&conns).len(),
             connections: conns.len(),
+            data_buffers: self.port.config().data_budget.snapshot().into(),
         }
     }
 
@@ -297,6 +298,7 @@ impl Runtime {
             iser_connections: on(Transport::Iser),
             auth_failures,
             logins_held,
+            data_buffers: self.port.config().data_budget.snapshot().into(),
         };
         super::metrics::render(&gauges, &luns, &sessions)
     }
