@@ -326,6 +326,11 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
         nop_timeout: Duration::from_secs(cfg.iscsi.nop_in_timeout_secs.max(1)),
         login_timeout: Duration::from_secs(cfg.limits.login_timeout_secs.max(1)),
         max_sessions_per_initiator: cfg.limits.max_sessions_per_initiator.max(1),
+        // A port keeps its one budget and takes only this size from it.
+        data_budget: std::sync::Arc::new(rustgt_iscsi::DataBudget::new(
+            cfg.limits.data_buffer_bytes(),
+        )),
+        data_out_timeout: Duration::from_secs(cfg.limits.data_out_timeout_secs.max(1)),
         ..PortalConfig::default()
     }
 }

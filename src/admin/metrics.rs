@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-use super::proto::{LunStatsView, Request, SessionStatsView};
+use super::proto::{DataBuffersView, LunStatsView, Request, SessionStatsView};
 use super::server::{ControlTx, Envelope};
 use super::stats::Histogram;
 
@@ -36,6 +36,8 @@ pub struct Gauges {
     pub auth_failures: u64,
     /// Logins held back by the brake on password guessing, since start.
     pub logins_held: u64,
+    /// The write data buffer budget and its use.
+    pub data_buffers: DataBuffersView,
 }
 
 /// Renders the exposition.
@@ -92,9 +94,45 @@ pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) 
         "counter",
     );
     out.sample(name, &[], g.logins_held);
+    data_buffer_metrics(&mut out, &g.data_buffers);
     lun_metrics(&mut out, luns);
     session_metrics(&mut out, sessions);
     out.text
+}
+
+fn data_buffer_metrics(out: &mut Exposition, b: &DataBuffersView) {
+    out.gauge(
+        "rustgt_data_buffer_budget_bytes",
+        "The daemon-wide budget of write data buffers ([limits] data_buffer_bytes).",
+        &[],
+        b.budget_bytes,
+    );
+    out.gauge(
+        "rustgt_data_buffer_used_bytes",
+        "Bytes of the budget held by writes being collected or written.",
+        &[],
+        b.used_bytes,
+    );
+    out.gauge(
+        "rustgt_data_buffer_waiting_connections",
+        "Connections with a write waiting for room in the budget.",
+        &[],
+        b.waiting_connections as u64,
+    );
+    let name = "rustgt_data_buffer_waits_total";
+    out.header(
+        name,
+        "Writes that waited for room in the budget before their R2Ts, since start.",
+        "counter",
+    );
+    out.sample(name, &[], b.waits);
+    let name = "rustgt_data_out_timeouts_total";
+    out.header(
+        name,
+        "Connections closed for not sending solicited Data-Out within data_out_timeout_secs, since start.",
+        "counter",
+    );
+    out.sample(name, &[], b.data_out_timeouts);
 }
 
 fn lun_metrics(out: &mut Exposition, luns: &[LunStatsView]) {

@@ -375,6 +375,37 @@ pub struct StatusView {
     /// to revert them unless forced.
     #[serde(default)]
     pub unsaved_changes: bool,
+    /// The daemon-wide budget of write data buffers.
+    #[serde(default)]
+    pub data_buffers: DataBuffersView,
+}
+
+/// The write data buffer budget (`[limits] data_buffer_bytes`) and its use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DataBuffersView {
+    /// Bytes the budget allows.
+    pub budget_bytes: u64,
+    /// Bytes held now by writes being collected or written.
+    pub used_bytes: u64,
+    /// Connections with a write waiting for room now.
+    pub waiting_connections: usize,
+    /// Writes that waited for room, since start.
+    pub waits: u64,
+    /// Connections closed for sitting on solicited data past
+    /// `data_out_timeout_secs`, since start.
+    pub data_out_timeouts: u64,
+}
+
+impl From<rustgt_iscsi::BudgetSnapshot> for DataBuffersView {
+    fn from(b: rustgt_iscsi::BudgetSnapshot) -> Self {
+        DataBuffersView {
+            budget_bytes: b.total,
+            used_bytes: b.used,
+            waiting_connections: b.waiting,
+            waits: b.waits,
+            data_out_timeouts: b.timeouts,
+        }
+    }
 }
 
 /// CHAP as shown: names only, never secrets.

@@ -134,6 +134,17 @@ pub fn status(s: &StatusView) -> String {
                 "no".to_owned()
             },
         ),
+        (
+            "data buffers",
+            format!(
+                "{} of {} used, {} connections waiting, {} waits, {} Data-Out timeouts",
+                s.data_buffers.used_bytes,
+                s.data_buffers.budget_bytes,
+                s.data_buffers.waiting_connections,
+                s.data_buffers.waits,
+                s.data_buffers.data_out_timeouts
+            ),
+        ),
     ] {
         t.row(vec![format!("{k}:"), v]);
     }

@@ -36,6 +36,7 @@ impl Runtime {
             connections: conns.len(),
             persist: self.source.persist,
             unsaved_changes: self.unsaved,
+            data_buffers: self.port.config().data_budget.snapshot().into(),
         }
     }
 
@@ -300,6 +301,7 @@ impl Runtime {
             iser_connections: on(Transport::Iser),
             auth_failures,
             logins_held,
+            data_buffers: self.port.config().data_budget.snapshot().into(),
         };
         super::metrics::render(&gauges, &luns, &sessions)
     }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::keypath::{Checker, KeyPath};
+use super::values::ByteSize;
 
 /// Caps on connections and sessions and the login timeout: what bounds the
 /// memory and descriptors peers can make the daemon hold before they have
@@ -33,6 +34,17 @@ pub struct LimitSettings {
     /// targets together), 1..=65535; the login of one more fails with
     /// Out of Resources.
     pub max_sessions_per_initiator: usize,
+    /// The daemon-wide budget of write data buffers (Data-Out being
+    /// collected or written), a size of at least 1M; absent: a sixteenth
+    /// of physical memory, at least 128M and at most 4G
+    /// ([`default_data_buffer_bytes`]). A write waits for room before its
+    /// R2Ts; a session over its fair share does not get its CmdSN window
+    /// opened further.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_buffer_bytes: Option<ByteSize>,
+    /// Seconds a write may go without Data-Out for the R2Ts it was sent
+    /// before its connection is closed and its commands aborted, 1..=3600.
+    pub data_out_timeout_secs: u64,
 }
 
 impl Default for LimitSettings {
@@ -44,6 +56,8 @@ impl Default for LimitSettings {
             max_login_connections: 256,
             max_login_connections_per_address: 16,
             max_sessions_per_initiator: 64,
+            data_buffer_bytes: None,
+            data_out_timeout_secs: 30,
         }
     }
 }
@@ -51,6 +65,34 @@ impl Default for LimitSettings {
 /// Most connections `[limits] max_connections` may allow (each TCP
 /// connection holds two descriptors).
 pub const MAX_CONNECTIONS: usize = 1 << 20;
+
+/// Smallest `[limits] data_buffer_bytes`.
+pub const MIN_DATA_BUFFER_BYTES: u64 = 1 << 20;
+
+impl LimitSettings {
+    /// The data buffer budget in bytes: the configured size, or
+    /// [`default_data_buffer_bytes`].
+    pub fn data_buffer_bytes(&self) -> u64 {
+        self.data_buffer_bytes
+            .as_ref()
+            .map_or_else(default_data_buffer_bytes, ByteSize::bytes)
+    }
+}
+
+/// A sixteenth of physical memory (MemTotal of /proc/meminfo), at least
+/// 128 MiB and at most 4 GiB; 1 GiB when memory cannot be read.
+pub fn default_data_buffer_bytes() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|kb| kb.trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb.saturating_mul(1024));
+    total.map_or(1 << 30, |t| (t / 16).clamp(128 << 20, 4 << 30))
+}
 
 pub(super) fn check_limits(c: &mut Checker, key: &KeyPath, s: &LimitSettings) {
     c.range(key.key("login_timeout_secs"), s.login_timeout_secs, 1, 3600);
@@ -87,5 +129,19 @@ pub(super) fn check_limits(c: &mut Checker, key: &KeyPath, s: &LimitSettings) {
         s.max_sessions_per_initiator,
         1,
         65535,
+    );
+    if let Some(b) = s.data_buffer_bytes.as_ref() {
+        if b.bytes() < MIN_DATA_BUFFER_BYTES {
+            c.fail(
+                key.key("data_buffer_bytes"),
+                format!("{b} is less than the smallest budget, 1M"),
+            );
+        }
+    }
+    c.range(
+        key.key("data_out_timeout_secs"),
+        s.data_out_timeout_secs,
+        1,
+        3600,
     );
 }

@@ -186,6 +186,10 @@ fn limits_defaults_match_the_documentation() {
     assert_eq!(l.max_login_connections, 256);
     assert_eq!(l.max_login_connections_per_address, 16);
     assert_eq!(l.max_sessions_per_initiator, 64);
+    assert_eq!(l.data_buffer_bytes, None);
+    assert_eq!(l.data_out_timeout_secs, 30);
+    let auto = l.data_buffer_bytes();
+    assert!((128 << 20..=4 << 30).contains(&auto), "{auto}");
     assert_eq!(Config::default().limits, l);
 }
 
@@ -194,7 +198,7 @@ fn limits_are_read_from_file_and_environment_and_checked_by_key() {
     jailed(|jail| {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = format!(
-            "{}[limits]\nlogin_timeout_secs = 5\nmax_connections = 1000\n",
+            "{}[limits]\nlogin_timeout_secs = 5\nmax_connections = 1000\ndata_buffer_bytes = \"64M\"\n",
             base_config(dir.path(), "", "")
         );
         let path = write_config(dir.path(), &body);
@@ -206,6 +210,7 @@ fn limits_are_read_from_file_and_environment_and_checked_by_key() {
         assert_eq!(cfg.limits.max_login_connections, 10);
         assert_eq!(cfg.limits.max_login_connections_per_address, 4);
         assert_eq!(cfg.limits.max_connections_per_address, 256);
+        assert_eq!(cfg.limits.data_buffer_bytes(), 64 << 20);
     });
 }
 
@@ -242,6 +247,21 @@ fn limits_out_of_range_name_the_key() {
         assert_problem(
             &with("max_sessions_per_initiator = 0"),
             "limits.max_sessions_per_initiator",
+            "out of range",
+        );
+        assert_problem(
+            &with("data_buffer_bytes = \"512K\""),
+            "limits.data_buffer_bytes",
+            "smallest budget",
+        );
+        assert_problem(
+            &with("data_buffer_bytes = \"lots\""),
+            "limits.data_buffer_bytes",
+            "not a size",
+        );
+        assert_problem(
+            &with("data_out_timeout_secs = 0"),
+            "limits.data_out_timeout_secs",
             "out of range",
         );
         assert_problem(

@@ -4,9 +4,11 @@
 //! snapshot they started with.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::brake::BrakeSettings;
+use crate::budget::DataBudget;
 use crate::chap::ChapPolicy;
 use crate::negotiate::Limits;
 
@@ -110,6 +112,14 @@ pub struct PortalConfig {
     /// Normal sessions one initiator name may hold at once (over all its
     /// ISIDs and targets); a login past it fails with Out of Resources.
     pub max_sessions_per_initiator: usize,
+    /// The daemon-wide budget of write data buffers ([`crate::budget`]),
+    /// shared by every connection of both transports. A port keeps one
+    /// across configuration changes (it takes the new size only).
+    pub data_budget: Arc<DataBudget>,
+    /// How long a write may go without Data-Out for the R2Ts it was sent
+    /// before its connection is closed (its tasks aborted, its buffers
+    /// freed).
+    pub data_out_timeout: Duration,
 }
 
 impl PortalConfig {
@@ -136,6 +146,8 @@ impl Default for PortalConfig {
             brake: BrakeSettings::default(),
             login_timeout: Duration::from_secs(15),
             max_sessions_per_initiator: 64,
+            data_budget: Arc::new(DataBudget::default()),
+            data_out_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -42,12 +42,13 @@ pub use serial::{sn_le, sn_lt};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use rustgt_scsi::{Command, TmfFunction};
 
+use crate::budget::Account;
 use crate::config::PortalConfig;
 use crate::iser::ControlHeader;
 use crate::login::LoginState;
@@ -186,7 +187,29 @@ pub struct Connection {
     /// When the login phase must be over: `now` at creation (the accept)
     /// plus [`PortalConfig::login_timeout`].
     login_deadline: Instant,
+    /// The latest `now` a driver gave (input, message or timer).
+    clock: Instant,
+    /// This connection's part of the data buffer budget.
+    account: Account,
+    /// Writes waiting for room in the budget before their first R2T or
+    /// RDMA Read, by ITT in arrival order (at most the CmdSN window).
+    budget_wait: VecDeque<u32>,
+    /// When to try the waiting writes again, and the pause after that.
+    budget_retry: Option<Instant>,
+    budget_backoff: Duration,
+    /// Window slots held back while the session is over its share of the
+    /// budget and others wait: MaxCmdSN advances by them later.
+    window_owed: u32,
+    /// When to look for writes whose initiator sits on solicited data
+    /// ([`PortalConfig::data_out_timeout`]).
+    data_out_check: Option<Instant>,
 }
+
+/// First pause before a write waiting for budget is tried again; it
+/// doubles while the write keeps waiting, up to [`BUDGET_RETRY_MAX`].
+const BUDGET_RETRY_MIN: Duration = Duration::from_millis(1);
+/// Longest pause between two tries of a write waiting for budget.
+const BUDGET_RETRY_MAX: Duration = Duration::from_millis(16);
 
 /// The one place the transports differ: how PDUs are framed and how data
 /// moves.
@@ -210,6 +233,7 @@ impl Connection {
         let login = LoginState::new(&cfg, setup.transport, setup.random);
         let cfg_login_timeout = cfg.login_timeout;
         let text_in = TextAssembler::new(cfg.max_text_len);
+        let account = Account::new(Arc::clone(&cfg.data_budget));
         let wire = match setup.transport {
             Transport::Tcp => Wire::Stream(stream::StreamWire::default()),
             Transport::Iser => Wire::Rdma(rdma::RdmaWire::new(IserParams::default())),
@@ -240,6 +264,13 @@ impl Connection {
             ping: None,
             async_logout_sent: false,
             login_deadline: now + cfg_login_timeout,
+            clock: now,
+            account,
+            budget_wait: VecDeque::new(),
+            budget_retry: None,
+            budget_backoff: BUDGET_RETRY_MIN,
+            window_owed: 0,
+            data_out_check: None,
         }
     }
 
@@ -303,11 +334,17 @@ impl Connection {
                 }
             }
         }
-        if let Some((_, sent)) = self.ping {
-            return Some(sent + self.cfg.nop_timeout);
-        }
-        let interval = self.cfg.nop_interval?;
-        self.last_rx.map(|t| t + interval)
+        let keepalive = match self.ping {
+            Some((_, sent)) => Some(sent + self.cfg.nop_timeout),
+            None => self
+                .cfg
+                .nop_interval
+                .and_then(|i| self.last_rx.map(|t| t + i)),
+        };
+        [self.data_out_check, self.budget_retry]
+            .into_iter()
+            .flatten()
+            .fold(keepalive, |a, b| Some(a.map_or(b, |a| a.min(b))))
     }
 
     /// Drive the timers: run a login request the brake held back once its
@@ -317,6 +354,7 @@ impl Connection {
     /// with NOP-In and close the connection when a ping goes unanswered
     /// (RFC 7143 §11.19).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.clock = self.clock.max(now);
         if self.release_held_login(now) {
             // It counts as heard from now, like input.
             self.last_rx = Some(now);
@@ -337,6 +375,16 @@ impl Connection {
             Phase::Closing => return,
             Phase::FullFeature => {}
         }
+        if self.data_out_check.is_some_and(|at| now >= at) {
+            self.check_data_out(now);
+            if self.is_closing() {
+                return;
+            }
+        }
+        if self.budget_retry.is_some_and(|at| now >= at) {
+            self.budget_retry = None;
+            self.pump_budget();
+        }
         self.keepalive(now);
     }
 
@@ -344,6 +392,17 @@ impl Connection {
     pub fn fail(&mut self) {
         self.phase = Phase::Closing;
         self.writes.clear();
+        self.budget_wait.clear();
+        self.budget_retry = None;
+        self.data_out_check = None;
+        self.account.set_waiting(false);
+    }
+
+    /// Bytes of the data buffer budget this connection's writes hold
+    /// (admitted for solicitation; unsolicited data is counted daemon-wide
+    /// only).
+    pub fn budget_held(&self) -> u64 {
+        self.account.held()
     }
 
     /// Act on one whole PDU. `remote` is its iSER header (empty on TCP).

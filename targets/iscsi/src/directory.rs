@@ -30,8 +30,13 @@ impl Directory {
     }
 
     /// Replaces the configuration; new logins see it at once.
-    pub fn set_config(&self, config: PortalConfig) {
-        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+    pub fn set_config(&self, mut config: PortalConfig) {
+        let mut slot = self.config.write().unwrap_or_else(PoisonError::into_inner);
+        // One budget for the port's life: connections already open keep
+        // counting in it; the new configuration brings only its size.
+        slot.data_budget.set_total(config.data_budget.total());
+        config.data_budget = Arc::clone(&slot.data_budget);
+        *slot = Arc::new(config);
     }
 
     /// The configuration now in force; a login keeps the snapshot it took.

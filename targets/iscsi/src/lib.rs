@@ -33,6 +33,7 @@
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod brake;
+pub mod budget;
 pub mod chap;
 pub mod config;
 pub mod conn;
@@ -49,6 +50,7 @@ pub mod session;
 mod task;
 pub mod text;
 
+pub use budget::{BudgetSnapshot, DataBudget};
 pub use config::{PortalConfig, TargetInfo};
 pub use conn::{
     Connection, ConnectionSetup, Event, IserOp, IserParams, IserSend, RdmaRead, RdmaWrite,

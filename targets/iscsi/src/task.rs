@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rustgt_scsi::{BufStorage, IoBuf, Residual, MAX_POOLED};
 
+use crate::budget::Grant;
 use crate::iser::ControlHeader;
 use crate::pdu::{DataIn, ScsiCommand};
 
@@ -297,6 +298,12 @@ pub(crate) struct WriteTask {
     /// iSER: the buffer offset the write buffer's first byte stands for
     /// (the first solicited byte), fixed by the first RDMA Read.
     pub solicited_base: Option<u32>,
+    /// Its part of the data buffer budget ([`crate::budget`]).
+    pub grant: Grant,
+    /// The budget admitted its whole length: it may be solicited.
+    pub admitted: bool,
+    /// Since when R2Ts of it are out with no Data-Out for them (TCP).
+    pub stalled_since: Option<std::time::Instant>,
 }
 
 impl WriteTask {
@@ -314,7 +321,7 @@ impl WriteTask {
 }
 
 /// State kept for a command handed to the SCSI core, until its response.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct InFlight {
     pub lun: u64,
     pub immediate: bool,
@@ -322,6 +329,9 @@ pub(crate) struct InFlight {
     pub r2t_count: u32,
     /// The command's iSER buffers (none on TCP).
     pub remote: ControlHeader,
+    /// A write's part of the data buffer budget, held until the SCSI core
+    /// has answered (its buffer lives that long).
+    pub grant: Option<Grant>,
 }
 
 /// Residual fields as iSCSI carries them: (overflow, underflow, count).

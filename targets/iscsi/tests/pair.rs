@@ -15,8 +15,9 @@ use rustgt_iscsi::iser::{ControlHeader, Hello, ISER_HEADER_LEN};
 use rustgt_iscsi::negotiate::{Digest, Limits};
 use rustgt_iscsi::pdu::*;
 use rustgt_iscsi::text::{decode_binary, encode_hex, encode_text, parse_text};
-use rustgt_iscsi::IserParams;
+use rustgt_iscsi::{DataBudget, IserParams, PortalConfig, SessionTable};
 use rustgt_test_initiator::pair::*;
+use std::sync::{Arc, Mutex};
 
 /// Runs each listed `fn name(mode: Mode)` once per transport.
 macro_rules! on_both_transports {
@@ -1935,4 +1936,141 @@ fn iser_a_destination_kept_past_its_read_fails_the_write_and_writes_nothing() {
         before,
         "nothing of the failed write landed"
     );
+}
+
+/// Two connections sharing one small data buffer budget, without
+/// immediate data (every byte is solicited).
+fn budget_pairs(total: u64, data_out_timeout: Duration) -> (Pair, Pair, Arc<DataBudget>) {
+    let budget = Arc::new(DataBudget::new(total));
+    let cfg = || PortalConfig {
+        data_budget: Arc::clone(&budget),
+        data_out_timeout,
+        ..portal_config(
+            Limits {
+                immediate_data: false,
+                ..limits()
+            },
+            ChapPolicy::default(),
+        )
+    };
+    let table = Arc::new(Mutex::new(SessionTable::new()));
+    let mut a = Pair::with_table(cfg(), Arc::clone(&table), 1);
+    a.login(&[("ImmediateData", "No")]);
+    let mut b = Pair::with_table(cfg(), table, 2);
+    b.login(&[("ImmediateData", "No")]);
+    (a, b, budget)
+}
+
+fn r2ts(p: &mut Pair) -> Vec<R2t> {
+    p.replies()
+        .into_iter()
+        .map(|r| match r {
+            Reply::R2t(r) => r,
+            other => panic!("R2T expected: {other:?}"),
+        })
+        .collect()
+}
+
+/// A write the budget has no room for waits for its first R2T (it is not
+/// failed), gets it once another session's write has finished, and the
+/// session over its share meanwhile does not get its CmdSN window opened.
+#[test]
+fn a_write_waits_for_budget_and_the_holder_keeps_its_window() {
+    let (mut a, mut b, budget) = budget_pairs(64 * 1024, Duration::from_secs(30));
+    let held = a.scsi_cmd(&write10_cdb(0, 64), false, true, 32 * 1024, vec![], true);
+    let a_r2t = r2ts(&mut a);
+    assert_eq!(a_r2t.len(), 1);
+    assert_eq!(budget.used(), 32 * 1024, "admitted whole");
+    // 32K held + 48K > 64K: B's write waits, with no R2T and no failure.
+    let waiting = b.scsi_cmd(&write10_cdb(100, 96), false, true, 48 * 1024, vec![], true);
+    assert!(b.replies().is_empty());
+    assert_eq!(budget.snapshot().waiting, 1);
+    assert!(b
+        .conn
+        .poll_timeout()
+        .is_some_and(|t| t <= b.now + Duration::from_millis(1)));
+    b.now += Duration::from_millis(1);
+    b.conn.handle_timeout(b.now);
+    b.pump();
+    assert!(b.replies().is_empty(), "still no room");
+
+    // A is over its share (32K > (64K / 2) / 2) while B waits: a NOP-Out
+    // is answered without opening A's window.
+    let before = a_r2t[0].max_cmd_sn;
+    let nop = Request {
+        header: RequestHeader::NopOut(NopOut {
+            immediate: false,
+            lun: 0,
+            itt: 0x77,
+            ttt: RESERVED_TAG,
+            cmd_sn: a.cmd_sn,
+            exp_stat_sn: a.exp_stat_sn,
+        }),
+        data: vec![],
+    };
+    a.cmd_sn += 1;
+    a.send(&nop);
+    match &a.replies()[..] {
+        [Reply::NopIn(n)] => assert_eq!(n.max_cmd_sn, before, "window held"),
+        other => panic!("{other:?}"),
+    }
+
+    // A sends its data: its write completes and the owed slot opens too.
+    a.data_out(held, a_r2t[0].ttt, 0, 0, &[5u8; 32 * 1024], true);
+    match &a.replies()[..] {
+        [Reply::ScsiResponse(r)] => {
+            assert_eq!((r.itt, r.status), (held, 0));
+            assert_eq!(r.max_cmd_sn, before.wrapping_add(2), "both slots open");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(budget.used(), 0);
+    // B's next try finds room.
+    b.now += Duration::from_millis(2);
+    b.conn.handle_timeout(b.now);
+    b.pump();
+    let b_r2t = r2ts(&mut b);
+    assert_eq!((b_r2t.len(), b_r2t[0].itt), (1, waiting));
+    assert_eq!(budget.snapshot().waiting, 0);
+    assert_eq!(budget.snapshot().waits, 1);
+    b.data_out(waiting, b_r2t[0].ttt, 0, 0, &[6u8; 48 * 1024], true);
+    match &b.replies()[..] {
+        [Reply::ScsiResponse(r)] => assert_eq!((r.itt, r.status), (waiting, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(budget.used(), 0);
+    let (status, data, _) = b.read10(100, 96);
+    assert_eq!(status, 0);
+    assert!(data.iter().all(|&x| x == 6));
+}
+
+/// A write larger than the whole budget still runs, alone; and a session
+/// that sits on solicited data is closed after the Data-Out timeout, which
+/// gives its room back.
+#[test]
+fn a_session_sitting_on_r2ts_is_closed_after_the_data_out_timeout() {
+    let (mut a, mut b, budget) = budget_pairs(16 * 1024, Duration::from_secs(3));
+    let itt = a.scsi_cmd(&write10_cdb(0, 64), false, true, 32 * 1024, vec![], true);
+    let r2t = r2ts(&mut a);
+    assert_eq!(r2t.len(), 1, "larger than the budget, admitted alone");
+    assert_eq!(budget.used(), 32 * 1024);
+    let _ = b.scsi_cmd(&write10_cdb(100, 8), false, true, 4096, vec![], true);
+    assert!(b.replies().is_empty(), "B waits");
+    // Half of the burst, then nothing: the timer runs from the last data.
+    a.data_out(itt, r2t[0].ttt, 0, 0, &[1u8; 8192], false);
+    a.now += Duration::from_secs(2);
+    a.conn.handle_timeout(a.now);
+    assert!(!a.conn.is_closing());
+    a.data_out(itt, r2t[0].ttt, 1, 8192, &[1u8; 8192], false);
+    let due = a.conn.poll_timeout().expect("a Data-Out deadline");
+    assert!(due <= a.now + Duration::from_secs(3), "{due:?}");
+    a.now += Duration::from_secs(3);
+    a.conn.handle_timeout(a.now);
+    assert!(a.conn.is_closing(), "closed after 3 s without Data-Out");
+    assert_eq!(budget.used(), 0, "its room is given back");
+    assert_eq!(budget.snapshot().timeouts, 1);
+    b.now += Duration::from_millis(20);
+    b.conn.handle_timeout(b.now);
+    b.pump();
+    assert_eq!(r2ts(&mut b).len(), 1, "B goes on");
 }

@@ -519,6 +519,34 @@ impl Session {
 
     /// The Data-Out sequence an R2T asks for (§11.8), in PDUs the target
     /// accepts.
+    /// Sends the Data-Out an R2T asks for, taken from `data_out` (the
+    /// command's whole data), in PDUs of at most the target's
+    /// MaxRecvDataSegmentLength.
+    pub fn answer_r2t(&mut self, r2t: &R2t, raw_lun: u64, data_out: &[u8]) {
+        self.send_r2t_data(r2t, raw_lun, data_out);
+    }
+
+    /// Sends a write of `len` bytes without immediate or unsolicited data
+    /// (the F bit set: everything waits for R2Ts) and returns at once with
+    /// its ITT; its R2Ts and status are for the caller to read.
+    pub fn start_write(&mut self, lun: u64, cdb: &[u8], len: u32) -> u32 {
+        let itt = self.take_itt();
+        let ids = CommandIds {
+            lun: encode_lun(lun),
+            itt,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            read: false,
+            write: true,
+            final_bit: true,
+            expected_data_len: len,
+        };
+        let cmd = scsi_command(ids, cdb, Vec::new());
+        self.cmd_sn = self.cmd_sn.wrapping_add(1);
+        self.send(&cmd.encode(false, false));
+        itt
+    }
+
     fn send_r2t_data(&mut self, r2t: &R2t, raw_lun: u64, data_out: &[u8]) {
         let start = usize::try_from(r2t.buffer_offset).expect("offset");
         let len = usize::try_from(r2t.desired_len).expect("length");

@@ -56,6 +56,7 @@ impl Connection {
             return;
         }
         self.last_rx = Some(now);
+        self.clock = self.clock.max(now);
         match IserMessage::parse(msg) {
             Ok(IserMessage::Control { header, pdu }) => self.handle_iser_pdu(header, pdu, now),
             Ok(IserMessage::Hello(hello)) => {

@@ -4,6 +4,7 @@
 //! and sending their responses, and failing a task the SCSI core never saw.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use rustgt_scsi::sense::{Asc, SenseKey};
 use rustgt_scsi::{Command, IoBuf, Response, Status, TaskAttr};
@@ -11,6 +12,7 @@ use rustgt_scsi::{Command, IoBuf, Response, Status, TaskAttr};
 use super::ending::{fixed_sense, internal_failure, Ending, SeqError};
 use super::rdma::Deferred;
 use super::{Connection, Event, Wire};
+use crate::budget::Grant;
 use crate::iser::ControlHeader;
 use crate::pdu::{
     decode_lun, DataOut, Reply, ScsiCommand, ScsiResponse, TaskAttribute, BHS_LEN, RESERVED_TAG,
@@ -62,29 +64,55 @@ impl Connection {
                 self.send_status(end, Status::CHECK_CONDITION, sense);
                 return;
             }
-            let initial_r2t = match &self.session {
-                Some(s) => s.params.initial_r2t,
+            let (initial_r2t, first_burst) = match &self.session {
+                Some(s) => (s.params.initial_r2t, s.params.first_burst_length),
                 None => return,
+            };
+            let unsolicited_open = !c.final_bit && !initial_r2t;
+            let edtl = u64::from(c.expected_data_len);
+            // What the initiator may send unasked is counted at once and
+            // never waited for; the rest is admitted whole or waits.
+            let unasked = if unsolicited_open {
+                u64::from(first_burst.max(immediate_len))
+            } else {
+                u64::from(immediate_len)
+            }
+            .min(edtl);
+            let mut grant = self.account.grant();
+            let admitted = if unasked >= edtl {
+                self.account.force(&mut grant, edtl);
+                true
+            } else if self.budget_wait.is_empty() && self.account.admit(&mut grant, edtl) {
+                true
+            } else {
+                self.account.force(&mut grant, unasked);
+                false
             };
             let mut task = WriteTask {
                 lun,
                 buf: WriteBuf::default(),
-                unsolicited_open: !c.final_bit && !initial_r2t,
+                unsolicited_open,
                 unsolicited_data_sn: 0,
                 next_r2t_offset: 0,
                 r2ts: VecDeque::new(),
                 r2t_sn: 0,
                 remote,
                 solicited_base: None,
+                grant,
+                admitted,
+                stalled_since: None,
                 cmd: c,
             };
             let edtl = task.edtl() as usize;
             task.buf.append(data, edtl);
             let itt = task.cmd.itt;
             self.writes.insert(itt, task);
+            if !admitted {
+                self.wait_for_budget(itt);
+            }
             self.advance_write(itt);
         } else {
-            self.submit(c, lun, IoBuf::default(), 0, remote);
+            self.submit(c, lun, IoBuf::default(), 0, remote, None);
         }
     }
 
@@ -115,9 +143,9 @@ impl Connection {
             }
             if let Some(task) = self.writes.remove(&itt) {
                 let r2ts = task.r2t_sn;
-                let (lun, remote, cmd) = (task.lun, task.remote, task.cmd);
+                let (lun, remote, cmd, grant) = (task.lun, task.remote, task.cmd, task.grant);
                 if let Some(data) = task.buf.into_data() {
-                    self.submit(cmd, lun, data, r2ts, remote);
+                    self.submit(cmd, lun, data, r2ts, remote, Some(grant));
                 } else {
                     // Not lent a moment ago, so unreachable; should it ever
                     // happen, write nothing rather than what may not have
@@ -134,7 +162,7 @@ impl Connection {
             }
             return;
         }
-        if task.unsolicited_open {
+        if task.unsolicited_open || !task.admitted {
             return;
         }
         match self.wire {
@@ -229,6 +257,10 @@ impl Connection {
         let edtl = task.edtl() as usize;
         task.buf.append(data, edtl);
         task.r2ts.retain(|r| r.received < r.len);
+        if d.ttt != RESERVED_TAG {
+            // Progress on what was solicited: the Data-Out timer restarts.
+            task.stalled_since = (!task.r2ts.is_empty()).then_some(self.clock);
+        }
         self.advance_write(d.itt);
     }
 
@@ -239,6 +271,7 @@ impl Connection {
         data_out: IoBuf,
         r2t_count: u32,
         remote: ControlHeader,
+        grant: Option<Grant>,
     ) {
         let Some(session) = &self.session else {
             return;
@@ -274,6 +307,7 @@ impl Connection {
                 immediate: c.immediate,
                 r2t_count,
                 remote,
+                grant,
             },
         );
         self.events.push_back(Event::Command(cmd));
@@ -285,12 +319,15 @@ impl Connection {
         let Ok(itt) = u32::try_from(resp.tag) else {
             return;
         };
-        let Some(task) = self.inflight.remove(&itt) else {
+        let Some(mut task) = self.inflight.remove(&itt) else {
             return;
         };
         if self.is_closing() {
             return;
         }
+        // Its buffer is the SCSI core's no more: give its room back before
+        // the window is judged and before waiting writes try again.
+        task.grant = None;
         self.retire(task.immediate);
         if !resp.aborted && self.session.is_some() {
             match self.wire {
@@ -298,7 +335,93 @@ impl Connection {
                 Wire::Rdma(_) => self.complete_rdma(itt, &task, resp),
             }
         }
+        if !self.budget_wait.is_empty() {
+            self.pump_budget();
+        }
         self.maybe_finish_logout();
+    }
+
+    /// Queue a write that the budget has no room for yet: it gets its
+    /// first R2T (or RDMA Read) when [`Connection::pump_budget`] admits it.
+    fn wait_for_budget(&mut self, itt: u32) {
+        self.account.budget().count_wait();
+        self.budget_wait.push_back(itt);
+        self.account.set_waiting(true);
+        if self.budget_retry.is_none() {
+            self.budget_backoff = super::BUDGET_RETRY_MIN;
+            self.budget_retry = Some(self.clock + self.budget_backoff);
+        }
+    }
+
+    /// Admit waiting writes in arrival order while the budget has room,
+    /// and start soliciting their data; try again later if some still wait.
+    pub(super) fn pump_budget(&mut self) {
+        while let Some(&itt) = self.budget_wait.front() {
+            let Some(task) = self.writes.get_mut(&itt) else {
+                // Failed or aborted meanwhile.
+                self.budget_wait.pop_front();
+                continue;
+            };
+            let need = u64::from(task.edtl()).saturating_sub(task.grant.bytes());
+            if !self.account.admit(&mut task.grant, need) {
+                break;
+            }
+            task.admitted = true;
+            self.budget_wait.pop_front();
+            self.advance_write(itt);
+        }
+        if self.budget_wait.is_empty() {
+            self.account.set_waiting(false);
+            self.budget_retry = None;
+            self.budget_backoff = super::BUDGET_RETRY_MIN;
+        } else if self.budget_retry.is_none() {
+            self.budget_retry = Some(self.clock + self.budget_backoff);
+            self.budget_backoff = (self.budget_backoff * 2).min(super::BUDGET_RETRY_MAX);
+        }
+    }
+
+    /// Close the connection if a write's initiator has sat on solicited
+    /// data for [`crate::PortalConfig::data_out_timeout`] (RFC 7143 leaves
+    /// the time to the target): its tasks end as on any connection failure
+    /// and its buffers go back to the budget. Otherwise look again when
+    /// the oldest such write is due.
+    pub(super) fn check_data_out(&mut self, now: Instant) {
+        let timeout = self.cfg.data_out_timeout;
+        let mut next: Option<Instant> = None;
+        for (&itt, t) in &self.writes {
+            let Some(since) = t.stalled_since else {
+                continue;
+            };
+            let due = since + timeout;
+            if due <= now {
+                tracing::warn!(
+                    itt,
+                    timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                    received = t.received(),
+                    edtl = t.edtl(),
+                    "no Data-Out for solicited data within the Data-Out timeout; closing"
+                );
+                self.account.budget().count_timeout();
+                self.fail();
+                return;
+            }
+            next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        self.data_out_check = next;
+    }
+
+    /// R2Ts of write `itt` went out: its Data-Out timer runs from now, if
+    /// it was not running.
+    pub(super) fn solicited(&mut self, itt: u32) {
+        let now = self.clock;
+        if let Some(task) = self.writes.get_mut(&itt) {
+            if task.stalled_since.is_none() && !task.r2ts.is_empty() {
+                task.stalled_since = Some(now);
+            }
+        }
+        if self.data_out_check.is_none() {
+            self.data_out_check = Some(now + self.cfg.data_out_timeout);
+        }
     }
 
     /// End a write task that can go no further with CHECK CONDITION, once

@@ -41,6 +41,7 @@ impl Connection {
             return;
         };
         self.last_rx = Some(now);
+        self.clock = self.clock.max(now);
         let mut buf = s.take_input(data);
         let mut pos = 0usize;
         let mut discard = 0usize;
@@ -179,9 +180,11 @@ impl Connection {
                 task.next_r2t_offset += len;
                 task.r2t_sn = task.r2t_sn.wrapping_add(1);
             }
-            // Room for what was just solicited, so it arrives without copies.
-            let (end, edtl) = (task.next_r2t_offset as usize, task.edtl() as usize);
-            task.buf.reserve_to(end, edtl);
+            // Room for the whole write at once: the budget admitted all of
+            // it, so it is counted already, and it arrives without the
+            // copies of growing (pages are touched only as data lands).
+            let edtl = task.edtl() as usize;
+            task.buf.reserve_to(edtl, edtl);
         }
         for (offset, len, r2t_sn, lun_raw) in to_send {
             let ttt = self.alloc_ttt();
@@ -204,6 +207,7 @@ impl Connection {
             };
             self.send(Reply::R2t(r2t));
         }
+        self.solicited(itt);
     }
 
     /// Data-In PDUs for a finished read, each at most the initiator's

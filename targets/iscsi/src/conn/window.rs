@@ -33,11 +33,19 @@ impl Connection {
         }
     }
 
-    /// A non-immediate command finished: open the window by one.
+    /// A non-immediate command finished: open the window by one, unless
+    /// the session is over its share of the data buffer budget while
+    /// others wait (then the slot is owed and opened with a later one).
     pub(super) fn retire(&mut self, immediate: bool) {
-        if !immediate {
-            self.max_cmd_sn = self.max_cmd_sn.wrapping_add(1);
+        if immediate {
+            return;
         }
+        if self.account.over_share() {
+            self.window_owed = self.window_owed.saturating_add(1);
+            return;
+        }
+        let open = 1u32.saturating_add(std::mem::take(&mut self.window_owed));
+        self.max_cmd_sn = self.max_cmd_sn.wrapping_add(open);
     }
 
     pub(super) fn alloc_ttt(&mut self) -> u32 {
