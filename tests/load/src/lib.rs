@@ -98,6 +98,11 @@ pub struct LoadArgs {
         default_value = "iqn.2026-11.org.rustgt.load:i"
     )]
     pub initiator_prefix: String,
+    /// Log the sessions in and keep them idle for the window (no
+    /// commands; NOP-In pings answered): the target's cost of idle
+    /// sessions, with --pid.
+    #[arg(long)]
+    pub idle: bool,
     /// No per-session phase offset: every session's timeline starts at the
     /// same instant (lockstep).
     #[arg(long)]
@@ -295,6 +300,8 @@ pub struct PidReport {
 pub struct Report {
     pub url: String,
     pub sessions: usize,
+    /// --idle: no commands were sent.
+    pub idle: bool,
     pub qd: usize,
     /// Per session; 0 = unpaced.
     pub rate_per_session: u32,
@@ -355,6 +362,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         let target = url.target.clone();
         let initiator = format!("{}{i}", a.initiator_prefix);
         let lun = url.lun;
+        let idle = a.idle;
         let seed = a.seed.wrapping_mul(0x1000_0001).wrapping_add(i as u64);
         let ph = if a.no_phase {
             Duration::ZERO
@@ -390,7 +398,11 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
                 let Some((plan, start)) = plan_slot.lock().ok().and_then(|p| p.clone()) else {
                     return (stats, true);
                 };
-                let mut sched = Schedule::new(start, rate, ph);
+                let mut sched = if idle {
+                    Schedule::idle(start)
+                } else {
+                    Schedule::new(start, rate, ph)
+                };
                 let mut rng = Rng::new(seed);
                 match c.run(&plan, &mut sched, &mut rng, blocks, block_size, &mut stats) {
                     Ok(()) => {
@@ -461,7 +473,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     }
     let ios = reads + writes;
     let iops = completed as f64 / a.seconds;
-    let offered = rate * n as f64;
+    let offered = if a.idle { 0.0 } else { rate * n as f64 };
     let late = lateness.count_between(50_000, u64::MAX);
     let late_pct = if lateness.is_empty() {
         0.0
@@ -470,7 +482,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     };
     let lateness_us = Percentiles::of(&lateness);
     let mut warning = None;
-    if a.rate > 0 {
+    if a.rate > 0 && !a.idle {
         if iops < 0.97 * offered {
             warning = Some(format!(
                 "achieved {iops:.0} IOPS, below 97% of the offered {offered:.0}"
@@ -507,6 +519,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     Ok(Report {
         url: a.url.clone(),
         sessions: n,
+        idle: a.idle,
         qd: a.qd,
         rate_per_session: a.rate,
         offered_iops: offered,
@@ -552,7 +565,9 @@ fn isid_of(i: usize) -> [u8; 6] {
 pub fn render(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let offered = if r.rate_per_session == 0 {
+    let offered = if r.idle {
+        "idle".to_owned()
+    } else if r.rate_per_session == 0 {
         "unpaced".to_owned()
     } else {
         format!(

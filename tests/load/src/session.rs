@@ -616,7 +616,8 @@ impl Conn {
             if progressed {
                 last_progress = now;
             }
-            let finished = now >= plan.end || sched.next_due(now).is_none_or(|d| d >= plan.end);
+            // An idle session (no command ever due) stays until the end.
+            let finished = now >= plan.end || sched.next_due(now).is_some_and(|d| d >= plan.end);
             if finished && flying.is_empty() {
                 return Ok(());
             }
