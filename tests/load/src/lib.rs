@@ -98,6 +98,11 @@ pub struct LoadArgs {
         default_value = "iqn.2026-11.org.rustgt.load:i"
     )]
     pub initiator_prefix: String,
+    /// Log the sessions in and keep them idle for the window (no
+    /// commands; NOP-In pings answered): the target's cost of idle
+    /// sessions, with --pid.
+    #[arg(long)]
+    pub idle: bool,
     /// No per-session phase offset: every session's timeline starts at the
     /// same instant (lockstep).
     #[arg(long)]
@@ -295,6 +300,8 @@ pub struct PidReport {
 pub struct Report {
     pub url: String,
     pub sessions: usize,
+    /// --idle: no commands were sent.
+    pub idle: bool,
     pub qd: usize,
     /// Per session; 0 = unpaced.
     pub rate_per_session: u32,
@@ -320,10 +327,14 @@ pub struct Report {
     /// Send time - due time (the client's own delay, incl. waits for a
     /// free slot at the queue depth).
     pub lateness_us: Percentiles,
+    /// Send time - the later of due time and the moment the full queue
+    /// depth freed a slot: the client's own delay, without the waits for
+    /// the target.
+    pub own_lateness_us: Percentiles,
     /// Percent of commands sent 50 µs or more after their due time.
     pub late_pct: f64,
     /// False when the client could not hold its schedule: achieved below
-    /// 97% of offered, or lateness p99 above 1 ms (paced runs only).
+    /// 97% of offered, or own lateness p99 above 1 ms (paced runs only).
     pub schedule_held: bool,
     /// Why not, in words; null when held.
     pub warning: Option<String>,
@@ -355,6 +366,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         let target = url.target.clone();
         let initiator = format!("{}{i}", a.initiator_prefix);
         let lun = url.lun;
+        let idle = a.idle;
         let seed = a.seed.wrapping_mul(0x1000_0001).wrapping_add(i as u64);
         let ph = if a.no_phase {
             Duration::ZERO
@@ -390,7 +402,11 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
                 let Some((plan, start)) = plan_slot.lock().ok().and_then(|p| p.clone()) else {
                     return (stats, true);
                 };
-                let mut sched = Schedule::new(start, rate, ph);
+                let mut sched = if idle {
+                    Schedule::idle(start)
+                } else {
+                    Schedule::new(start, rate, ph)
+                };
                 let mut rng = Rng::new(seed);
                 match c.run(&plan, &mut sched, &mut rng, blocks, block_size, &mut stats) {
                     Ok(()) => {
@@ -431,6 +447,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
 
     let mut latency = new_histogram();
     let mut lateness = new_histogram();
+    let mut own_lateness = new_histogram();
     let (mut reads, mut writes, mut completed) = (0u64, 0u64, 0u64);
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut transport = Vec::new();
@@ -443,6 +460,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         any_ran |= ran;
         let _ = latency.add(&s.latency);
         let _ = lateness.add(&s.lateness);
+        let _ = own_lateness.add(&s.own_lateness);
         reads += s.reads;
         writes += s.writes;
         completed += s.completed_in_window;
@@ -461,7 +479,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     }
     let ios = reads + writes;
     let iops = completed as f64 / a.seconds;
-    let offered = rate * n as f64;
+    let offered = if a.idle { 0.0 } else { rate * n as f64 };
     let late = lateness.count_between(50_000, u64::MAX);
     let late_pct = if lateness.is_empty() {
         0.0
@@ -469,14 +487,18 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         100.0 * late as f64 / lateness.len() as f64
     };
     let lateness_us = Percentiles::of(&lateness);
+    let own_lateness_us = Percentiles::of(&own_lateness);
     let mut warning = None;
-    if a.rate > 0 {
+    if a.rate > 0 && !a.idle {
         if iops < 0.97 * offered {
             warning = Some(format!(
                 "achieved {iops:.0} IOPS, below 97% of the offered {offered:.0}"
             ));
-        } else if lateness_us.p99 > 1000.0 {
-            warning = Some(format!("p99 lateness {:.0} µs above 1 ms", lateness_us.p99));
+        } else if own_lateness_us.p99 > 1000.0 {
+            warning = Some(format!(
+                "p99 of its own lateness {:.0} µs above 1 ms",
+                own_lateness_us.p99
+            ));
         }
     }
     let pids = a
@@ -507,6 +529,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     Ok(Report {
         url: a.url.clone(),
         sessions: n,
+        idle: a.idle,
         qd: a.qd,
         rate_per_session: a.rate,
         offered_iops: offered,
@@ -532,6 +555,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         mbps: completed as f64 * bs as f64 / a.seconds / 1e6,
         latency_us: Percentiles::of(&latency),
         lateness_us,
+        own_lateness_us,
         late_pct,
         schedule_held: warning.is_none(),
         warning,
@@ -552,7 +576,9 @@ fn isid_of(i: usize) -> [u8; 6] {
 pub fn render(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let offered = if r.rate_per_session == 0 {
+    let offered = if r.idle {
+        "idle".to_owned()
+    } else if r.rate_per_session == 0 {
         "unpaced".to_owned()
     } else {
         format!(
@@ -579,6 +605,7 @@ pub fn render(r: &Report) -> String {
     };
     row(&mut s, "latency", &r.latency_us);
     row(&mut s, "lateness", &r.lateness_us);
+    row(&mut s, "own late", &r.own_lateness_us);
     let _ = writeln!(s, "late >=50µs {:.2}% of commands", r.late_pct);
     for p in &r.pids {
         let _ = writeln!(

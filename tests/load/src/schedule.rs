@@ -14,6 +14,8 @@ pub struct Schedule {
     start: Instant,
     /// `None`: unpaced, every command is due when a slot is free.
     interval_ns: Option<f64>,
+    /// No command is ever due.
+    idle: bool,
     k: u64,
 }
 
@@ -24,20 +26,35 @@ impl Schedule {
             Schedule {
                 start: start + phase,
                 interval_ns: Some(1e9 / rate),
+                idle: false,
                 k: 0,
             }
         } else {
             Schedule {
                 start,
                 interval_ns: None,
+                idle: false,
                 k: 0,
             }
+        }
+    }
+
+    /// A timeline with no command.
+    pub fn idle(start: Instant) -> Schedule {
+        Schedule {
+            start,
+            interval_ns: None,
+            idle: true,
+            k: 0,
         }
     }
 
     /// The due time of the next command: on the timeline when paced; `now`
     /// when unpaced.
     pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        if self.idle {
+            return None;
+        }
         match self.interval_ns {
             Some(i) => {
                 // Rounded to the nanosecond: no drift over the run.
@@ -133,6 +150,7 @@ mod tests {
         let s = Schedule::new(t0, 0.0, Duration::from_secs(1));
         let later = t0 + Duration::from_millis(3);
         assert_eq!(s.next_due(later), Some(later));
+        assert_eq!(Schedule::idle(t0).next_due(later), None);
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct SessionStats {
     pub latency: Histogram<u64>,
     /// Send time minus due time, ns (measured window only).
     pub lateness: Histogram<u64>,
+    /// Send time minus the later of due time and the moment a slot of the
+    /// full queue depth was freed: the client's own delay, ns.
+    pub own_lateness: Histogram<u64>,
     pub reads: u64,
     pub writes: u64,
     /// Commands due in the window and sent.
@@ -54,6 +57,7 @@ impl SessionStats {
         SessionStats {
             latency: new_histogram(),
             lateness: new_histogram(),
+            own_lateness: new_histogram(),
             reads: 0,
             writes: 0,
             due: 0,
@@ -479,6 +483,9 @@ impl Conn {
         let mut seq = rng.below(span);
         let mut flying: HashMap<u32, InFlight> = HashMap::with_capacity(plan.qd * 2);
         let mut last_progress = Instant::now();
+        // When the queue depth, full, last freed a slot: a command due
+        // before that waited for the target, not for this client.
+        let mut freed_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
             // Send every command that is due while there is room.
@@ -522,6 +529,10 @@ impl Conn {
                     let _ = stats
                         .lateness
                         .record(nanos(at.saturating_duration_since(due)).max(1));
+                    let ready = freed_at.map_or(due, |f| f.max(due));
+                    let _ = stats
+                        .own_lateness
+                        .record(nanos(at.saturating_duration_since(ready)).max(1));
                 }
                 if flying.is_empty() {
                     last_progress = at;
@@ -587,6 +598,9 @@ impl Conn {
                     other => return Err(terr(&self.name, format_args!("unexpected {other:?}"))),
                 };
                 if let Some((itt, res)) = done {
+                    if flying.len() >= plan.qd {
+                        freed_at = Some(Instant::now());
+                    }
                     let Some(f) = flying.remove(&itt) else {
                         return Err(terr(
                             &self.name,
@@ -616,7 +630,8 @@ impl Conn {
             if progressed {
                 last_progress = now;
             }
-            let finished = now >= plan.end || sched.next_due(now).is_none_or(|d| d >= plan.end);
+            // An idle session (no command ever due) stays until the end.
+            let finished = now >= plan.end || sched.next_due(now).is_some_and(|d| d >= plan.end);
             if finished && flying.is_empty() {
                 return Ok(());
             }
