@@ -80,7 +80,9 @@ impl LimitSettings {
 }
 
 /// A sixteenth of physical memory (MemTotal of /proc/meminfo), at least
-/// 128 MiB and at most 4 GiB; 1 GiB when memory cannot be read.
+/// 128 MiB and at most 512 MiB (so what peers can pin stays well under
+/// 1 GiB on any host: dozens of 1 MiB writes, or sixteen of 32 MiB, in
+/// flight at once); 512 MiB when memory cannot be read.
 pub fn default_data_buffer_bytes() -> u64 {
     let total = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -91,7 +93,7 @@ pub fn default_data_buffer_bytes() -> u64 {
                 .and_then(|kb| kb.trim().parse::<u64>().ok())
         })
         .map(|kb| kb.saturating_mul(1024));
-    total.map_or(1 << 30, |t| (t / 16).clamp(128 << 20, 4 << 30))
+    total.map_or(512 << 20, |t| (t / 16).clamp(128 << 20, 512 << 20))
 }
 
 pub(super) fn check_limits(c: &mut Checker, key: &KeyPath, s: &LimitSettings) {

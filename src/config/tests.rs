@@ -189,7 +189,7 @@ fn limits_defaults_match_the_documentation() {
     assert_eq!(l.data_buffer_bytes, None);
     assert_eq!(l.data_out_timeout_secs, 30);
     let auto = l.data_buffer_bytes();
-    assert!((128 << 20..=4 << 30).contains(&auto), "{auto}");
+    assert!((128 << 20..=512 << 20).contains(&auto), "{auto}");
     assert_eq!(Config::default().limits, l);
 }
 

@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 /// Default budget when the configuration sets none (the daemon derives its
 /// own from the machine's memory).
-pub const DEFAULT_DATA_BUFFER_BYTES: u64 = 1 << 30;
+pub const DEFAULT_DATA_BUFFER_BYTES: u64 = 512 << 20;
 
 /// The daemon-wide budget of write data buffers, shared by every
 /// connection of both transports.
