@@ -106,9 +106,9 @@ enum Shape {
     Forward { strided: bool },
     /// Downward.
     Reverse,
-    /// Upward, `count` pages every `stride`, gaps too wide to read through:
-    /// only the pieces are prefetched.
-    Pieces { stride: u64, count: u64 },
+    /// `count` pages every `stride`, upward or (`down`) downward, gaps too
+    /// wide to read through: only the pieces are prefetched.
+    Pieces { stride: u64, count: u64, down: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +123,9 @@ struct Stream {
     /// reads in a row kept it.
     stride: u64,
     stride_run: u32,
+    /// The same for downward reads (start-to-start, below the one before).
+    rstride: u64,
+    rstride_run: u32,
     /// Reads in a row that moved the low edge down.
     down_run: u32,
     /// Pages read (re-reads included).
@@ -144,6 +147,8 @@ impl Stream {
             last: first,
             stride: 0,
             stride_run: 0,
+            rstride: 0,
+            rstride_run: 0,
             down_run: 0,
             demanded: 0,
             pf: first,
@@ -161,9 +166,14 @@ impl Stream {
         let down = || near(end, self.low);
         match self.shape {
             Some(Shape::Forward { .. }) => up(),
-            Some(Shape::Pieces { stride, .. }) => {
-                up().or_else(|| near(first, self.last.saturating_add(stride)))
-            }
+            Some(Shape::Pieces {
+                stride,
+                down: false,
+                ..
+            }) => up().or_else(|| near(first, self.last.saturating_add(stride))),
+            Some(Shape::Pieces {
+                stride, down: true, ..
+            }) => down().or_else(|| near(first, self.last.saturating_sub(stride))),
             Some(Shape::Reverse) => down(),
             None => match (up(), down()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -261,6 +271,17 @@ impl Streams {
         } else {
             s.stride_run = 0;
         }
+        if first < s.last {
+            let step = s.last - first;
+            if step == s.rstride {
+                s.rstride_run += 1;
+            } else {
+                s.rstride = step;
+                s.rstride_run = 1;
+            }
+        } else {
+            s.rstride_run = 0;
+        }
         s.down_run = if moved_down && end <= s.last {
             s.down_run + 1
         } else {
@@ -274,6 +295,10 @@ impl Streams {
         // Runs count steps; a run of n steps spans n + 1 reads.
         let strided = moved_up && s.stride_run + 1 >= STRIDE_READS && s.stride > count;
         let reverse = s.down_run + 1 >= REVERSE_READS && s.dense(need);
+        // A downward stride is prefetched piece by piece whatever its gap:
+        // a reverse top-up reads a whole region below the reader anyway.
+        let strided_down =
+            moved_down && !reverse && s.rstride_run + 1 >= STRIDE_READS && s.rstride > count;
         match s.shape {
             Some(Shape::Forward { strided: was }) if !reverse => Some(Shape::Forward {
                 strided: was && !s.dense(need),
@@ -287,7 +312,13 @@ impl Streams {
                 Shape::Pieces {
                     stride: s.stride,
                     count,
+                    down: false,
                 }
+            }),
+            _ if strided_down => Some(Shape::Pieces {
+                stride: s.rstride,
+                count,
+                down: true,
             }),
             _ if reverse => Some(Shape::Reverse),
             _ => None,
@@ -338,7 +369,7 @@ impl Readahead for Streams {
                 };
                 s.distance = (2 * count).max(MIN_DISTANCE).max(history).min(cap);
                 s.pf = match new {
-                    Shape::Reverse => first,
+                    Shape::Reverse | Shape::Pieces { down: true, .. } => first,
                     Shape::Forward { .. } | Shape::Pieces { .. } => end,
                 };
             }
@@ -355,9 +386,16 @@ impl Readahead for Streams {
                 self.forward(&mut s, end, view);
             }
             Some(Shape::Reverse) => self.reverse(&mut s, first, view),
-            Some(Shape::Pieces { stride, count }) => {
-                self.pieces(&mut s, first, stride, count, view);
-            }
+            Some(Shape::Pieces {
+                stride,
+                count,
+                down: false,
+            }) => self.pieces(&mut s, first, stride, count, view),
+            Some(Shape::Pieces {
+                stride,
+                count,
+                down: true,
+            }) => self.pieces_down(&mut s, first, stride, count, view),
             None => {}
         }
         match (shape.is_some(), confirmed_before) {
@@ -374,7 +412,14 @@ fn same_direction(old: Shape, new: Shape) -> bool {
         (old, new),
         (Shape::Forward { .. }, Shape::Forward { .. })
             | (Shape::Reverse, Shape::Reverse)
-            | (Shape::Pieces { .. }, Shape::Pieces { .. })
+            | (
+                Shape::Pieces { down: false, .. },
+                Shape::Pieces { down: false, .. }
+            )
+            | (
+                Shape::Pieces { down: true, .. },
+                Shape::Pieces { down: true, .. }
+            )
     )
 }
 
@@ -484,6 +529,42 @@ impl Streams {
             next += stride;
         }
         s.pf = next;
+    }
+
+    /// The mirror of [`pieces`](Self::pieces) for a stream that reads
+    /// `count` pages every `stride` downward: the pieces below the reader,
+    /// nearest first.
+    fn pieces_down(
+        &self,
+        s: &mut Stream,
+        first: u64,
+        stride: u64,
+        count: u64,
+        view: &mut dyn RaView,
+    ) {
+        let mut next = if s.pf < first && (first - s.pf) % stride == 0 {
+            s.pf
+        } else {
+            match first.checked_sub(stride) {
+                Some(n) => n,
+                None => return,
+            }
+        };
+        let mut ahead = ((first - next) / stride - 1) * count;
+        if ahead * 3 > s.distance {
+            return;
+        }
+        let mut room = self.room(view);
+        while ahead + count <= s.distance.max(count) && room >= count {
+            view.read(next, count, None, false);
+            room -= count;
+            ahead += count;
+            s.pf = next;
+            match next.checked_sub(stride) {
+                Some(n) => next = n,
+                None => break,
+            }
+        }
     }
 }
 
@@ -689,6 +770,7 @@ mod tests {
             st.shape,
             Some(Shape::Pieces {
                 stride: 512,
+                down: false,
                 count: 16
             })
         );
