@@ -76,8 +76,11 @@ pub struct StreamParams {
     pub candidates: usize,
     /// The largest backing read; top-ups end on its multiples.
     pub io_pages: u64,
-    /// One positioning time of transfer: a stride's gap no larger than
-    /// this is cheaper to read through than to seek over.
+    /// An eighth of one mean positioning time of transfer (about 370 KiB
+    /// on the simulated pair): a stride's gap no larger than this is read
+    /// through, a wider one skipped. The eighth is measured, not derived:
+    /// at a full positioning time, gaps of 16x a 64 KiB request were read
+    /// through, wasting 94% of the readahead for 1.3x over `none`.
     pub gap_pages: u64,
 }
 
@@ -94,7 +97,7 @@ impl StreamParams {
             slots: 256,
             candidates: 64,
             io_pages: p.io_pages.max(1),
-            gap_pages: p.competitive_pages,
+            gap_pages: p.competitive_pages / 8,
         }
     }
 }
