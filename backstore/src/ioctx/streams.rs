@@ -733,8 +733,12 @@ mod tests {
 
     #[test]
     fn a_stride_with_cheap_gaps_is_read_through_and_the_gaps_dropped() {
-        // 16 pages every 64: gaps of 48 pages, under one positioning (128).
-        let mut s = Streams::new(params());
+        // 16 pages every 64: gaps of 48 pages, under an eighth of one
+        // positioning (1024 / 8).
+        let mut s = Streams::new(StreamParams {
+            gap_pages: 128,
+            ..params()
+        });
         let mut v = FakeView::new(1 << 30);
         let base = 1 << 22;
         let mut fetched = 0;
@@ -747,6 +751,40 @@ mod tests {
         assert!(fetched >= 100 * 64, "{fetched}");
         // The gaps the reader passed were given back.
         assert!(v.dropped.contains(&(base + 99 * 64 - 48, base + 99 * 64)));
+    }
+
+    #[test]
+    fn a_reverse_stride_gets_its_pieces_prefetched_below_it() {
+        // 16 pages every 512, downward.
+        let mut s = Streams::new(params());
+        let mut v = FakeView::new(1 << 30);
+        let top = 1 << 22;
+        let mut issued = Vec::new();
+        for i in 0..40u64 {
+            s.on_read(top - i * 512, 16, &mut v);
+            for p in top - i * 512..top - i * 512 + 16 {
+                v.pages.insert(p);
+            }
+            issued.extend(v.take_reads());
+        }
+        let prefetched: u64 = issued.iter().map(|r| r.1).sum();
+        let st = s.table.first().expect("one stream");
+        assert_eq!(
+            st.shape,
+            Some(Shape::Pieces {
+                stride: 512,
+                count: 16,
+                down: true
+            })
+        );
+        // Only pieces the reader will touch: every fetched page lies in one.
+        assert!(prefetched >= 30 * 16, "{prefetched}");
+        assert!(
+            issued
+                .iter()
+                .all(|&(p, n)| p < top && (top - p) % 512 == 0 && n == 16),
+            "{issued:?}"
+        );
     }
 
     #[test]
