@@ -252,6 +252,127 @@ fn example_config_and_schema_have_the_same_keys() {
 }
 
 // ---------------------------------------------------------------------------
+// Environment variables
+// ---------------------------------------------------------------------------
+
+/// Whether the daemon reads top-level key `key` (a table when `table`)
+/// from `RUSTGT_*`: a value of the wrong type there is named as the
+/// variable's mistake. The config file itself has a mistake the checks
+/// after reading find, so the daemon never starts.
+fn env_reads(dir: &Path, key: &str, table: bool) -> bool {
+    let file = dir.join("env.toml");
+    std::fs::write(
+        &file,
+        "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:env\"\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"1M\"\nblock_size = 1000\n",
+    )
+    .expect("write");
+    let var = if table {
+        format!(
+            "RUSTGT_{}__{}",
+            key.to_ascii_uppercase(),
+            PROBE.to_ascii_uppercase()
+        )
+    } else {
+        format!("RUSTGT_{}", key.to_ascii_uppercase())
+    };
+    let data = dir.join("data").display().to_string();
+    let args: Vec<String> = [
+        "--config",
+        &file.display().to_string(),
+        "--data-dir",
+        &data,
+        "--no-persist",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    let out = run_tool_env(
+        env!("CARGO_BIN_EXE_rustgt"),
+        &args,
+        &[
+            ("RUST_BACKTRACE", "0"),
+            ("RUST_LIB_BACKTRACE", "0"),
+            (var.as_str(), "[1, 2]"),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!out.success(), "the probe config must be refused: {out}");
+    out.stderr.contains(&var)
+}
+
+/// Whether `text` names key `k` (as `[k]` for a table), not as part of a
+/// longer key.
+fn names_key(text: &str, k: &str, table: bool) -> bool {
+    if table {
+        return text.contains(&format!("[{k}]"));
+    }
+    text.match_indices(k).any(|(at, _)| {
+        let before = text[..at].chars().last();
+        let after = text[at + k.len()..].chars().next();
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        !word(before) && !word(after)
+    })
+}
+
+/// The lines of `text` from the first containing `from` up to the first
+/// after it containing `to`.
+fn passage(text: &str, from: &str, to: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains(from))
+        .unwrap_or_else(|| panic!("no line with {from:?}"));
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| l.contains(to))
+        .map_or(lines.len(), |e| start + 1 + e);
+    lines[start..end].join("\n")
+}
+
+#[test]
+fn documented_environment_variables_are_the_ones_read() {
+    let schema = schema_top();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let readme = passage(&repo("README.md"), "Environment variables cover", "```");
+    let example = passage(&repo("etc/rustgt.toml"), "Environment:", "Command line:");
+    let mut wrong = Vec::new();
+    let mut read = Vec::new();
+    for (k, table) in &schema {
+        if k == "targets" {
+            continue;
+        }
+        let reads = env_reads(dir.path(), k, *table);
+        if reads {
+            read.push(k.clone());
+        }
+        for (doc, text) in [("README.md", &readme), ("etc/rustgt.toml", &example)] {
+            if names_key(text, k, *table) != reads {
+                wrong.push(format!(
+                    "{doc} {} {k} among the RUSTGT_* keys, the daemon {} it from the environment",
+                    if reads { "omits" } else { "lists" },
+                    if reads { "reads" } else { "does not read" }
+                ));
+            }
+        }
+    }
+    assert!(read.contains(&"data_dir".to_owned()), "{read:?}");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The top-level keys of the schema, each marked when it is a table.
+fn schema_top() -> Vec<(String, bool)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keys = keys_of(dir.path(), &Vec::new()).expect("the top level is a table");
+    keys.into_iter()
+        .map(|k| {
+            let table = keys_of(dir.path(), &vec![(k.clone(), false)]).is_some();
+            (k, table)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
 // --help and the docs
 // ---------------------------------------------------------------------------
 
