@@ -154,7 +154,8 @@ pub enum LunCmd {
         /// e.g. 1G, 512M.
         #[arg(long)]
         size: Option<String>,
-        #[arg(long)]
+        /// Logical block size [default: 512].
+        #[arg(long, value_parser = PossibleValuesParser::new(["512", "4096"]).try_map(|s| s.parse::<u32>()))]
         block_size: Option<u32>,
         #[arg(long)]
         read_only: bool,

@@ -150,6 +150,7 @@ mod tests {
             b.contains(&"mmap".to_owned()) && b.contains(&"rbd".to_owned()),
             "{b:?}"
         );
+        assert_eq!(possible(&["lun", "add"], "block_size"), ["512", "4096"]);
         let r = possible(&["lun", "readahead"], "policy");
         assert!(
             r.contains(&"auto".to_owned()) && r.contains(&"streams".to_owned()),
