@@ -33,13 +33,14 @@ pub enum AdminCommand {
     /// The tree of targets with their portals, LUNs, ACL, CHAP and
     /// sessions, and the listening portals.
     Ls,
-    /// List, show, add and remove targets.
+    /// List, show, add, change and remove targets.
     #[command(subcommand)]
     Target(TargetCmd),
     /// List portals; add or remove a target's portal.
     #[command(subcommand)]
     Portal(PortalCmd),
-    /// List, add, remove and resize LUNs; set their readahead policy.
+    /// List, add, change, remove and resize LUNs; set their readahead
+    /// policy and injected faults.
     #[command(subcommand)]
     Lun(LunCmd),
     /// A target's initiator access list.
