@@ -183,7 +183,7 @@ impl Link for TcpLink {
     }
 
     fn send(&mut self) -> std::io::Result<()> {
-        self.conn.transmit_into(&mut self.out.queue);
+        self.out.take_from(&mut self.conn);
         self.out.flush(&self.sock)
     }
 
@@ -200,13 +200,20 @@ impl Link for TcpLink {
     }
 
     fn look(&mut self, alone: bool) -> std::io::Result<Got> {
+        if self.out.full() {
+            return Ok(Got::Nothing);
+        }
         let direct = if alone { self.direct.as_ref() } else { None };
         read_into(&self.sock, direct, &mut self.conn)
     }
 
     async fn ready(&mut self) -> std::io::Result<Got> {
+        // An initiator that does not read its responses gets no more of
+        // its commands read (and so run) until it does: what it can make
+        // the daemon hold for it stays bounded (see [`OUTPUT_FULL`]).
+        let full = self.out.full();
         tokio::select! {
-            r = self.sock.readable() => {
+            r = self.sock.readable(), if !full => {
                 r?;
                 read_into(&self.sock, None, &mut self.conn)
             }
@@ -343,11 +350,34 @@ fn read_some(
 #[derive(Debug, Default)]
 struct Output {
     queue: VecDeque<Bytes>,
+    /// Bytes in `queue`.
+    bytes: usize,
 }
+
+/// Queued output past which a connection reads no more input until the
+/// socket takes some: an initiator that keeps sending commands but does
+/// not read their responses can make the daemon hold this much, plus
+/// what the commands already read produce (bounded by the CmdSN window),
+/// and no more. Large enough that a streaming reader (1 MiB reads at
+/// queue depth 32 and more) never meets it while it reads.
+const OUTPUT_FULL: usize = 16 << 20;
 
 impl Output {
     fn pending(&self) -> bool {
         !self.queue.is_empty()
+    }
+
+    /// Whether the initiator has left so much unread that the connection
+    /// must stop reading its commands.
+    fn full(&self) -> bool {
+        self.bytes >= OUTPUT_FULL
+    }
+
+    /// Moves what the core queued to the end of the queue.
+    fn take_from(&mut self, conn: &mut Connection) {
+        let before = self.queue.len();
+        conn.transmit_into(&mut self.queue);
+        self.bytes += self.queue.range(before..).map(Bytes::len).sum::<usize>();
     }
 
     /// Writes as much as the socket takes now.
@@ -361,7 +391,10 @@ impl Output {
             }
             match sock.try_write_vectored(slices.get(..count).unwrap_or_default()) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => advance(&mut self.queue, n),
+                Ok(n) => {
+                    advance(&mut self.queue, n);
+                    self.bytes = self.bytes.saturating_sub(n);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
             }
