@@ -118,3 +118,57 @@ fn a_dead_target_is_an_error_not_a_hang() {
     assert!(!out.success(), "{}", out.stdout);
     assert!(out.stderr.contains("connect"), "{}", out.stderr);
 }
+
+/// `--hostile`: every kind of hostile peer runs beside the load (each
+/// shows episodes), the legitimate sessions get no error, and the target's
+/// resident memory is reported and stays bounded (the output bound, the
+/// data buffer budget: far under the 4 GiB one write holder alone could
+/// pin without them).
+#[test]
+fn hostile_peers_run_beside_the_load_and_are_reported() {
+    let d = Daemon::start();
+    let pid = d.pid().expect("daemon running").to_string();
+    let r = load(
+        &d,
+        &[
+            "--sessions",
+            "2",
+            "--rate",
+            "200",
+            "--seconds",
+            "3",
+            "--warmup",
+            "1",
+            "--pid",
+            &pid,
+            "--hostile",
+            "silent,write-hold,unread,login-churn",
+        ],
+    );
+    assert_eq!(r["error_count"].as_u64(), Some(0), "{r}");
+    assert_eq!(
+        r["transport_errors"].as_array().map(Vec::len),
+        Some(0),
+        "{r}"
+    );
+    let hostile = r["hostile"].as_array().expect("hostile");
+    let kinds: Vec<&str> = hostile.iter().filter_map(|h| h["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["silent", "write-hold", "unread", "login-churn"],
+        "{r}"
+    );
+    for h in hostile {
+        assert!(h["episodes"].as_u64().unwrap_or(0) >= 1, "{h} never ran");
+    }
+    let p = &r["pids"][0];
+    let (start, peak) = (
+        p["rss_start_mib"].as_f64().expect("rss_start_mib"),
+        p["rss_peak_mib"].as_f64().expect("rss_peak_mib"),
+    );
+    assert!(start > 0.0 && peak >= start, "{p}");
+    assert!(
+        peak < 2048.0,
+        "the target grew to {peak} MiB under hostile peers"
+    );
+}

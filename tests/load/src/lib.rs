@@ -11,6 +11,7 @@
 //! from `/proc`. Output: a human table, or one JSON object (`--json`; the
 //! fields are documented on [`Report`]).
 
+pub mod hostile;
 pub mod procstat;
 pub mod schedule;
 pub mod session;
@@ -24,6 +25,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use hostile::{Hostile, HostileReport};
 use procstat::ProcSample;
 use schedule::{phase, Rng, Schedule};
 use session::{new_histogram, Conn, SessionStats};
@@ -120,6 +122,12 @@ pub struct LoadArgs {
     /// Seed of the random offsets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Hostile peers to run beside the load for the whole run
+    /// (comma-separated): silent, write-hold, unread, login-churn (see
+    /// `tests/load/src/hostile.rs`); with --pid, the report adds each
+    /// process's resident memory at the start and its peak.
+    #[arg(long, value_enum, value_name = "KINDS", value_delimiter = ',')]
+    pub hostile: Vec<Hostile>,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -292,6 +300,11 @@ pub struct PidReport {
     /// Voluntary + involuntary context switches of its threads.
     pub ctxsw: u64,
     pub ctxsw_per_io: f64,
+    /// Resident memory at the start of the window, MiB.
+    pub rss_start_mib: f64,
+    /// The highest resident memory seen in the window (sampled every
+    /// 100 ms), MiB.
+    pub rss_peak_mib: f64,
 }
 
 /// The result of a run; `--json` prints it as one object with these
@@ -344,6 +357,8 @@ pub struct Report {
     /// Transport errors of sessions that ended early, one line each.
     pub transport_errors: Vec<String>,
     pub pids: Vec<PidReport>,
+    /// The hostile peers that ran beside the load (--hostile).
+    pub hostile: Vec<HostileReport>,
 }
 
 /// Runs the load and returns its report; `Err` only when nothing could be
@@ -437,13 +452,25 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     if let Ok(mut p) = plan_slot.lock() {
         *p = Some((plan, start));
     }
+    // Hostile peers (if any) start with the warm-up, so the window sees
+    // them at work.
+    let peers = hostile::start(&a.hostile, addr, &url.target);
     go.wait();
     std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
     let before: Vec<Option<ProcSample>> = a.pid.iter().map(|&p| ProcSample::read(p)).collect();
+    let rss_start: Vec<u64> = a.pid.iter().map(|&p| rss_kib(p)).collect();
+    let mut rss_peak = rss_start.clone();
     let t_before = Instant::now();
-    std::thread::sleep(end.saturating_duration_since(Instant::now()));
+    // Bounded: the window's length, in 100 ms steps.
+    while Instant::now() < end {
+        std::thread::sleep(end.saturating_duration_since(Instant::now()).min(RSS_STEP));
+        for (peak, &p) in rss_peak.iter_mut().zip(&a.pid) {
+            *peak = (*peak).max(rss_kib(p));
+        }
+    }
     let after: Vec<Option<ProcSample>> = a.pid.iter().map(|&p| ProcSample::read(p)).collect();
     let window = t_before.elapsed().as_secs_f64();
+    let hostile = peers.stop();
 
     let mut latency = new_histogram();
     let mut lateness = new_histogram();
@@ -505,7 +532,8 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         .pid
         .iter()
         .zip(before.iter().zip(after.iter()))
-        .filter_map(|(&pid, (b, af))| {
+        .zip(rss_start.iter().zip(&rss_peak))
+        .filter_map(|((&pid, (b, af)), (&rss0, &rss1))| {
             let (b, af) = (b.as_ref()?, af.as_ref()?);
             let cpu_s = af.cpu_s - b.cpu_s;
             let ctxsw = af.ctxsw.saturating_sub(b.ctxsw);
@@ -523,6 +551,8 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
                 cpu_us_per_io: per(cpu_s * 1e6),
                 ctxsw,
                 ctxsw_per_io: per(ctxsw as f64),
+                rss_start_mib: rss0 as f64 / 1024.0,
+                rss_peak_mib: rss1 as f64 / 1024.0,
             })
         })
         .collect();
@@ -563,7 +593,23 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         errors,
         transport_errors: transport,
         pids,
+        hostile,
     })
+}
+
+/// How often the window samples resident memory.
+const RSS_STEP: Duration = Duration::from_millis(100);
+
+/// `VmRSS` of `pid` in KiB; 0 when it cannot be read.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// A distinct ISID per session (random-qualifier format, RFC 7143 §11.12.5).
@@ -610,8 +656,17 @@ pub fn render(r: &Report) -> String {
     for p in &r.pids {
         let _ = writeln!(
             s,
-            "pid {:<7} CPU {:>6.1}% of a core  {:>7.2} µs/IO  {:>6.3} ctxsw/IO",
-            p.pid, p.cpu_pct, p.cpu_us_per_io, p.ctxsw_per_io
+            "pid {:<7} CPU {:>6.1}% of a core  {:>7.2} µs/IO  {:>6.3} ctxsw/IO  RSS {:.0} MiB, peak {:.0} MiB",
+            p.pid, p.cpu_pct, p.cpu_us_per_io, p.ctxsw_per_io, p.rss_start_mib, p.rss_peak_mib
+        );
+    }
+    for h in &r.hostile {
+        let _ = writeln!(
+            s,
+            "hostile {:<12} {} episodes, {} closed or refused by the target",
+            format!("{:?}", h.kind),
+            h.episodes,
+            h.closed_by_target
         );
     }
     let _ = writeln!(s, "errors     {}", r.error_count);
