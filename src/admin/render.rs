@@ -457,6 +457,16 @@ pub fn lun_stats(v: &[LunStatsView]) -> String {
             s.write_commands,
             bytes(s.write_bytes)
         );
+        if let Some(q) = &s.qos {
+            let _ = writeln!(
+                out,
+                "  QoS:      {} passed, {} delayed, throttled {} in all, {} waiting",
+                q.commands,
+                q.delayed,
+                micros(q.throttled_us),
+                q.waiting
+            );
+        }
         let _ = writeln!(
             out,
             "  store:    {} reads, {} writes, {} flushes, {} errors",

@@ -222,7 +222,8 @@ pub(crate) fn start(
     let Some(class) = class(&cmd.cdb) else {
         return Err((cmd, done));
     };
-    if cmd.attr != TaskAttr::Simple {
+    if cmd.attr != TaskAttr::Simple || (class != Class::Sync && lu.tasks.qos_active()) {
+        // Limited READs and WRITEs wait in the task set (`qos`).
         return Err((cmd, done));
     }
     let via = match lu.backstore.uring_file() {

@@ -91,6 +91,10 @@ pub(crate) fn run_inline(
     if !allowed || cmd.attr != TaskAttr::Simple {
         return Err(cmd);
     }
+    if inline_class(&cmd.cdb) != Some(InlineClass::NoMedium) && lu.tasks.qos_active() {
+        // Limited READs and WRITEs wait in the task set (`qos`).
+        return Err(cmd);
+    }
     if inline_class(&cmd.cdb) == Some(InlineClass::Read) && crate::ring::batches_reads(lu) {
         // Not one `preadv2` per read here: after the turn's first, the
         // reactor's io_uring takes the turn's reads together
