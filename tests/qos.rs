@@ -127,11 +127,20 @@ fn first_read(a: &mut Admin) -> Instant {
     panic!("the load never read");
 }
 
+/// `f` (a counter) and when it was read: the middle of the request, so
+/// that a slow answer (a busy machine) skews the rate by at most half of
+/// its time.
+fn at(a: &mut Admin, f: &mut impl FnMut(&mut Admin) -> u64) -> (Instant, u64) {
+    let t = Instant::now();
+    let c = f(a);
+    (t + t.elapsed() / 2, c)
+}
+
 /// Rate of `f` (a counter) between now and `secs` later.
 fn rate(a: &mut Admin, secs: f64, mut f: impl FnMut(&mut Admin) -> u64) -> f64 {
-    let (t1, c1) = (Instant::now(), f(a));
+    let (t1, c1) = at(a, &mut f);
     thread::sleep(Duration::from_secs_f64(secs));
-    let (t2, c2) = (Instant::now(), f(a));
+    let (t2, c2) = at(a, &mut f);
     (c2 - c1) as f64 / (t2 - t1).as_secs_f64()
 }
 
@@ -278,9 +287,13 @@ fn two_initiators_with_their_own_limits_each_get_their_rate() {
             of("iqn.2026-11.org.rustgt.load:b0"),
         )
     };
-    let (t1, (a1, b1)) = (Instant::now(), per(&mut a));
+    let t = Instant::now();
+    let (a1, b1) = per(&mut a);
+    let t1 = t + t.elapsed() / 2;
     thread::sleep(Duration::from_secs(5));
-    let (t2, (a2, b2)) = (Instant::now(), per(&mut a));
+    let t = Instant::now();
+    let (a2, b2) = per(&mut a);
+    let t2 = t + t.elapsed() / 2;
     let secs = (t2 - t1).as_secs_f64();
     assert_rate("initiator a0", (a2 - a1) as f64 / secs, 300.0, 0.8);
     assert_rate("initiator b0", (b2 - b1) as f64 / secs, 900.0, 0.8);

@@ -15,6 +15,11 @@
 //! earliest time a throttled task may go (at most one such timed sleeper
 //! per deadline).
 //!
+//! A command the limits let go at once, with nothing waiting for them,
+//! keeps the fast paths (inline on the reactor, io_uring): its tokens are
+//! taken when it enters the task set as a running task, and given back
+//! if it is handed to the workers after all.
+//!
 //! Buckets ([`TokenBucket`]) hold tokens (I/Os or bytes) refilled at the
 //! limit's rate. Without a burst a bucket holds a tenth of a second of
 //! its rate; with `max` and `max_length` it holds `(max - rate) *
@@ -211,6 +216,15 @@ impl TokenBucket {
         }
     }
 
+    /// Gives `cost` back (a command taken and then not run), up to the
+    /// capacity.
+    pub fn give(&mut self, cost: f64, now: Instant) {
+        self.level = (self.level_at(now) + cost).min(self.capacity);
+        if now > self.last {
+            self.last = now;
+        }
+    }
+
     /// Tokens now.
     pub fn level(&self, now: Instant) -> f64 {
         self.level_at(now)
@@ -253,6 +267,13 @@ impl LimitBuckets {
         self.avg.take(cost, now);
         if let Some(p) = &mut self.peak {
             p.take(cost, now);
+        }
+    }
+
+    fn give(&mut self, cost: f64, now: Instant) {
+        self.avg.give(cost, now);
+        if let Some(p) = &mut self.peak {
+            p.give(cost, now);
         }
     }
 }
@@ -346,24 +367,32 @@ impl Scope {
             .max()
     }
 
-    /// Takes a command's tokens.
+    /// Takes a command's tokens (`give`: gives them back).
     pub(crate) fn take(&mut self, dir: Dir, bytes: u64, now: Instant) {
+        self.apply(dir, bytes, now, false);
+    }
+
+    /// Gives a command's tokens back and uncounts it.
+    pub(crate) fn give(&mut self, dir: Dir, bytes: u64, now: Instant) {
+        self.apply(dir, bytes, now, true);
+        self.stats.commands = self.stats.commands.saturating_sub(1);
+        self.stats.bytes = self.stats.bytes.saturating_sub(bytes);
+    }
+
+    fn apply(&mut self, dir: Dir, bytes: u64, now: Instant, give: bool) {
         let ios = self.ios(bytes);
         let b = bytes as f64;
         let (iops, bw) = match dir {
             Dir::Read => (&mut self.read_iops, &mut self.read_bytes),
             Dir::Write => (&mut self.write_iops, &mut self.write_bytes),
         };
-        for (bucket, cost) in [(iops, ios), (bw, b)] {
-            if let Some(x) = bucket {
-                x.take(cost, now);
+        let (total_iops, total_bytes) = (&mut self.total_iops, &mut self.total_bytes);
+        for (bucket, cost) in [(iops, ios), (bw, b), (total_iops, ios), (total_bytes, b)] {
+            match bucket {
+                Some(x) if give => x.give(cost, now),
+                Some(x) => x.take(cost, now),
+                None => {}
             }
-        }
-        if let Some(x) = &mut self.total_iops {
-            x.take(ios, now);
-        }
-        if let Some(x) = &mut self.total_bytes {
-            x.take(b, now);
         }
     }
 }
@@ -405,6 +434,12 @@ impl TargetQos {
         if let Some((_, s)) = lock(&self.scope).as_mut() {
             s.take(dir, bytes, now);
             s.stats.count(bytes, waited);
+        }
+    }
+
+    pub(crate) fn give(&self, dir: Dir, bytes: u64, now: Instant) {
+        if let Some((_, s)) = lock(&self.scope).as_mut() {
+            s.give(dir, bytes, now);
         }
     }
 
@@ -561,6 +596,27 @@ impl LunQosState {
         }
         self.stats.count(c.bytes, waited);
         self.nexus.entry(nexus).or_default().count(c.bytes, waited);
+    }
+
+    /// Undoes [`Self::admit`] of a command that was not run after all
+    /// (admitted off the workers, then handed to them).
+    pub(crate) fn refund(&mut self, target: &TargetQos, nexus: u64, c: &Cost, now: Instant) {
+        if let Some(s) = &mut self.lun {
+            s.give(c.dir, c.bytes, now);
+        }
+        if let Some((_, s)) = c.initiator.and_then(|i| self.initiators.get_mut(i)) {
+            s.give(c.dir, c.bytes, now);
+        }
+        if target.active() {
+            target.give(c.dir, c.bytes, now);
+        }
+        for st in [Some(&mut self.stats), self.nexus.get_mut(&nexus)]
+            .into_iter()
+            .flatten()
+        {
+            st.commands = st.commands.saturating_sub(1);
+            st.bytes = st.bytes.saturating_sub(c.bytes);
+        }
     }
 
     /// Forgets a nexus's counters (its session ended).

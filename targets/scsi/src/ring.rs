@@ -222,8 +222,7 @@ pub(crate) fn start(
     let Some(class) = class(&cmd.cdb) else {
         return Err((cmd, done));
     };
-    if cmd.attr != TaskAttr::Simple || (class != Class::Sync && lu.tasks.qos_active()) {
-        // Limited READs and WRITEs wait in the task set (`qos`).
+    if cmd.attr != TaskAttr::Simple {
         return Err((cmd, done));
     }
     let via = match lu.backstore.uring_file() {
@@ -249,7 +248,7 @@ pub(crate) fn start(
         nexus: cmd.nexus.id,
         tag: cmd.tag,
     };
-    if !lu.tasks.enter_running(key) {
+    if !lu.tasks.enter_running(key, &cmd) {
         return Err((cmd, done));
     }
     let started = Instant::now();
@@ -269,7 +268,7 @@ pub(crate) fn start(
             Ok(())
         }
         Start::Workers(cmd) => {
-            if lu.tasks.leave_running(key) {
+            if lu.tasks.leave_running(key, true) {
                 call(done, outcome::aborted(key.tag));
                 Ok(())
             } else {
@@ -469,7 +468,7 @@ fn finish(
     let result = match result {
         Err(BackstoreError::WouldBlock) => {
             // Not performed: the workers run it the usual way.
-            if lu.tasks.leave_running(key) {
+            if lu.tasks.leave_running(key, true) {
                 call(done, outcome::aborted(key.tag));
             } else if let Err(refused) = lu.enqueue(cmd, done) {
                 call(refused.done, refused.response);

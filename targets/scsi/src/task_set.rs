@@ -26,7 +26,6 @@
 use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -76,6 +75,9 @@ struct TaskEntry {
     cost: Option<Cost>,
     /// When a scan first found it over a QoS limit.
     since: Cell<Option<Instant>>,
+    /// Entered running off the workers with its QoS tokens taken: they
+    /// go back if the command is handed to the workers after all.
+    charged: bool,
 }
 
 impl TaskEntry {
@@ -86,6 +88,7 @@ impl TaskEntry {
             state,
             cost: None,
             since: Cell::new(None),
+            charged: false,
         }
     }
 }
@@ -303,10 +306,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Default)]
 pub(crate) struct Tasks {
     set: Mutex<TaskSet>,
-    /// The unit has limits of its own.
-    qos_lun_on: AtomicBool,
-    /// The target's limits (also in the set, for its scans).
-    target_qos: std::sync::OnceLock<Arc<TargetQos>>,
     /// Signalled when a task becomes runnable or the unit stops.
     work: Condvar,
     /// Signalled when a task leaves the task set.
@@ -367,7 +366,10 @@ impl Tasks {
     /// command run off the workers (inline, or on a reactor's io_uring):
     /// false when the workers must see it instead (stopping, full set,
     /// overlapped tag, an ORDERED task in the set).
-    pub(crate) fn enter_running(&self, key: TaskKey) -> bool {
+    /// Under QoS limits, only a command the limits let go now, with
+    /// nothing waiting for them: its tokens are taken here (and given
+    /// back by [`Self::leave_running`]).
+    pub(crate) fn enter_running(&self, key: TaskKey, cmd: &Command) -> bool {
         let mut set = lock(&self.set);
         if set.stopping
             || set.entries.len() >= MAX_TASKS_PER_LUN
@@ -378,24 +380,46 @@ impl Tasks {
         {
             return false;
         }
-        set.entries.push_back(TaskEntry::new(
-            key,
-            TaskAttr::Simple,
-            TaskState::Running { aborted: false },
-        ));
+        let mut entry =
+            TaskEntry::new(key, TaskAttr::Simple, TaskState::Running { aborted: false });
+        if set.qos_active() {
+            if let Some(cost) = set.qos.cost(cmd) {
+                let throttled = set.entries.iter().any(|e| e.since.get().is_some());
+                let now = Instant::now();
+                if throttled
+                    || set
+                        .qos
+                        .check(&set.target_qos, &cost, now, &mut Blocked::default())
+                        .is_err()
+                {
+                    return false;
+                }
+                let set = &mut *set;
+                set.qos.admit(&set.target_qos, key.nexus, &cost, now, None);
+                entry.cost = Some(cost);
+                entry.charged = true;
+            }
+        }
+        set.entries.push_back(entry);
         true
     }
 
     /// Takes a task of [`Self::enter_running`] out of the set without a
     /// completion (its command goes to the workers, or is answered by the
     /// caller); returns whether task management aborted it meanwhile.
-    pub(crate) fn leave_running(&self, key: TaskKey) -> bool {
+    /// `not_run`: it was not executed (handed to the workers), so its QoS
+    /// tokens go back.
+    pub(crate) fn leave_running(&self, key: TaskKey, not_run: bool) -> bool {
         let mut set = lock(&self.set);
-        let aborted = match set.position(key) {
-            Some(i) => matches!(
-                set.entries.remove(i).map(|e| e.state),
-                Some(TaskState::Running { aborted: true })
-            ),
+        let aborted = match set.position(key).and_then(|i| set.entries.remove(i)) {
+            Some(e) => {
+                if let (true, true, Some(cost)) = (not_run, e.charged, e.cost) {
+                    let set = &mut *set;
+                    set.qos
+                        .refund(&set.target_qos, key.nexus, &cost, Instant::now());
+                }
+                matches!(e.state, TaskState::Running { aborted: true })
+            }
             None => false,
         };
         // Its removal can only have released an ORDERED task queued
@@ -627,8 +651,7 @@ impl Tasks {
     /// Sets the target's limits this unit shares (once, before its workers
     /// start).
     pub(crate) fn set_target_qos(&self, target: Arc<TargetQos>) {
-        lock(&self.set).target_qos = Arc::clone(&target);
-        let _ = self.target_qos.set(target);
+        lock(&self.set).target_qos = target;
     }
 
     /// Sets the unit's QoS limits; a changed limit applies to the tasks
@@ -643,8 +666,6 @@ impl Tasks {
                 }
             }
         }
-        self.qos_lun_on
-            .store(set.qos.configured(), Ordering::Relaxed);
         drop(set);
         self.qos_changed();
     }
@@ -656,12 +677,6 @@ impl Tasks {
         set.timer = None;
         drop(set);
         self.work.notify_all();
-    }
-
-    /// Whether any QoS limit covers this unit's commands: READs and WRITEs
-    /// must then go through the task set (not inline or on a ring).
-    pub(crate) fn qos_active(&self) -> bool {
-        self.qos_lun_on.load(Ordering::Relaxed) || self.target_qos.get().is_some_and(|t| t.active())
     }
 
     /// The unit's throttling counters.

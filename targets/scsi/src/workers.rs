@@ -91,10 +91,6 @@ pub(crate) fn run_inline(
     if !allowed || cmd.attr != TaskAttr::Simple {
         return Err(cmd);
     }
-    if inline_class(&cmd.cdb) != Some(InlineClass::NoMedium) && lu.tasks.qos_active() {
-        // Limited READs and WRITEs wait in the task set (`qos`).
-        return Err(cmd);
-    }
     if inline_class(&cmd.cdb) == Some(InlineClass::Read) && crate::ring::batches_reads(lu) {
         // Not one `preadv2` per read here: after the turn's first, the
         // reactor's io_uring takes the turn's reads together
@@ -106,7 +102,7 @@ pub(crate) fn run_inline(
         nexus: cmd.nexus.id,
         tag: cmd.tag,
     };
-    if !lu.tasks.enter_running(key) {
+    if !lu.tasks.enter_running(key, &cmd) {
         return Err(cmd);
     }
     let (response, blocked) = rustgt_backstore::nowait::attempt(|| {
@@ -119,7 +115,7 @@ pub(crate) fn run_inline(
             outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
         })
     });
-    let aborted = lu.tasks.leave_running(key);
+    let aborted = lu.tasks.leave_running(key, blocked);
     if aborted {
         Ok(outcome::aborted(key.tag))
     } else if blocked {
