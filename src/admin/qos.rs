@@ -312,6 +312,26 @@ mod tests {
     }
 
     #[test]
+    fn a_qos_change_is_planned_in_place_not_as_a_lun_replacement() {
+        let before = cfg();
+        let mut after = before.clone();
+        let iqn = after.targets[0].iqn.clone();
+        let set: BTreeMap<String, String> =
+            [("total_iops_sec".to_owned(), "100".to_owned())].into();
+        wanted_set_qos(&mut after, &iqn, Some(0), None, &set, &[], false).expect("lun");
+        wanted_set_qos(&mut after, &iqn, None, None, &set, &[], false).expect("target");
+        let p = crate::admin::diff::plan(&before, &after);
+        assert!(!p.is_empty());
+        assert!(p.changed_targets.is_empty(), "{p:?}");
+        assert_eq!(p.qos.len(), 2, "{:?}", p.qos);
+        assert!(p
+            .describe()
+            .iter()
+            .any(|l| l.contains("LUN 0 qos limits changed")));
+        assert!(!p.portal_config_changed());
+    }
+
+    #[test]
     fn set_qos_merges_keys_and_clear_takes_them_away() {
         let mut c = cfg();
         let iqn = c.targets[0].iqn.clone();
