@@ -332,6 +332,62 @@ mod tests {
     }
 
     #[test]
+    fn qos_changes_are_written_into_the_file_and_read_back() {
+        let text = "# my target\n[[targets]]\niqn = \"iqn.2026-11.org.rustgt:p\"\n\
+                    [[targets.luns]]\nid = 0 # the disk\nbackstore = \"ram\"\nsize = \"64M\"\n";
+        let path = std::path::Path::new("p.toml");
+        let old =
+            crate::config::load_text(path, text.to_owned(), &Default::default()).expect("loads");
+        let mut new = old.clone();
+        let set: BTreeMap<String, String> = [
+            ("total_iops_sec".to_owned(), "2000".to_owned()),
+            ("read_bytes_sec".to_owned(), "50M".to_owned()),
+        ]
+        .into();
+        let iqn = "iqn.2026-11.org.rustgt:p";
+        wanted_set_qos(&mut new, iqn, Some(0), None, &set, &[], false).expect("lun");
+        wanted_set_qos(
+            &mut new,
+            iqn,
+            Some(0),
+            Some("iqn.2026-01.x:a"),
+            &set,
+            &[],
+            false,
+        )
+        .expect("initiator");
+        wanted_set_qos(&mut new, iqn, None, None, &set, &[], false).expect("target");
+        let written = crate::persist::edit::update(text, &old, &new).expect("edit");
+        assert!(written.contains("# the disk"), "{written}");
+        let back =
+            crate::config::load_text(path, written.clone(), &Default::default()).expect("reloads");
+        assert_eq!(back.targets[0].qos, new.targets[0].qos, "{written}");
+        assert_eq!(
+            back.targets[0].luns[0].qos, new.targets[0].luns[0].qos,
+            "{written}"
+        );
+        // And cleared again.
+        let mut cleared = new.clone();
+        wanted_set_qos(
+            &mut cleared,
+            iqn,
+            Some(0),
+            None,
+            &BTreeMap::new(),
+            &[],
+            true,
+        )
+        .expect("c");
+        let again = crate::persist::edit::update(&written, &new, &cleared).expect("edit");
+        let back =
+            crate::config::load_text(path, again.clone(), &Default::default()).expect("reloads");
+        assert_eq!(
+            back.targets[0].luns[0].qos, cleared.targets[0].luns[0].qos,
+            "{again}"
+        );
+    }
+
+    #[test]
     fn set_qos_merges_keys_and_clear_takes_them_away() {
         let mut c = cfg();
         let iqn = c.targets[0].iqn.clone();
