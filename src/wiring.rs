@@ -67,6 +67,7 @@ pub(crate) fn lun_config(
     lc.serial = lun_serial(iqn, l);
     lc.naa_id = stable_id(iqn, l.id);
     lc.naa = l.wwn.as_ref().map(|w| w.value().0);
+    lc.qos = l.qos.as_ref().map(|q| q.lun_qos()).unwrap_or_default();
     lc
 }
 

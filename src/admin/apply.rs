@@ -267,6 +267,7 @@ impl Runtime {
     ) -> Result<TargetRt, AdminError> {
         let scsi = ScsiTarget::with_registry(&t.iqn, self.registry.clone());
         scsi.set_port_groups(&t.port_groups);
+        scsi.set_qos(&t.qos.as_ref().map(|q| q.limits()).unwrap_or_default());
         let mut rt = TargetRt {
             scsi,
             luns: BTreeMap::new(),
@@ -397,6 +398,11 @@ impl Runtime {
                 self.replace_luns(tp, &old_cfg, &mut prepared);
             }
         });
+
+        // QoS limits of existing targets and LUNs, in place.
+        if !plan.qos.is_empty() {
+            self.sync_qos();
+        }
 
         // (d) Logins and discovery see the new configuration.
         if plan.portal_config_changed() {

@@ -75,6 +75,9 @@ pub struct Plan {
     pub limits_changed: bool,
     /// Global settings that differ but need a restart, by key.
     pub restart_needed: Vec<String>,
+    /// QoS limits changed on existing targets and LUNs, one line each
+    /// (set in place: `crate::admin::qos`).
+    pub qos: Vec<String>,
 }
 
 impl Plan {
@@ -86,6 +89,7 @@ impl Plan {
             && !self.iscsi_changed
             && !self.discovery_changed
             && !self.limits_changed
+            && self.qos.is_empty()
     }
 
     /// Whether the portal configuration (what logins and SendTargets see)
@@ -166,6 +170,7 @@ impl Plan {
         if self.limits_changed {
             out.push("[limits] changed (new connections and logins)".to_owned());
         }
+        out.extend(self.qos.iter().cloned());
         out
     }
 }
@@ -205,6 +210,7 @@ pub fn plan(running: &Config, wanted: &Config) -> Plan {
     p.discovery_changed = running.discovery != wanted.discovery;
     p.limits_changed = running.limits != wanted.limits;
     p.restart_needed = restart_only(running, wanted);
+    p.qos = super::qos::qos_changes(running, wanted);
     p
 }
 
@@ -282,6 +288,9 @@ fn lun_change(a: &LunSettings, b: &LunSettings, ca: &Config, cb: &Config) -> Lun
     // `iscsi.workers_per_lun` touches only LUNs that inherit it.
     let mut a = a.clone();
     let mut b2 = b.clone();
+    // QoS limits change in place, apart from the rest (`Plan::qos`).
+    a.qos = None;
+    b2.qos = None;
     a.workers = Some(a.effective_workers(&ca.iscsi));
     b2.workers = Some(b2.effective_workers(&cb.iscsi));
     if a == b2 {

@@ -97,7 +97,84 @@ pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) 
     data_buffer_metrics(&mut out, &g.data_buffers);
     lun_metrics(&mut out, luns);
     session_metrics(&mut out, sessions);
+    qos_metrics(&mut out, luns, sessions);
     out.text
+}
+
+/// Throttling counters of LUNs and sessions QoS limits cover.
+fn qos_metrics(out: &mut Exposition, luns: &[LunStatsView], sessions: &[SessionStatsView]) {
+    use super::qos::QosStatsView;
+    type Field = fn(&QosStatsView) -> u64;
+    let lun_labels =
+        |l: &LunStatsView| vec![("target", l.target.clone()), ("lun", l.lun.to_string())];
+    let session_labels = |s: &SessionStatsView| {
+        vec![
+            ("target", s.target.clone()),
+            ("initiator", s.initiator.clone()),
+            ("tsih", s.tsih.to_string()),
+            ("transport", s.transport.clone()),
+        ]
+    };
+    let fields: [(&str, &str, &str, Field); 4] = [
+        (
+            "qos_commands_total",
+            "READs and WRITEs that passed the QoS limits.",
+            "counter",
+            |q| q.commands,
+        ),
+        (
+            "qos_bytes_total",
+            "Bytes of the READs and WRITEs that passed the QoS limits.",
+            "counter",
+            |q| q.bytes,
+        ),
+        (
+            "qos_delayed_commands_total",
+            "Commands that waited for a QoS limit.",
+            "counter",
+            |q| q.delayed,
+        ),
+        (
+            "qos_waiting_commands",
+            "Commands waiting for a QoS limit now.",
+            "gauge",
+            |q| q.waiting,
+        ),
+    ];
+    let lq: Vec<_> = luns
+        .iter()
+        .filter_map(|l| Some((lun_labels(l), l.qos?)))
+        .collect();
+    let sq: Vec<_> = sessions
+        .iter()
+        .filter_map(|s| Some((session_labels(s), s.qos?)))
+        .collect();
+    for (scope, rows) in [("lun", &lq), ("session", &sq)] {
+        if rows.is_empty() {
+            continue;
+        }
+        for (suffix, help, kind, f) in fields {
+            let name = format!("rustgt_{scope}_{suffix}");
+            out.header(&name, help, kind);
+            for (labels, q) in rows.iter() {
+                out.sample(&name, labels, f(q));
+            }
+        }
+        let name = format!("rustgt_{scope}_qos_throttled_seconds_total");
+        out.header(
+            &name,
+            "Time commands waited for QoS limits, summed.",
+            "counter",
+        );
+        for (labels, q) in rows.iter() {
+            let _ = writeln!(
+                out.text,
+                "{name}{} {}",
+                label_set(labels),
+                q.throttled_us as f64 / 1e6
+            );
+        }
+    }
 }
 
 fn data_buffer_metrics(out: &mut Exposition, b: &DataBuffersView) {
@@ -627,6 +704,7 @@ mod tests {
                 ..StoreStatsView::default()
             },
             readahead: None,
+            qos: None,
         }
     }
 
@@ -677,6 +755,7 @@ mod tests {
             read_bytes: 0,
             write_bytes: 0,
             latency: Histogram::default(),
+            qos: None,
         };
         let text = render(&g, &[], &[session]);
         assert!(text.contains("rustgt_connections 3\n"), "{text}");

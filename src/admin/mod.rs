@@ -37,6 +37,7 @@ pub mod lunstore;
 pub mod metrics;
 pub mod peer;
 pub mod proto;
+pub mod qos;
 pub mod render;
 pub mod runtime;
 pub mod server;

@@ -107,6 +107,29 @@ pub enum Request {
         #[serde(default)]
         fault: Option<Box<FaultSettings>>,
     },
+    /// Change QoS limits (Cinder's key names): of the target (no `lun`),
+    /// of a LUN, or of one initiator on a LUN. `set` gives keys their
+    /// values (as text: "2000", "50M"), `clear` removes keys, `clear_all`
+    /// every key of that scope first.
+    SetQos {
+        target: String,
+        #[serde(default)]
+        lun: Option<u64>,
+        #[serde(default)]
+        initiator: Option<String>,
+        #[serde(default)]
+        set: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        clear: Vec<String>,
+        #[serde(default)]
+        clear_all: bool,
+    },
+    /// QoS limits and their throttling counters (all targets without
+    /// `target`).
+    ShowQos {
+        #[serde(default)]
+        target: Option<String>,
+    },
     /// Replace the initiator ACL; empty allows any initiator.
     SetAcl {
         target: String,
@@ -193,6 +216,8 @@ impl Request {
             Request::SetLun { .. } => "set_lun",
             Request::SetTarget { .. } => "set_target",
             Request::SetFaults { .. } => "set_faults",
+            Request::SetQos { .. } => "set_qos",
+            Request::ShowQos { .. } => "show_qos",
             Request::SetAcl { .. } => "set_acl",
             Request::AclAdd { .. } => "acl_add",
             Request::AclRemove { .. } => "acl_remove",
@@ -226,6 +251,7 @@ impl Request {
             | Request::ListConnections
             | Request::LunStats { .. }
             | Request::SessionStats { .. }
+            | Request::ShowQos { .. }
             | Request::Metrics
             | Request::ConfigSave => false,
             Request::ConfigApply { dry_run, .. } => !dry_run,
@@ -240,6 +266,7 @@ impl Request {
             | Request::SetLun { .. }
             | Request::SetTarget { .. }
             | Request::SetFaults { .. }
+            | Request::SetQos { .. }
             | Request::SetAcl { .. }
             | Request::AclAdd { .. }
             | Request::AclRemove { .. }
@@ -333,6 +360,21 @@ impl Request {
                 toml.len()
             ),
             Request::ConfigReload { force } => format!("{name} force={force}"),
+            Request::SetQos {
+                target,
+                lun,
+                initiator,
+                set,
+                clear,
+                clear_all,
+            } => format!(
+                "{name} target={target} lun={} initiator={} set={set:?} clear={clear:?} clear_all={clear_all}",
+                lun.map_or("(target)".to_owned(), |l| l.to_string()),
+                initiator.as_deref().unwrap_or("(all)")
+            ),
+            Request::ShowQos { target } => {
+                format!("{name} target={}", target.as_deref().unwrap_or("(all)"))
+            }
             Request::Status
             | Request::ListTargets
             | Request::ListPortals
@@ -440,6 +482,11 @@ pub const LUN_KEYS: &[SettableKey] = &[
         KeyRule::Refused("it is a table; use `rustgt admin lun fault`"),
         &[],
     ),
+    key(
+        "qos",
+        KeyRule::Refused("it is a table; use `rustgt admin qos set` and `qos clear`"),
+        &[],
+    ),
 ];
 
 /// Every `[[targets]]` key and how `target set` treats it.
@@ -473,6 +520,11 @@ pub const TARGET_KEYS: &[SettableKey] = &[
     key(
         "luns",
         KeyRule::Refused("use `rustgt admin lun add`, `lun remove` and `lun set`"),
+        &[],
+    ),
+    key(
+        "qos",
+        KeyRule::Refused("it is a table; use `rustgt admin qos set` and `qos clear`"),
         &[],
     ),
 ];
@@ -848,6 +900,9 @@ pub struct LunStatsView {
     pub backing: StoreStatsView,
     /// Absent when the LUN has no I/O context.
     pub readahead: Option<ReadaheadStatsView>,
+    /// Throttling counters, when a QoS limit covers the LUN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<super::qos::QosStatsView>,
 }
 
 /// `session_stats` items: sums over the session's connections.
@@ -869,6 +924,10 @@ pub struct SessionStatsView {
     pub write_bytes: u64,
     /// From command arrival to SCSI completion.
     pub latency: Histogram,
+    /// Throttling counters over the target's LUNs, when QoS limits are
+    /// set on the target or one of its LUNs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<super::qos::QosStatsView>,
 }
 
 /// Result of every change (`add_*`, `remove_*`, `set_*`, `config_apply`).

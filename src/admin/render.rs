@@ -457,6 +457,16 @@ pub fn lun_stats(v: &[LunStatsView]) -> String {
             s.write_commands,
             bytes(s.write_bytes)
         );
+        if let Some(q) = &s.qos {
+            let _ = writeln!(
+                out,
+                "  QoS:      {} passed, {} delayed, throttled {} in all, {} waiting",
+                q.commands,
+                q.delayed,
+                micros(q.throttled_us),
+                q.waiting
+            );
+        }
         let _ = writeln!(
             out,
             "  store:    {} reads, {} writes, {} flushes, {} errors",
@@ -583,6 +593,24 @@ pub fn lun_rates_table(v: &[LunRate]) -> String {
 }
 
 pub fn session_stats(v: &[SessionStatsView]) -> String {
+    let mut out = session_table(v);
+    for s in v {
+        if let Some(q) = &s.qos {
+            let _ = writeln!(
+                out,
+                "session {} QoS: {} passed, {} delayed, throttled {} in all, {} waiting",
+                s.tsih,
+                q.commands,
+                q.delayed,
+                micros(q.throttled_us),
+                q.waiting
+            );
+        }
+    }
+    out
+}
+
+fn session_table(v: &[SessionStatsView]) -> String {
     if v.is_empty() {
         return "no sessions\n".to_owned();
     }

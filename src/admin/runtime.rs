@@ -354,6 +354,7 @@ impl Runtime {
             Request::KillSession { tsih } => json(self.session_action(tsih, true)?),
             Request::LunStats { target, lun } => json(self.lun_stats(target.as_deref(), lun)?),
             Request::SessionStats { tsih } => json(self.session_stats(tsih)?),
+            Request::ShowQos { target } => json(self.qos_views(target.as_deref())?),
             Request::Metrics => json(MetricsText {
                 text: self.metrics_text(),
             }),
@@ -478,6 +479,22 @@ impl Runtime {
                 let what = format!("target {}", t.iqn);
                 *t = set_keys(&*t, &what, TARGET_KEYS, &settings)?;
             }
+            Request::SetQos {
+                target,
+                lun,
+                initiator,
+                set,
+                clear,
+                clear_all,
+            } => super::qos::wanted_set_qos(
+                &mut w,
+                &target,
+                lun,
+                initiator.as_deref(),
+                &set,
+                &clear,
+                clear_all,
+            )?,
             Request::SetAcl { target, acl } => find_mut(&mut w, &target)?.acl = acl,
             Request::AclAdd { target, initiator } => {
                 let t = find_mut(&mut w, &target)?;

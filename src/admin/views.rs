@@ -257,6 +257,7 @@ impl Runtime {
                     write_bytes: scsi.write_bytes,
                     backing: store.stats(),
                     readahead: store.readahead_stats(),
+                    qos: self.lun_qos(t, *id),
                 });
             }
         }
@@ -277,7 +278,12 @@ impl Runtime {
         Ok(sessions
             .iter()
             .filter(|(t, _)| tsih.is_none_or(|want| want == **t))
-            .filter_map(|(t, conns)| session_stats_view(*t, conns))
+            .filter_map(|(t, conns)| {
+                let mut v = session_stats_view(*t, conns)?;
+                let s = conns.first()?.session.as_ref()?;
+                v.qos = self.session_qos(&s.target, s.nexus.id);
+                Some(v)
+            })
             .collect())
     }
 
@@ -386,6 +392,7 @@ fn session_stats_view(tsih: u16, conns: &[&ConnSummary]) -> Option<SessionStatsV
         read_bytes: 0,
         write_bytes: 0,
         latency: Histogram::default(),
+        qos: None,
     };
     let mut buckets = [0u64; LATENCY_BUCKETS];
     let mut sum = 0u64;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::fault::FaultSettings;
 use super::iscsi::IscsiSettings;
 use super::keypath::{Checker, KeyPath};
+use super::qos::{check_qos, QosSettings};
 use super::values::{ByteSize, Bytes, Setting, Wwn};
 
 /// SAM-5 flat/peripheral LUN addressing used here: LUN ids 0..=16383.
@@ -128,6 +129,10 @@ pub struct LunSettings {
     /// `lun fault`); absent, its I/O goes straight to the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<Box<FaultSettings>>,
+    /// `[targets.luns.qos]`: IOPS and bandwidth limits of the LUN and of
+    /// single initiators on it (see [`QosSettings`]); changed live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<Box<QosSettings>>,
     /// `[targets.luns.rbd]`: the Ceph RBD image of an `rbd` LUN (see
     /// [`RbdSettings`]); required there, refused elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +300,9 @@ pub(super) fn check_lun(
     }
     if let Some(Err((fault, sub, msg))) = lun.fault.as_ref().map(|f| f.spec()) {
         c.fail(key.key("fault").key(fault).key(sub), msg);
+    }
+    if let Some(q) = &lun.qos {
+        check_qos(c, &key.key("qos"), q, true, false);
     }
     let kind = lun.backstore.value().clone();
     if kind != EngineKind::Rbd && lun.rbd.is_some() {

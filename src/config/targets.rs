@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::{check_chap, ChapSettings};
 use super::keypath::{Checker, KeyPath};
 use super::luns::{check_lun, LunSettings};
+use super::qos::{check_qos, QosSettings};
 use rustgt_iscsi::IscsiName;
 
 pub(super) fn default_portals() -> Vec<SocketAddr> {
@@ -58,6 +59,10 @@ pub struct TargetSettings {
     /// Logical units.
     #[serde(default)]
     pub luns: Vec<LunSettings>,
+    /// `[targets.qos]`: IOPS and bandwidth limits on all the target's
+    /// commands together (see [`QosSettings`]); changed live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<Box<QosSettings>>,
 }
 
 pub(super) fn check_target(
@@ -108,6 +113,9 @@ pub(super) fn check_target(
         check_chap(c, &key.key("chap"), chap);
     }
     check_port_groups(c, key, t);
+    if let Some(q) = &t.qos {
+        check_qos(c, &key.key("qos"), q, false, false);
+    }
     let mut ids: HashMap<u64, usize> = HashMap::new();
     for (j, lun) in t.luns.iter().enumerate() {
         let lkey = key.key("luns").index(j);

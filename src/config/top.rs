@@ -130,8 +130,10 @@ impl Config {
                 readahead_io_max: None,
                 device_slice: None,
                 fault: None,
+                qos: None,
                 rbd: None,
             }],
+            qos: None,
         }
     }
 

@@ -60,6 +60,10 @@ pub enum AdminCommand {
     /// Save, apply or reload the configuration.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// QoS limits (OpenStack Cinder's keys) of targets, LUNs and
+    /// initiators on a LUN, and their throttling counters.
+    #[command(subcommand)]
+    Qos(QosCmd),
     /// The Prometheus exposition (what GET /metrics serves).
     Metrics,
     /// Send one raw JSON request line and print the raw reply.
@@ -319,6 +323,31 @@ pub enum SessionCmd {
     Kill {
         tsih: u16,
     },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum QosCmd {
+    /// Set limits: `qos set IQN [LUN] KEY=VALUE...` (no LUN: the whole
+    /// target's), e.g. `total_iops_sec=2000 read_bytes_sec=50M`.
+    Set {
+        iqn: String,
+        /// [LUN] then KEY=VALUE pairs.
+        #[arg(required = true, value_name = "[LUN] KEY=VALUE")]
+        args: Vec<String>,
+        /// Limits of this initiator's commands to the LUN.
+        #[arg(long, value_name = "NAME")]
+        initiator: Option<String>,
+    },
+    /// Remove limits: `qos clear IQN [LUN] [KEY...]` (no key: all of them).
+    Clear {
+        iqn: String,
+        #[arg(value_name = "[LUN] KEY")]
+        args: Vec<String>,
+        #[arg(long, value_name = "NAME")]
+        initiator: Option<String>,
+    },
+    /// Limits and throttling counters (time throttled, waiting, rates).
+    Show { iqn: Option<String> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]

@@ -81,6 +81,7 @@ pub(super) fn execute(
         A::Session(s) => session(c, s, j)?,
         A::Stats(s) => stats(c, s, j)?,
         A::Config(cfg) => config(c, cfg, j)?,
+        A::Qos(q) => super::qos::qos(c, q, j)?,
     };
     write!(out, "{text}").map_err(w)?;
     if !text.ends_with('\n') && !text.is_empty() {

@@ -10,6 +10,7 @@
 
 mod args;
 mod commands;
+mod qos;
 mod socket;
 
 use std::io::Write;

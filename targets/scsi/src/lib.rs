@@ -89,6 +89,7 @@ mod pr_cmd;
 mod pr_state;
 mod pr_store;
 mod provisioning;
+pub mod qos;
 mod registry;
 mod ring;
 mod sanitize;
@@ -109,6 +110,7 @@ mod xcopy_param;
 pub use cmd::*;
 pub use error::ScsiError;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS};
+pub use qos::{Limit, LunQos, LunQosStats, QosLimits, QosStats, MAX_QOS_INITIATORS};
 pub use registry::LunRegistry;
 /// The largest buffer the pool keeps ([`IoBuf::for_overwrite`] of more is a plain vector).
 pub use rustgt_backstore::buf::MAX_POOLED;

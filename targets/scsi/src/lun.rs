@@ -89,6 +89,9 @@ pub struct LunConfig {
     pub removable: bool,
     /// Pace of SANITIZE in bytes per second; `None` runs it at full speed.
     pub sanitize_rate: Option<u64>,
+    /// IOPS and bandwidth limits ([`crate::qos`]); change them live with
+    /// [`crate::ScsiTarget::set_lun_qos`].
+    pub qos: crate::qos::LunQos,
 }
 
 impl LunConfig {
@@ -111,6 +114,7 @@ impl LunConfig {
             pr_state_path: None,
             removable: false,
             sanitize_rate: None,
+            qos: crate::qos::LunQos::default(),
         }
     }
 }

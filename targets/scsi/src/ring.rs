@@ -248,7 +248,7 @@ pub(crate) fn start(
         nexus: cmd.nexus.id,
         tag: cmd.tag,
     };
-    if !lu.tasks.enter_running(key) {
+    if !lu.tasks.enter_running(key, &cmd) {
         return Err((cmd, done));
     }
     let started = Instant::now();
@@ -268,7 +268,7 @@ pub(crate) fn start(
             Ok(())
         }
         Start::Workers(cmd) => {
-            if lu.tasks.leave_running(key) {
+            if lu.tasks.leave_running(key, true) {
                 call(done, outcome::aborted(key.tag));
                 Ok(())
             } else {
@@ -468,7 +468,7 @@ fn finish(
     let result = match result {
         Err(BackstoreError::WouldBlock) => {
             // Not performed: the workers run it the usual way.
-            if lu.tasks.leave_running(key) {
+            if lu.tasks.leave_running(key, true) {
                 call(done, outcome::aborted(key.tag));
             } else if let Err(refused) = lu.enqueue(cmd, done) {
                 call(refused.done, refused.response);

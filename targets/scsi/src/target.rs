@@ -109,6 +109,8 @@ impl Control {
 #[derive(Debug)]
 pub struct ScsiTarget {
     name: String,
+    /// The target's QoS limits, shared by its units' task sets.
+    qos: Arc<crate::qos::TargetQos>,
     shared: Arc<TargetShared>,
     control: Control,
     shut_down: AtomicBool,
@@ -128,6 +130,7 @@ impl ScsiTarget {
     pub fn with_registry(name: &str, registry: Arc<LunRegistry>) -> Arc<ScsiTarget> {
         Arc::new(ScsiTarget {
             name: name.to_string(),
+            qos: Arc::default(),
             shared: Arc::new(TargetShared {
                 luns: RwLock::new(BTreeMap::new()),
                 nexuses: Mutex::new(HashMap::new()),
@@ -198,6 +201,8 @@ impl ScsiTarget {
             lun,
             reason: e.to_string(),
         })?;
+        lu.tasks.set_target_qos(Arc::clone(&self.qos));
+        lu.tasks.set_qos(&cfg.qos);
         workers::start(&lu, &self.shared, cfg.workers)?;
         log_blocking_path(self.name.as_str(), &lu);
         {
@@ -264,6 +269,44 @@ impl ScsiTarget {
     /// I/O counters of a LUN.
     pub fn lun_stats(&self, lun: u64) -> Option<LunStats> {
         self.shared.lu(lun).map(|lu| lu.stats())
+    }
+
+    /// Sets the QoS limits on every command of the target (all its LUNs
+    /// together), on top of each LUN's own; empty limits remove them.
+    /// Commands waiting for a limit see the change at once.
+    pub fn set_qos(&self, limits: &crate::qos::QosLimits) {
+        self.qos.set(limits);
+        for lu in self.shared.all_lus() {
+            lu.tasks.qos_changed();
+        }
+    }
+
+    /// Sets a LUN's QoS limits (its own and its initiators'), live.
+    pub fn set_lun_qos(&self, lun: u64, qos: &crate::qos::LunQos) -> Result<(), ScsiError> {
+        let lu = self.shared.lu(lun).ok_or(ScsiError::NoSuchLun(lun))?;
+        lu.tasks.set_qos(qos);
+        Ok(())
+    }
+
+    /// A LUN's throttling counters.
+    pub fn lun_qos_stats(&self, lun: u64) -> Option<crate::qos::LunQosStats> {
+        self.shared.lu(lun).map(|lu| lu.tasks.qos_stats())
+    }
+
+    /// The target-wide limits' counters, when the target has limits.
+    pub fn target_qos_stats(&self) -> Option<crate::qos::QosStats> {
+        self.qos.stats()
+    }
+
+    /// A nexus's (a session's) throttling counters over every LUN.
+    pub fn nexus_qos_stats(&self, nexus: u64) -> crate::qos::QosStats {
+        let per: Vec<_> = self
+            .shared
+            .all_lus()
+            .iter()
+            .map(|lu| lu.tasks.qos_nexus_stats(nexus))
+            .collect();
+        crate::qos::sum(&per)
     }
 
     /// Queues a command; `done` is called exactly once, from a worker or
@@ -429,6 +472,7 @@ impl ScsiTarget {
         lock(&self.shared.nexuses).remove(&nexus.id);
         for lu in self.shared.all_lus() {
             lu.tasks.abort_matching(|k| k.nexus == nexus.id);
+            lu.tasks.forget_nexus(nexus.id);
             if lu.drop_nexus(nexus) {
                 // Its SPC-2 reservation ended on every gateway.
                 crate::cluster::announce(&lu, &crate::cluster::Event::reservations_changed());

@@ -16,15 +16,22 @@
 //!   enters the set as a running task ([`Tasks::enter_running`]), so task
 //!   management sees it like any other, and completes like a worker's
 //!   ([`Tasks::complete`]);
-//! - a condition variable is signalled only when a thread waits on it.
+//! - a condition variable is signalled only when a thread waits on it;
+//! - a queued READ or WRITE over a QoS limit ([`crate::qos`]) is not
+//!   runnable until its buckets allow it: one sleeping worker waits with a
+//!   timeout for the earliest such time, none runs per command; it stays
+//!   a queued task meanwhile, so task management reaches it. A stopping
+//!   unit runs its queue without limits.
 
+use std::cell::Cell;
 use std::collections::{HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::cmd::{Command, Done, Response, Status, TaskAttr};
 use crate::outcome;
+use crate::qos::{Blocked, Cost, LunQos, LunQosState, LunQosStats, QosStats, TargetQos};
 use crate::sense::{Asc, Sense, SenseFormat, SenseKey};
 
 /// Most tasks one LUN holds (queued plus running); more get TASK SET FULL.
@@ -64,6 +71,26 @@ struct TaskEntry {
     key: TaskKey,
     attr: TaskAttr,
     state: TaskState,
+    /// What QoS counts for it (a READ or WRITE).
+    cost: Option<Cost>,
+    /// When a scan first found it over a QoS limit.
+    since: Cell<Option<Instant>>,
+    /// Entered running off the workers with its QoS tokens taken: they
+    /// go back if the command is handed to the workers after all.
+    charged: bool,
+}
+
+impl TaskEntry {
+    fn new(key: TaskKey, attr: TaskAttr, state: TaskState) -> TaskEntry {
+        TaskEntry {
+            key,
+            attr,
+            state,
+            cost: None,
+            since: Cell::new(None),
+            charged: false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -86,6 +113,12 @@ struct TaskSet {
     standby: bool,
     /// Moving average of how long the workers' tasks took to execute, ns.
     exec_ewma_ns: u64,
+    /// The unit's QoS limits and counters.
+    qos: LunQosState,
+    /// The target's limits.
+    target_qos: Arc<TargetQos>,
+    /// The earliest time a worker sleeping for a throttled task wakes.
+    timer: Option<Instant>,
 }
 
 impl Default for TaskSet {
@@ -101,6 +134,9 @@ impl Default for TaskSet {
             standby: false,
             // Until measured, tasks count as slow: one worker per task.
             exec_ewma_ns: 4 * FAST_TASK_NS,
+            qos: LunQosState::default(),
+            target_qos: Arc::default(),
+            timer: None,
         }
     }
 }
@@ -145,8 +181,17 @@ impl TaskSet {
     /// the queue anyway); fast ones are left to the awake workers, which
     /// run them in turn, until too many queue up.
     fn should_wake(&self) -> bool {
-        if self.work_waiters <= self.notified || self.next_runnable().is_none() {
+        if self.work_waiters <= self.notified {
             return false;
+        }
+        let (next, wait) = self.scan();
+        if next.is_none() {
+            // Only throttled tasks: a sleeper must keep time for them,
+            // unless one already wakes early enough.
+            return wait.is_some_and(|w| {
+                self.timer
+                    .is_none_or(|t| Instant::now() + w + Duration::from_micros(100) < t)
+            });
         }
         let queued = self
             .entries
@@ -180,6 +225,20 @@ impl TaskSet {
 
     /// The first queued task its attribute lets run now (SAM-5 §8.6).
     fn next_runnable(&self) -> Option<usize> {
+        self.scan().0
+    }
+
+    /// Whether QoS limits apply to this unit now.
+    fn qos_active(&self) -> bool {
+        !self.stopping && (self.qos.configured() || self.target_qos.active())
+    }
+
+    /// The first queued task its attribute and the QoS limits let run now;
+    /// without one, how soon a throttled task may go.
+    fn scan(&self) -> (Option<usize>, Option<Duration>) {
+        let qos = self.qos_active().then(Instant::now);
+        let mut blocked = Blocked::default();
+        let mut wait: Option<Duration> = None;
         let mut older_ordered = false;
         let mut older_any = false;
         for (i, entry) in self.entries.iter().enumerate() {
@@ -190,13 +249,35 @@ impl TaskSet {
                     TaskAttr::Simple | TaskAttr::Aca => !older_ordered,
                 };
                 if ready {
-                    return Some(i);
+                    let (Some(now), Some(cost)) = (qos, entry.cost.as_ref()) else {
+                        return (Some(i), None);
+                    };
+                    match self.qos.check(&self.target_qos, cost, now, &mut blocked) {
+                        Ok(()) => return (Some(i), None),
+                        Err(w) => {
+                            if entry.since.get().is_none() {
+                                entry.since.set(Some(now));
+                            }
+                            if let Some(w) = w {
+                                wait = Some(wait.map_or(w, |x| x.min(w)));
+                            }
+                        }
+                    }
                 }
             }
             older_ordered |= entry.attr == TaskAttr::Ordered;
             older_any = true;
         }
-        None
+        (None, wait)
+    }
+
+    /// The queued tasks waiting for QoS limits: (nexus, initiator scope).
+    fn throttled(&self) -> Vec<(u64, Option<usize>)> {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.state, TaskState::Queued(_)) && e.since.get().is_some())
+            .map(|e| (e.key.nexus, e.cost.and_then(|c| c.initiator)))
+            .collect()
     }
 }
 
@@ -265,11 +346,9 @@ impl Tasks {
             return Err(Refused { done, response });
         }
         let attr = cmd.attr;
-        let entry = TaskEntry {
-            key,
-            attr,
-            state: TaskState::Queued(Pending { cmd, done }),
-        };
+        let cost = set.qos.cost(&cmd);
+        let mut entry = TaskEntry::new(key, attr, TaskState::Queued(Pending { cmd, done }));
+        entry.cost = cost;
         if attr == TaskAttr::HeadOfQueue {
             set.entries.push_front(entry);
         } else {
@@ -287,7 +366,10 @@ impl Tasks {
     /// command run off the workers (inline, or on a reactor's io_uring):
     /// false when the workers must see it instead (stopping, full set,
     /// overlapped tag, an ORDERED task in the set).
-    pub(crate) fn enter_running(&self, key: TaskKey) -> bool {
+    /// Under QoS limits, only a command the limits let go now, with
+    /// nothing waiting for them: its tokens are taken here (and given
+    /// back by [`Self::leave_running`]).
+    pub(crate) fn enter_running(&self, key: TaskKey, cmd: &Command) -> bool {
         let mut set = lock(&self.set);
         if set.stopping
             || set.entries.len() >= MAX_TASKS_PER_LUN
@@ -298,24 +380,46 @@ impl Tasks {
         {
             return false;
         }
-        set.entries.push_back(TaskEntry {
-            key,
-            attr: TaskAttr::Simple,
-            state: TaskState::Running { aborted: false },
-        });
+        let mut entry =
+            TaskEntry::new(key, TaskAttr::Simple, TaskState::Running { aborted: false });
+        if set.qos_active() {
+            if let Some(cost) = set.qos.cost(cmd) {
+                let throttled = set.entries.iter().any(|e| e.since.get().is_some());
+                let now = Instant::now();
+                if throttled
+                    || set
+                        .qos
+                        .check(&set.target_qos, &cost, now, &mut Blocked::default())
+                        .is_err()
+                {
+                    return false;
+                }
+                let set = &mut *set;
+                set.qos.admit(&set.target_qos, key.nexus, &cost, now, None);
+                entry.cost = Some(cost);
+                entry.charged = true;
+            }
+        }
+        set.entries.push_back(entry);
         true
     }
 
     /// Takes a task of [`Self::enter_running`] out of the set without a
     /// completion (its command goes to the workers, or is answered by the
     /// caller); returns whether task management aborted it meanwhile.
-    pub(crate) fn leave_running(&self, key: TaskKey) -> bool {
+    /// `not_run`: it was not executed (handed to the workers), so its QoS
+    /// tokens go back.
+    pub(crate) fn leave_running(&self, key: TaskKey, not_run: bool) -> bool {
         let mut set = lock(&self.set);
-        let aborted = match set.position(key) {
-            Some(i) => matches!(
-                set.entries.remove(i).map(|e| e.state),
-                Some(TaskState::Running { aborted: true })
-            ),
+        let aborted = match set.position(key).and_then(|i| set.entries.remove(i)) {
+            Some(e) => {
+                if let (true, true, Some(cost)) = (not_run, e.charged, e.cost) {
+                    let set = &mut *set;
+                    set.qos
+                        .refund(&set.target_qos, key.nexus, &cost, Instant::now());
+                }
+                matches!(e.state, TaskState::Running { aborted: true })
+            }
             None => false,
         };
         // Its removal can only have released an ORDERED task queued
@@ -336,12 +440,20 @@ impl Tasks {
     pub(crate) fn next_task(&self) -> Option<(TaskKey, Pending)> {
         let mut set = lock(&self.set);
         loop {
-            let runnable = set.next_runnable().and_then(|i| set.entries.get_mut(i));
+            let (next, throttled) = set.scan();
+            let qos_active = set.qos_active();
+            let runnable = next.and_then(|i| set.entries.get_mut(i));
             if let Some(entry) = runnable {
                 let state =
                     std::mem::replace(&mut entry.state, TaskState::Running { aborted: false });
                 if let TaskState::Queued(pending) = state {
                     let key = entry.key;
+                    let (cost, since) = (entry.cost, entry.since.get());
+                    if let (Some(cost), true) = (cost, qos_active) {
+                        let set = &mut *set;
+                        set.qos
+                            .admit(&set.target_qos, key.nexus, &cost, Instant::now(), since);
+                    }
                     set.busy += 1;
                     // Wake one more worker if more work is ready: a finished
                     // ORDERED task can release many tasks at once.
@@ -359,7 +471,22 @@ impl Tasks {
             // While fast tasks are left to busy workers, one sleeper keeps
             // an eye on the queue in case one of them turned out slow.
             let standby = !set.standby && set.busy > 0 && set.fast();
-            if standby {
+            // Throttled tasks: this sleeper wakes when the first may go,
+            // unless another wakes no later.
+            let deadline = throttled
+                .map(|w| Instant::now() + w)
+                .filter(|d| set.timer.is_none_or(|t| *d < t));
+            if let Some(deadline) = deadline {
+                set.timer = Some(deadline);
+                let wait = deadline.saturating_duration_since(Instant::now());
+                set = match self.work.wait_timeout(set, wait) {
+                    Ok((set, _)) => set,
+                    Err(e) => e.into_inner().0,
+                };
+                if set.timer == Some(deadline) {
+                    set.timer = None;
+                }
+            } else if standby {
                 set.standby = true;
                 set = match self.work.wait_timeout(set, STANDBY) {
                     Ok((set, _)) => set,
@@ -521,6 +648,54 @@ impl Tasks {
         self.work.notify_all();
     }
 
+    /// Sets the target's limits this unit shares (once, before its workers
+    /// start).
+    pub(crate) fn set_target_qos(&self, target: Arc<TargetQos>) {
+        lock(&self.set).target_qos = target;
+    }
+
+    /// Sets the unit's QoS limits; a changed limit applies to the tasks
+    /// already waiting, at once.
+    pub(crate) fn set_qos(&self, qos: &LunQos) {
+        let mut set = lock(&self.set);
+        if set.qos.set(qos) {
+            let set = &mut *set;
+            for e in set.entries.iter_mut() {
+                if let TaskState::Queued(p) = &e.state {
+                    e.cost = set.qos.cost(&p.cmd);
+                }
+            }
+        }
+        drop(set);
+        self.qos_changed();
+    }
+
+    /// The limits changed (the unit's or its target's): sleepers look at
+    /// the queue again.
+    pub(crate) fn qos_changed(&self) {
+        let mut set = lock(&self.set);
+        set.timer = None;
+        drop(set);
+        self.work.notify_all();
+    }
+
+    /// The unit's throttling counters.
+    pub(crate) fn qos_stats(&self) -> LunQosStats {
+        let set = lock(&self.set);
+        set.qos.snapshot(&set.throttled())
+    }
+
+    /// One nexus's throttling counters on this unit.
+    pub(crate) fn qos_nexus_stats(&self, nexus: u64) -> QosStats {
+        let set = lock(&self.set);
+        set.qos.nexus_stats(nexus, &set.throttled())
+    }
+
+    /// Forgets a nexus's throttling counters (its session ended).
+    pub(crate) fn forget_nexus(&self, nexus: u64) {
+        lock(&self.set).qos.forget_nexus(nexus);
+    }
+
     /// QUERY TASK: whether the task is in the task set.
     pub(crate) fn has_task(&self, key: TaskKey) -> bool {
         lock(&self.set).position(key).is_some()
@@ -540,11 +715,11 @@ mod tests {
     use std::sync::Arc;
 
     fn running(tag: u64, attr: TaskAttr) -> TaskEntry {
-        TaskEntry {
-            key: TaskKey { nexus: 1, tag },
+        TaskEntry::new(
+            TaskKey { nexus: 1, tag },
             attr,
-            state: TaskState::Running { aborted: false },
-        }
+            TaskState::Running { aborted: false },
+        )
     }
 
     fn queued(tag: u64, attr: TaskAttr) -> TaskEntry {
@@ -564,14 +739,14 @@ mod tests {
             data_in_len: 0,
             data_out: Default::default(),
         };
-        TaskEntry {
-            key: TaskKey { nexus: 1, tag },
+        TaskEntry::new(
+            TaskKey { nexus: 1, tag },
             attr,
-            state: TaskState::Queued(Pending {
+            TaskState::Queued(Pending {
                 cmd,
                 done: Done::Boxed(Box::new(|_| {})),
             }),
-        }
+        )
     }
 
     fn set(entries: Vec<TaskEntry>) -> TaskSet {

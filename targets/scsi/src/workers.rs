@@ -102,7 +102,7 @@ pub(crate) fn run_inline(
         nexus: cmd.nexus.id,
         tag: cmd.tag,
     };
-    if !lu.tasks.enter_running(key) {
+    if !lu.tasks.enter_running(key, &cmd) {
         return Err(cmd);
     }
     let (response, blocked) = rustgt_backstore::nowait::attempt(|| {
@@ -115,7 +115,7 @@ pub(crate) fn run_inline(
             outcome::check_condition(cmd.tag, &sense, SenseFormat::Fixed)
         })
     });
-    let aborted = lu.tasks.leave_running(key);
+    let aborted = lu.tasks.leave_running(key, blocked);
     if aborted {
         Ok(outcome::aborted(key.tag))
     } else if blocked {
