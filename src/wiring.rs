@@ -314,6 +314,7 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
             iser_portals: t.iser_portals.iter().map(SocketAddr::to_string).collect(),
             acl: t.acl.clone(),
             chap: chap_policy(t.chap.as_ref()),
+            groups: crate::config::initiator_groups(t, |c| chap_policy(Some(c))),
         })
         .collect();
     let nop = cfg.iscsi.nop_in_interval_secs;

@@ -41,6 +41,7 @@ pub mod render;
 pub mod runtime;
 pub mod server;
 pub mod stats;
+mod groups;
 mod views;
 
 /// File name of the admin socket under the data directory when neither

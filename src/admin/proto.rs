@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::stats::Histogram;
-use crate::config::{ChapSettings, FaultSettings, LunSettings, TargetSettings};
+use crate::config::{ChapSettings, FaultSettings, GroupSettings, LunMapping, LunSettings, TargetSettings};
 
 /// Longest request line accepted (a `config_apply` carries a whole file).
 pub const MAX_REQUEST_LEN: usize = 16 << 20;
@@ -101,6 +101,18 @@ pub enum Request {
         target: String,
         initiator: String,
     },
+    /// Add an initiator group (`[[targets.groups]]`) to a target; refused
+    /// if one of that name exists. Sessions whose LUN map changes are
+    /// asked to log out (and see the new map when they log in again).
+    GroupAdd {
+        target: String,
+        group: GroupSettings,
+    },
+    /// Remove an initiator group of a target by name.
+    GroupRemove {
+        target: String,
+        name: String,
+    },
     /// CHAP of a target, or of discovery sessions when `target` is absent;
     /// `chap` absent turns CHAP off.
     SetChap {
@@ -176,6 +188,8 @@ impl Request {
             Request::AclAdd { .. } => "acl_add",
             Request::AclRemove { .. } => "acl_remove",
             Request::SetChap { .. } => "set_chap",
+            Request::GroupAdd { .. } => "group_add",
+            Request::GroupRemove { .. } => "group_remove",
             Request::ListSessions { .. } => "list_sessions",
             Request::ListConnections => "list_connections",
             Request::LogoutSession { .. } => "logout_session",
@@ -221,6 +235,8 @@ impl Request {
             | Request::AclAdd { .. }
             | Request::AclRemove { .. }
             | Request::SetChap { .. }
+            | Request::GroupAdd { .. }
+            | Request::GroupRemove { .. }
             | Request::LogoutSession { .. }
             | Request::KillSession { .. }
             | Request::ConfigReload { .. } => true,
@@ -267,6 +283,19 @@ impl Request {
             Request::SetAcl { target, acl } => format!("{name} target={target} acl={acl:?}"),
             Request::AclAdd { target, initiator } | Request::AclRemove { target, initiator } => {
                 format!("{name} target={target} initiator={initiator}")
+            }
+            Request::GroupAdd { target, group } => format!(
+                "{name} target={target} group={} initiators={:?} luns={} chap={}",
+                group.name,
+                group.initiators,
+                group
+                    .luns
+                    .as_ref()
+                    .map_or("(target's)".to_owned(), |l| l.len().to_string()),
+                group.chap.as_ref().map_or("-", |c| c.user.as_str())
+            ),
+            Request::GroupRemove { target, name: group } => {
+                format!("{name} target={target} group={group}")
             }
             Request::SetChap { target, chap } => format!(
                 "{name} target={} chap={}",
@@ -436,6 +465,30 @@ pub struct TargetView {
     pub chap: Option<ChapView>,
     pub luns: Vec<LunView>,
     pub sessions: Vec<SessionView>,
+    /// Initiator groups, in matching order (CHAP names only).
+    #[serde(default)]
+    pub groups: Vec<GroupView>,
+}
+
+/// One initiator group of a target as shown: no secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupView {
+    pub name: String,
+    pub initiators: Vec<String>,
+    pub chap: Option<ChapView>,
+    /// `None`: the target's LUNs under their own numbers.
+    pub luns: Option<Vec<LunMapping>>,
+}
+
+impl GroupView {
+    pub fn of(g: &GroupSettings) -> GroupView {
+        GroupView {
+            name: g.name.clone(),
+            initiators: g.initiators.clone(),
+            chap: g.chap.as_ref().map(ChapView::of),
+            luns: g.luns.clone(),
+        }
+    }
 }
 
 /// One LUN as configured and as running.

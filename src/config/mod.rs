@@ -34,6 +34,7 @@ mod auth;
 mod check;
 mod error;
 mod fault;
+mod groups;
 mod iscsi;
 mod keypath;
 mod limits;
@@ -49,6 +50,8 @@ pub use auth::ChapSettings;
 pub use check::check;
 pub use error::{invalid, ConfigError};
 pub use fault::FaultSettings;
+pub(crate) use groups::initiator_groups;
+pub use groups::{GroupSettings, LunMapping};
 #[cfg(test)]
 pub use fault::TriggerSettings;
 #[cfg(test)]

@@ -58,6 +58,10 @@ pub struct TargetSettings {
     /// Logical units.
     #[serde(default)]
     pub luns: Vec<LunSettings>,
+    /// Initiator groups with LUN maps and CHAP of their own
+    /// ([`super::groups`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<super::groups::GroupSettings>,
 }
 
 pub(super) fn check_target(
@@ -108,6 +112,7 @@ pub(super) fn check_target(
         check_chap(c, &key.key("chap"), chap);
     }
     check_port_groups(c, key, t);
+    super::groups::check_groups(c, key, t);
     let mut ids: HashMap<u64, usize> = HashMap::new();
     for (j, lun) in t.luns.iter().enumerate() {
         let lkey = key.key("luns").index(j);

@@ -30,12 +30,18 @@ pub struct TargetInfo {
     pub acl: Vec<String>,
     /// CHAP for Normal sessions to this target.
     pub chap: ChapPolicy,
+    /// Initiator groups: their members' LUN maps and CHAP
+    /// ([`crate::groups`]); members of a group may log in whatever `acl`
+    /// says.
+    pub groups: Vec<crate::groups::InitiatorGroup>,
 }
 
 impl TargetInfo {
     /// Whether `initiator` may log in to this target or see it in discovery.
     pub fn allows(&self, initiator: &str) -> bool {
-        self.acl.is_empty() || self.acl.iter().any(|a| a.eq_ignore_ascii_case(initiator))
+        self.acl.is_empty()
+            || self.acl.iter().any(|a| a.eq_ignore_ascii_case(initiator))
+            || self.group_of(initiator).is_some()
     }
 
     /// Whether a connection that arrived at `local` (the local
@@ -165,6 +171,7 @@ mod tests {
             iser_portals: iser.iter().map(|p| (*p).to_owned()).collect(),
             acl: Vec::new(),
             chap: ChapPolicy::default(),
+            groups: Vec::new(),
         }
     }
 
