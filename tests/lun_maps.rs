@@ -106,7 +106,11 @@ fn two_initiators_see_their_own_luns_and_numbers() {
     let url = d.portal_url();
     let a = ls(HOST_A, &url);
     a.assert_success();
-    assert_eq!(luns_listed(&a, IQN), sized(&[(0, "47M"), (3, "31M")]), "{a}");
+    assert_eq!(
+        luns_listed(&a, IQN),
+        sized(&[(0, "47M"), (3, "31M")]),
+        "{a}"
+    );
     let b = ls(HOST_B, &url);
     b.assert_success();
     assert_eq!(luns_listed(&b, IQN), sized(&[(5, "47M")]), "{b}");
@@ -164,13 +168,23 @@ fn an_unmapped_lun_answers_as_spc4_says() {
     // REPORT LUNS lists the mapped numbers only.
     let r = s.command(0, &[0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], &[], 256);
     assert_eq!(r.status, GOOD, "{r}");
-    let listed: Vec<u8> = r.data.chunks(8).skip(1).filter_map(|c| c.get(1).copied()).collect();
+    let listed: Vec<u8> = r
+        .data
+        .chunks(8)
+        .skip(1)
+        .filter_map(|c| c.get(1).copied())
+        .collect();
     assert_eq!(listed, [0, 3], "{r}");
     // REPORT LUNS answers through an unmapped LUN 0 too (group b).
     let mut b = Session::login(d.portal, IQN, HOST_B, isid(2));
     let r = b.command(0, &[0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], &[], 256);
     assert_eq!(r.status, GOOD, "{r}");
-    let listed: Vec<u8> = r.data.chunks(8).skip(1).filter_map(|c| c.get(1).copied()).collect();
+    let listed: Vec<u8> = r
+        .data
+        .chunks(8)
+        .skip(1)
+        .filter_map(|c| c.get(1).copied())
+        .collect();
     assert_eq!(listed, [5], "{r}");
     // libiscsi sees the same: iscsi-inq of host-a's LUN 1 reports no
     // device connected.
@@ -250,7 +264,10 @@ fn a_reservation_through_one_mapping_holds_through_another() {
         pr::pr_out(&mut a, pr::RESERVE, pr::WRITE_EXCLUSIVE, key, 0, false).status,
         GOOD
     );
-    assert_eq!(pr::read_reservation(&mut a), Some((key, pr::WRITE_EXCLUSIVE)));
+    assert_eq!(
+        pr::read_reservation(&mut a),
+        Some((key, pr::WRITE_EXCLUSIVE))
+    );
     let block = [0x11u8; 512];
     // plain sees it as LUN 2, b as LUN 5: the same unit, reserved.
     for (s, lun) in [(&mut p, 2u64), (&mut b, 5u64)] {
@@ -260,7 +277,11 @@ fn a_reservation_through_one_mapping_holds_through_another() {
     }
     // Other units are not reserved.
     assert_eq!(write10(&mut p, 0, 0, &block).status, GOOD);
-    assert_eq!(write10(&mut a, 0, 0, &block).status, GOOD, "the holder writes");
+    assert_eq!(
+        write10(&mut a, 0, 0, &block).status,
+        GOOD,
+        "the holder writes"
+    );
     a.logout();
     p.logout();
     b.logout();
@@ -351,9 +372,9 @@ fn live_group_changes_are_applied_and_saved() {
     // plain's session had the target's map: it is asked to log out; a
     // new login sees the new one.
     admin_common::eventually("plain's session asked to log out", || {
-        d.stderr().lines().any(|l| {
-            l.contains("LUN map changed; session asked to log out") && l.contains(PLAIN)
-        })
+        d.stderr()
+            .lines()
+            .any(|l| l.contains("LUN map changed; session asked to log out") && l.contains(PLAIN))
     });
     let mut q = Session::login(d.portal, IQN, PLAIN, isid(9));
     let r = q.command(9, &[0; 6], &[], 0);
@@ -375,7 +396,14 @@ fn live_group_changes_are_applied_and_saved() {
     cli(
         &d,
         &[
-            "group", "add", IQN, "cli", "--initiator", STRANGER, "--lun", "4=1:ro",
+            "group",
+            "add",
+            IQN,
+            "cli",
+            "--initiator",
+            STRANGER,
+            "--lun",
+            "4=1:ro",
         ],
     )
     .assert_success();

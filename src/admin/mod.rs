@@ -33,6 +33,7 @@
 pub mod apply;
 pub mod client;
 pub mod diff;
+mod groups;
 pub mod lunstore;
 pub mod metrics;
 pub mod peer;
@@ -41,7 +42,6 @@ pub mod render;
 pub mod runtime;
 pub mod server;
 pub mod stats;
-mod groups;
 mod views;
 
 /// File name of the admin socket under the data directory when neither

@@ -16,7 +16,9 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::stats::Histogram;
-use crate::config::{ChapSettings, FaultSettings, GroupSettings, LunMapping, LunSettings, TargetSettings};
+use crate::config::{
+    ChapSettings, FaultSettings, GroupSettings, LunMapping, LunSettings, TargetSettings,
+};
 
 /// Longest request line accepted (a `config_apply` carries a whole file).
 pub const MAX_REQUEST_LEN: usize = 16 << 20;
@@ -294,7 +296,10 @@ impl Request {
                     .map_or("(target's)".to_owned(), |l| l.len().to_string()),
                 group.chap.as_ref().map_or("-", |c| c.user.as_str())
             ),
-            Request::GroupRemove { target, name: group } => {
+            Request::GroupRemove {
+                target,
+                name: group,
+            } => {
                 format!("{name} target={target} group={group}")
             }
             Request::SetChap { target, chap } => format!(

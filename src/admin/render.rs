@@ -236,7 +236,10 @@ pub fn acl(x: &TargetView) -> String {
 /// A target's initiator groups, in matching order.
 pub fn groups(x: &TargetView) -> String {
     if x.groups.is_empty() {
-        return format!("{}: no groups; every initiator sees the target's LUNs\n", x.iqn);
+        return format!(
+            "{}: no groups; every initiator sees the target's LUNs\n",
+            x.iqn
+        );
     }
     let mut out = String::new();
     for g in &x.groups {

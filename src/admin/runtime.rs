@@ -486,7 +486,10 @@ impl Runtime {
             }
             Request::GroupAdd { target, group } => {
                 let t = find_mut(&mut w, &target)?;
-                if t.groups.iter().any(|g| g.name.eq_ignore_ascii_case(&group.name)) {
+                if t.groups
+                    .iter()
+                    .any(|g| g.name.eq_ignore_ascii_case(&group.name))
+                {
                     return Err(AdminError::Refused(format!(
                         "target {}: group {} already exists; remove it first",
                         t.iqn, group.name
@@ -503,7 +506,11 @@ impl Runtime {
                     return Err(AdminError::Refused(format!(
                         "target {}: no group {name} (groups: {})",
                         t.iqn,
-                        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
                     )));
                 }
             }

@@ -132,7 +132,10 @@ fn check_map(c: &mut Checker, key: &KeyPath, t: &TargetSettings, luns: &[LunMapp
     for (k, m) in luns.iter().enumerate() {
         let at = key.index(k);
         if m.lun > MAX_LUN {
-            c.fail(at.key("lun"), format!("{} is out of range (0..={MAX_LUN})", m.lun));
+            c.fail(
+                at.key("lun"),
+                format!("{} is out of range (0..={MAX_LUN})", m.lun),
+            );
         } else if let Some(first) = seen.insert(m.lun, k) {
             c.fail(
                 at.key("lun"),

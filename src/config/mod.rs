@@ -50,10 +50,10 @@ pub use auth::ChapSettings;
 pub use check::check;
 pub use error::{invalid, ConfigError};
 pub use fault::FaultSettings;
-pub(crate) use groups::initiator_groups;
-pub use groups::{GroupSettings, LunMapping};
 #[cfg(test)]
 pub use fault::TriggerSettings;
+pub(crate) use groups::initiator_groups;
+pub use groups::{GroupSettings, LunMapping};
 #[cfg(test)]
 pub use iscsi::IscsiSettings;
 pub use load::{admin_socket_of, load, load_text};

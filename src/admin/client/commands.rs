@@ -9,8 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::args::{
     AclCmd, AdminArgs, AdminCommand, ChapCmd, ConfigCmd, GroupCmd, LunCmd, PortalCmd, SessionCmd,
-    StatsCmd,
-    TargetCmd,
+    StatsCmd, TargetCmd,
 };
 use super::socket::{Client, Failure};
 use crate::admin::proto::Request;

@@ -75,7 +75,9 @@ pub fn glob(pattern: &[u8], name: &[u8]) -> bool {
             },
         }
     }
-    pattern.get(p..).is_some_and(|rest| rest.iter().all(|&c| c == b'*'))
+    pattern
+        .get(p..)
+        .is_some_and(|rest| rest.iter().all(|&c| c == b'*'))
 }
 
 impl TargetInfo {
@@ -107,7 +109,10 @@ mod tests {
     #[test]
     fn glob_matches_stars_and_marks() {
         let m = |p: &str, n: &str| glob(p.as_bytes(), n.as_bytes());
-        assert!(m("iqn.2026-11.org.example:*", "iqn.2026-11.org.example:db1"));
+        assert!(m(
+            "iqn.2026-11.org.example:*",
+            "iqn.2026-11.org.example:db1"
+        ));
         assert!(m("*db?", "iqn.x:DB1"));
         assert!(!m("*db?", "iqn.x:db12"));
         assert!(m("*", ""));

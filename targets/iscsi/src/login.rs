@@ -323,7 +323,9 @@ impl LoginState {
 
     fn chap_policy(&self, cfg: &PortalConfig) -> ChapPolicy {
         match (&self.session_type, &self.target) {
-            (SessionType::Normal, Some(t)) => t.chap_for(self.initiator.as_deref().unwrap_or_default()),
+            (SessionType::Normal, Some(t)) => {
+                t.chap_for(self.initiator.as_deref().unwrap_or_default())
+            }
             _ => cfg.discovery_chap.clone(),
         }
     }
