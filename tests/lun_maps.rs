@@ -321,6 +321,42 @@ fn an_initiators_own_chap_wins_over_the_targets() {
     assert!(!inq_ok(&url("all", ALL_SECRET), DAVE));
 }
 
+/// `[[discovery.groups]]`: carol discovers with her own CHAP, everyone
+/// else with `[discovery.chap]`.
+#[test]
+fn discovery_chap_per_initiator() {
+    let text = format!(
+        "[discovery]\nchap = {{ user = \"disco\", secret = \"{ALL_SECRET}\" }}\n\
+         [[discovery.groups]]\nname = \"carol\"\ninitiators = [\"{CAROL}\"]\n\
+         chap = {{ user = \"carol\", secret = \"{CAROL_SECRET}\" }}\n{}",
+        config()
+    );
+    let d = Daemon::start_with_config(&text, 2);
+    let disco = |user: &str, secret: &str, initiator: &str| {
+        let url = format!("iscsi://{user}%{secret}@{}", d.portal);
+        run_tool("iscsi-ls", &args!["-i", initiator, url], TOOL_TIMEOUT)
+    };
+    // carol may see `chapmaps`, plain `maps`: a discovery that got in
+    // lists one target.
+    let listed = |out: &ToolOutput| out.success() && out.stdout.contains("Target:");
+    let carol = disco("carol", CAROL_SECRET, CAROL);
+    assert!(
+        listed(&carol) && carol.stdout.contains(&format!("Target:{CHAP_IQN}")),
+        "{carol}"
+    );
+    assert!(!listed(&disco("carol", "wrong-secret-0000", CAROL)));
+    assert!(
+        !listed(&disco("disco", ALL_SECRET, CAROL)),
+        "the shared secret does not let carol in"
+    );
+    let plain = disco("disco", ALL_SECRET, PLAIN);
+    assert!(
+        listed(&plain) && plain.stdout.contains(&format!("Target:{IQN}")),
+        "{plain}"
+    );
+    assert!(!listed(&disco("carol", CAROL_SECRET, PLAIN)));
+}
+
 #[test]
 fn live_group_changes_are_applied_and_saved() {
     let d = Daemon::start_with_config(&config(), 2);

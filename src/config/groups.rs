@@ -55,13 +55,28 @@ const MAX_GROUPS: usize = 256;
 const MAX_NAME_LEN: usize = 64;
 
 pub(super) fn check_groups(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
-    let gkey = key.key("groups");
-    if t.groups.len() > MAX_GROUPS {
+    check_group_list(c, &key.key("groups"), &t.groups, Some(t));
+}
+
+/// `[[discovery.groups]]`: per-initiator CHAP of discovery sessions; no
+/// LUN maps (discovery sees no LUN), and `chap` required.
+pub(super) fn check_discovery_groups(c: &mut Checker, key: &KeyPath, groups: &[GroupSettings]) {
+    check_group_list(c, &key.key("groups"), groups, None);
+}
+
+/// The groups of a target (`Some`), or of discovery (`None`).
+fn check_group_list(
+    c: &mut Checker,
+    gkey: &KeyPath,
+    groups: &[GroupSettings],
+    target: Option<&TargetSettings>,
+) {
+    if groups.len() > MAX_GROUPS {
         c.fail(gkey.clone(), format!("lists more than {MAX_GROUPS} groups"));
     }
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut exact: HashMap<String, usize> = HashMap::new();
-    for (i, g) in t.groups.iter().enumerate() {
+    for (i, g) in groups.iter().enumerate() {
         let at = gkey.index(i);
         check_group_name(c, at.key("name"), &g.name);
         if let Some(first) = names.insert(g.name.to_ascii_lowercase(), i) {
@@ -103,11 +118,21 @@ pub(super) fn check_groups(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
                 );
             }
         }
-        if let Some(chap) = &g.chap {
-            check_chap(c, &at.key("chap"), chap);
+        match &g.chap {
+            Some(chap) => check_chap(c, &at.key("chap"), chap),
+            None if target.is_none() => c.fail(
+                at.key("chap"),
+                "is required: a discovery group only says which CHAP its members pass",
+            ),
+            None => {}
         }
-        if let Some(luns) = &g.luns {
-            check_map(c, &at.key("luns"), t, luns);
+        match (&g.luns, target) {
+            (Some(luns), Some(t)) => check_map(c, &at.key("luns"), t, luns),
+            (Some(_), None) => c.fail(
+                at.key("luns"),
+                "discovery sessions see no LUNs; map LUNs in a target's groups",
+            ),
+            (None, _) => {}
         }
     }
 }
@@ -172,13 +197,13 @@ fn lun_map(g: &GroupSettings) -> Option<Arc<LunMap>> {
     Some(Arc::new(map))
 }
 
-/// The groups of `t` as login sees them, with `chap` turning CHAP
-/// settings into a policy.
+/// Groups (a target's or discovery's) as login sees them, with `chap`
+/// turning CHAP settings into a policy.
 pub(crate) fn initiator_groups(
-    t: &TargetSettings,
+    groups: &[GroupSettings],
     chap: impl Fn(&ChapSettings) -> rustgt_iscsi::chap::ChapPolicy,
 ) -> Vec<InitiatorGroup> {
-    t.groups
+    groups
         .iter()
         .map(|g| InitiatorGroup {
             name: g.name.clone(),
@@ -279,6 +304,30 @@ mod tests {
                 "[[targets.groups]]\nname = \"a\"\ninitiators = [\"iqn.2026-11.org.example:a\"]\nluns = [{ lun = 16384, source = 0 }]\n",
                 "targets[0].groups[0].luns[0].lun",
                 "out of range",
+            ),
+        ];
+        for (groups, key, text) in cases {
+            let err = load(groups).expect_err(key);
+            assert!(
+                err.contains(key) && err.contains(text),
+                "{key} / {text}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn discovery_groups_need_chap_and_map_no_luns() {
+        let cases = [
+            (
+                "[[discovery.groups]]\nname = \"a\"\ninitiators = [\"iqn.2026-11.org.example:a\"]\n",
+                "discovery.groups[0].chap",
+                "is required",
+            ),
+            (
+                "[[discovery.groups]]\nname = \"a\"\ninitiators = [\"iqn.2026-11.org.example:a\"]\n\
+                 chap = { user = \"u\", secret = \"0123456789abcdef\" }\nluns = []\n",
+                "discovery.groups[0].luns",
+                "see no LUNs",
             ),
         ];
         for (groups, key, text) in cases {

@@ -96,6 +96,10 @@ pub struct PortalConfig {
     pub targets: Vec<TargetInfo>,
     /// CHAP for discovery sessions.
     pub discovery_chap: ChapPolicy,
+    /// Per-initiator CHAP of discovery sessions: a member of a group with
+    /// CHAP passes the group's instead of `discovery_chap` (matched as a
+    /// target's groups, [`crate::groups`]).
+    pub discovery_groups: Vec<crate::groups::InitiatorGroup>,
     /// Negotiation limits and preferences.
     pub limits: Limits,
     /// Commands the target accepts in flight per session (CmdSN window).
@@ -143,6 +147,7 @@ impl Default for PortalConfig {
         PortalConfig {
             targets: Vec::new(),
             discovery_chap: ChapPolicy::default(),
+            discovery_groups: Vec::new(),
             limits: Limits::default(),
             queue_depth: 128,
             nop_interval: Some(Duration::from_secs(15)),

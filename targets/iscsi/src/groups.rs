@@ -80,13 +80,29 @@ pub fn glob(pattern: &[u8], name: &[u8]) -> bool {
         .is_some_and(|rest| rest.iter().all(|&c| c == b'*'))
 }
 
+/// The group of `groups` that `initiator` belongs to (see the module's
+/// matching rule).
+pub fn group_of<'a>(groups: &'a [InitiatorGroup], initiator: &str) -> Option<&'a InitiatorGroup> {
+    groups
+        .iter()
+        .find(|g| g.lists(initiator))
+        .or_else(|| groups.iter().find(|g| g.matches_pattern(initiator)))
+}
+
+impl crate::config::PortalConfig {
+    /// The CHAP a discovery session of `initiator` must pass: its
+    /// discovery group's, else `discovery_chap`.
+    pub fn discovery_chap_for(&self, initiator: &str) -> ChapPolicy {
+        group_of(&self.discovery_groups, initiator)
+            .and_then(|g| g.chap.clone())
+            .unwrap_or_else(|| self.discovery_chap.clone())
+    }
+}
+
 impl TargetInfo {
     /// The group `initiator` belongs to (see the module's matching rule).
     pub fn group_of(&self, initiator: &str) -> Option<&InitiatorGroup> {
-        self.groups
-            .iter()
-            .find(|g| g.lists(initiator))
-            .or_else(|| self.groups.iter().find(|g| g.matches_pattern(initiator)))
+        group_of(&self.groups, initiator)
     }
 
     /// The CHAP `initiator` must pass: its group's, else the target's.

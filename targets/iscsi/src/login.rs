@@ -326,7 +326,7 @@ impl LoginState {
             (SessionType::Normal, Some(t)) => {
                 t.chap_for(self.initiator.as_deref().unwrap_or_default())
             }
-            _ => cfg.discovery_chap.clone(),
+            _ => cfg.discovery_chap_for(self.initiator.as_deref().unwrap_or_default()),
         }
     }
 
