@@ -12,6 +12,7 @@ mod pr;
 use admin_common::{cli, Admin};
 use common::{run_tool, Daemon, ToolOutput, TOOL_TIMEOUT};
 use initiator::{Session, CHECK_CONDITION, GOOD, RESERVATION_CONFLICT};
+use rustgt_iscsi::pdu::{TmfCode, TmfResult};
 use serde_json::json;
 
 const IQN: &str = "iqn.2026-11.org.rustgt:maps";
@@ -282,6 +283,37 @@ fn a_reservation_through_one_mapping_holds_through_another() {
         GOOD,
         "the holder writes"
     );
+    a.logout();
+    p.logout();
+    b.logout();
+}
+
+/// A LOGICAL UNIT RESET through host-a's LUN 0 (the target's LUN 2)
+/// resets the one unit: plain and b find its unit attention under their
+/// own numbers for it (2 and 5), and nothing on other units; a TMF to an
+/// unmapped LUN answers that the LUN does not exist.
+#[test]
+fn unit_attentions_follow_the_map() {
+    let d = Daemon::start_with_config(&config(), 2);
+    let mut a = Session::login(d.portal, IQN, HOST_A, isid(11));
+    let mut p = Session::login(d.portal, IQN, PLAIN, isid(12));
+    let mut b = Session::login(d.portal, IQN, HOST_B, isid(13));
+    // Every nexus is known to the target once it has sent a command.
+    for lun in [2u64, 1] {
+        assert_eq!(p.command(lun, &[0; 6], &[], 0).status, GOOD);
+    }
+    assert_eq!(b.command(5, &[0; 6], &[], 0).status, GOOD);
+    let (resp, _) = a.task_mgmt(TmfCode::LOGICAL_UNIT_RESET, 0, (0, 0));
+    assert_eq!(resp, TmfResult::COMPLETE);
+    for (s, lun) in [(&mut p, 2u64), (&mut b, 5)] {
+        let r = s.command(lun, &[0; 6], &[], 0);
+        assert_eq!(r.status, CHECK_CONDITION, "LUN {lun}: {r}");
+        assert_eq!(r.sense_code(), Some((0x06, 0x29, 0x03)), "LUN {lun}: {r}");
+        assert_eq!(s.command(lun, &[0; 6], &[], 0).status, GOOD);
+    }
+    assert_eq!(p.command(1, &[0; 6], &[], 0).status, GOOD, "another unit");
+    let (resp, _) = a.task_mgmt(TmfCode::LOGICAL_UNIT_RESET, 1, (0, 0));
+    assert_eq!(resp, TmfResult::LUN_DOES_NOT_EXIST, "unmapped LUN 1");
     a.logout();
     p.logout();
     b.logout();
