@@ -437,6 +437,15 @@ fn live_group_changes_are_applied_and_saved() {
         shown.stdout.contains("group newcomers") && shown.stdout.contains("lun 9"),
         "{shown}"
     );
+    let json_out = cli(&d, &["--json", "group", "list", IQN]);
+    json_out.assert_success();
+    let listed: serde_json::Value = serde_json::from_str(&json_out.stdout).expect("JSON");
+    assert_eq!(listed[3]["name"], "newcomers", "{json_out}");
+    assert_eq!(listed[3]["luns"][0]["source"], 0, "{json_out}");
+    assert!(
+        listed[1]["chap"].is_null() && !json_out.stdout.contains("secret"),
+        "{json_out}"
+    );
     // plain's session had the target's map: it is asked to log out; a
     // new login sees the new one.
     admin_common::eventually("plain's session asked to log out", || {
