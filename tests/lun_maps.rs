@@ -430,6 +430,9 @@ fn live_group_changes_are_applied_and_saved() {
         "group": { "name": "NEWCOMERS", "initiators": [EVE] },
     }));
     assert!(err.contains("already exists"), "{err}");
+    // A LUN a group maps cannot be removed while the mapping stays.
+    let err = admin.err(json!({"cmd": "remove_lun", "target": IQN, "lun": 2, "force": true}));
+    assert!(err.contains("groups[0].luns[0].source"), "{err}");
     // The CLI shows the groups.
     let shown = cli(&d, &["group", "list", IQN]);
     shown.assert_success();

@@ -160,4 +160,19 @@ initiators = ["iqn.2026-11.org.example:web*"]
         let text = update(TEXT, &old, &new).expect("update");
         assert_eq!(load(&text).targets[0].groups, new.targets[0].groups);
     }
+
+    #[test]
+    fn an_added_target_keeps_its_groups() {
+        let old = load(TEXT);
+        let mut new = old.clone();
+        let mut t = new.targets[0].clone();
+        t.iqn = "iqn.2026-11.org.rustgt:second".into();
+        new.targets.push(t);
+        let text = update(TEXT, &old, &new).expect("update");
+        assert_eq!(
+            load(&text).targets[1].groups,
+            new.targets[1].groups,
+            "{text}"
+        );
+    }
 }
