@@ -249,6 +249,34 @@ fn a_read_only_mapping_refuses_writes_and_reports_wp() {
     p.logout();
 }
 
+/// The same on a file LUN, whose writes go through io_uring or the
+/// workers rather than the reactor.
+#[test]
+fn a_read_only_mapping_of_a_file_lun_refuses_writes() {
+    let text = format!(
+        "[[targets]]\niqn = \"{IQN}\"\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"file\"\npath = \"ro.img\"\nsize = \"16M\"\n\
+         [[targets.groups]]\nname = \"ro\"\ninitiators = [\"{HOST_A}\"]\n\
+         luns = [{{ lun = 4, source = 0, read_only = true }}]\n"
+    );
+    let d = Daemon::start_with_config(&text, 1);
+    let mut a = Session::login(d.portal, IQN, HOST_A, isid(14));
+    let block = [0xa5u8; 512];
+    for cdb in [
+        [0x2a, 0, 0, 0, 0, 8, 0, 0, 1, 0], // WRITE(10)
+        [0x2e, 0, 0, 0, 0, 8, 0, 0, 1, 0], // WRITE AND VERIFY(10)
+    ] {
+        let r = a.command(4, &cdb, &block, 0);
+        assert_eq!(r.sense_code(), Some((0x07, 0x27, 0x00)), "{r}");
+    }
+    assert!(write_protect_bit(&mut a, 4));
+    let mut p = Session::login(d.portal, IQN, PLAIN, isid(15));
+    assert_eq!(write10(&mut p, 0, 8, &block).status, GOOD);
+    assert_eq!(read10(&mut a, 4, 8).data, block);
+    a.logout();
+    p.logout();
+}
+
 #[test]
 fn a_reservation_through_one_mapping_holds_through_another() {
     let d = Daemon::start_with_config(&config(), 2);
