@@ -37,9 +37,11 @@ pub struct Cli {
 
     /// TOML configuration file (see etc/rustgt.toml for every key).
     ///
-    /// Without it the built-in default target is served. Keys of the
-    /// `[iscsi]` and `[discovery]` tables and `data_dir` can also be set from
-    /// the environment, e.g. RUSTGT_ISCSI__QUEUE_DEPTH=64.
+    /// Without it DATA_DIR/rustgt.toml is served (written at first start).
+    /// `data_dir`, `admin_socket`, `admin_socket_group`, `metrics_listen` and
+    /// the keys of the `[iscsi]`, `[discovery]`, `[reactor]` and `[limits]`
+    /// tables can also be set from the environment, e.g.
+    /// RUSTGT_ISCSI__QUEUE_DEPTH=64.
     #[arg(short, long, value_name = "FILE", env = "RUSTGT_CONFIG")]
     pub config: Option<PathBuf>,
 

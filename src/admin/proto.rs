@@ -14,6 +14,7 @@
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::stats::Histogram;
 use crate::config::{
@@ -81,6 +82,24 @@ pub enum Request {
         target: String,
         lun: u64,
         policy: String,
+    },
+    /// Change keys of an existing LUN (`[[targets.luns]]` keys, see
+    /// [`LUN_KEYS`]). A value is JSON, or a string read like the value of
+    /// `KEY=VALUE` on the command line; null or "" restores the key's
+    /// default. Keys whose change replaces the LUN need `force` while its
+    /// target has sessions; keys that cannot change live are refused by name.
+    SetLun {
+        target: String,
+        lun: u64,
+        settings: serde_json::Map<String, serde_json::Value>,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Change keys of an existing target (see [`TARGET_KEYS`]), as
+    /// [`Request::SetLun`] does.
+    SetTarget {
+        target: String,
+        settings: serde_json::Map<String, serde_json::Value>,
     },
     /// Replace a LUN's injected faults (`[targets.luns.fault]`); an empty
     /// table clears them, `None` removes fault injection from the LUN.
@@ -185,6 +204,8 @@ impl Request {
             Request::RemoveLun { .. } => "remove_lun",
             Request::ResizeLun { .. } => "resize_lun",
             Request::SetReadahead { .. } => "set_readahead",
+            Request::SetLun { .. } => "set_lun",
+            Request::SetTarget { .. } => "set_target",
             Request::SetFaults { .. } => "set_faults",
             Request::SetAcl { .. } => "set_acl",
             Request::AclAdd { .. } => "acl_add",
@@ -232,6 +253,8 @@ impl Request {
             | Request::RemoveLun { .. }
             | Request::ResizeLun { .. }
             | Request::SetReadahead { .. }
+            | Request::SetLun { .. }
+            | Request::SetTarget { .. }
             | Request::SetFaults { .. }
             | Request::SetAcl { .. }
             | Request::AclAdd { .. }
@@ -278,6 +301,19 @@ impl Request {
                 lun,
                 policy,
             } => format!("{name} target={target} lun={lun} policy={policy}"),
+            Request::SetLun {
+                target,
+                lun,
+                settings,
+                force,
+            } => format!(
+                "{name} target={target} lun={lun} keys={:?} force={force}",
+                settings.keys().collect::<Vec<_>>()
+            ),
+            Request::SetTarget { target, settings } => format!(
+                "{name} target={target} keys={:?}",
+                settings.keys().collect::<Vec<_>>()
+            ),
             Request::SetFaults { target, lun, fault } => format!(
                 "{name} target={target} lun={lun} faults={}",
                 if fault.is_some() { "set" } else { "off" }
@@ -341,6 +377,217 @@ impl Request {
             | Request::ConfigSave => name.to_owned(),
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Keys `set_lun` and `set_target` (`lun set`, `target set`) take
+// ---------------------------------------------------------------------------
+
+/// What changing a key through `set_lun` / `set_target` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRule {
+    /// Applied in place: sessions keep running (readahead switched, store
+    /// resized, new logins see new target settings).
+    Live,
+    /// Applied by replacing the LUN (removed, then added with the new
+    /// value at once): needs `force` while the target has sessions, which
+    /// then see REPORTED LUNS DATA HAS CHANGED.
+    Replaces,
+    /// Not changed this way; the text says what to do instead.
+    Refused(&'static str),
+}
+
+/// One key of `[[targets]]` or `[[targets.luns]]` as `set_*` sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettableKey {
+    pub name: &'static str,
+    pub rule: KeyRule,
+    /// The values it takes when they are a fixed set (for completion).
+    pub values: &'static [&'static str],
+}
+
+const fn key(name: &'static str, rule: KeyRule, values: &'static [&'static str]) -> SettableKey {
+    SettableKey { name, rule, values }
+}
+
+/// The `backstore` engines (`lun add --backstore`).
+pub const BACKSTORES: &[&str] = &["file", "mmap", "blockdev", "ram", "null", "hddsim", "rbd"];
+/// Readahead settings (`lun readahead`, `lun add --readahead`).
+pub const READAHEAD_POLICIES: &[&str] =
+    &["auto", "none", "kernel", "classic", "context", "streams"];
+const BOOLS: &[&str] = &["true", "false"];
+const IO_CONTEXTS: &[&str] = &["shared", "per-worker"];
+const DEVICE_SLICES: &[&str] = &["auto", "off"];
+
+const NEW_LUN: KeyRule = KeyRule::Refused(
+    "it names the LUN's data; remove the LUN and add it anew (`lun remove`, `lun add`)",
+);
+const IDENTITY: KeyRule = KeyRule::Refused(
+    "it is the LU's identity, fixed when the LUN was added (initiators take a new one for another disk); \
+     remove the LUN and add it anew",
+);
+
+/// Every `[[targets.luns]]` key and how `lun set` treats it.
+pub const LUN_KEYS: &[SettableKey] = &[
+    key("id", NEW_LUN, &[]),
+    key("backstore", NEW_LUN, BACKSTORES),
+    key("path", NEW_LUN, &[]),
+    key("rbd", NEW_LUN, &[]),
+    key("size", KeyRule::Live, &[]),
+    key(
+        "block_size",
+        KeyRule::Refused(
+            "initiators would read the LUN's data with another geometry; remove the LUN and add it anew",
+        ),
+        &["512", "4096"],
+    ),
+    key("read_only", KeyRule::Replaces, BOOLS),
+    key("thin", KeyRule::Replaces, BOOLS),
+    key("write_cache", KeyRule::Replaces, BOOLS),
+    key("workers", KeyRule::Replaces, &[]),
+    key("serial", IDENTITY, &[]),
+    key("wwn", IDENTITY, &[]),
+    key("removable", KeyRule::Replaces, BOOLS),
+    key(
+        "pr_state",
+        KeyRule::Refused(
+            "the LUN's persistent reservations are kept there; edit the file and restart",
+        ),
+        &[],
+    ),
+    key("physical_block_size", KeyRule::Replaces, &[]),
+    key("unmap_command", KeyRule::Replaces, BOOLS),
+    key("sanitize_rate", KeyRule::Replaces, &[]),
+    key("readahead", KeyRule::Live, READAHEAD_POLICIES),
+    key("io_context", KeyRule::Live, IO_CONTEXTS),
+    key("readahead_cache", KeyRule::Live, &[]),
+    key("readahead_max", KeyRule::Live, &[]),
+    key("readahead_io_threads", KeyRule::Live, &[]),
+    key("readahead_io_max", KeyRule::Live, &[]),
+    key("device_slice", KeyRule::Live, DEVICE_SLICES),
+    key("hddsim_device", KeyRule::Replaces, &[]),
+    key("hddsim_offset", KeyRule::Replaces, &[]),
+    key("hddsim_disks", KeyRule::Replaces, &[]),
+    key("hddsim_speedup", KeyRule::Replaces, &[]),
+    key(
+        "fault",
+        KeyRule::Refused("it is a table; use `rustgt admin lun fault`"),
+        &[],
+    ),
+];
+
+/// Every `[[targets]]` key and how `target set` treats it.
+pub const TARGET_KEYS: &[SettableKey] = &[
+    key(
+        "iqn",
+        KeyRule::Refused("it is the target's name; add a target under the new name"),
+        &[],
+    ),
+    key("alias", KeyRule::Live, &[]),
+    key("portals", KeyRule::Live, &[]),
+    key(
+        "iser_portals",
+        KeyRule::Refused("iSER listeners start with the daemon; edit the file and restart"),
+        &[],
+    ),
+    key("tpgt", KeyRule::Live, &[]),
+    key(
+        "port_groups",
+        KeyRule::Refused(
+            "gateways' shared state is chosen when the images are opened; edit the file and restart",
+        ),
+        &[],
+    ),
+    key("acl", KeyRule::Live, &[]),
+    key(
+        "chap",
+        KeyRule::Refused("use `rustgt admin chap set`, which reads secrets from files"),
+        &[],
+    ),
+    key(
+        "luns",
+        KeyRule::Refused("use `rustgt admin lun add`, `lun remove` and `lun set`"),
+        &[],
+    ),
+    key(
+        "groups",
+        KeyRule::Refused("use `rustgt admin group add` and `group remove`"),
+        &[],
+    ),
+];
+
+/// The entry of `name` in `keys`.
+pub fn settable(keys: &[SettableKey], name: &str) -> Option<SettableKey> {
+    keys.iter().find(|k| k.name == name).copied()
+}
+
+/// Sets key `name` of the settings object `obj` (a `T` as JSON) to
+/// `value`, read as [`candidates`] says; null or "" removes the key so
+/// that its default applies. The result must still be a `T`. Errors name
+/// the key.
+pub fn set_key<T: serde::de::DeserializeOwned>(
+    obj: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    value: &serde_json::Value,
+) -> Result<(), String> {
+    let fits = |o: &serde_json::Map<String, Value>| {
+        serde_json::from_value::<T>(Value::Object(o.clone())).map(|_| ())
+    };
+    if value.is_null() || value.as_str().is_some_and(str::is_empty) {
+        let mut next = obj.clone();
+        next.remove(name);
+        fits(&next).map_err(|e| format!("{name} has no default: {e}"))?;
+        *obj = next;
+        return Ok(());
+    }
+    let mut error = None;
+    for candidate in candidates(value) {
+        let is_text = candidate.is_string();
+        let mut next = obj.clone();
+        next.insert(name.to_owned(), candidate);
+        match fits(&next) {
+            Ok(()) => {
+                *obj = next;
+                return Ok(());
+            }
+            // The text reading's error says the most (a misspelt policy,
+            // a bad size); a typed one's only what it is not.
+            Err(e) if is_text || error.is_none() => error = Some(e),
+            Err(_) => {}
+        }
+    }
+    let e = error.map(|e| e.to_string()).unwrap_or_default();
+    Err(format!("{name} = {value}: {e}"))
+}
+
+/// The readings of one `set_*` value: JSON as given; a string as a TOML
+/// value when it is one and not text, as the text itself, and as a
+/// comma-separated list of such values.
+pub fn candidates(value: &Value) -> Vec<Value> {
+    let Value::String(s) = value else {
+        return vec![value.clone()];
+    };
+    let typed = |s: &str| -> Option<Value> {
+        let t: toml::Table = toml::from_str(&format!("v = {s}")).ok()?;
+        let v = t.get("v")?;
+        if v.is_str() {
+            return None;
+        }
+        serde_json::to_value(v).ok()
+    };
+    let mut out = Vec::new();
+    if let Some(v) = typed(s) {
+        out.push(v);
+    }
+    out.push(Value::String(s.clone()));
+    let items: Vec<Value> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(|i| typed(i).unwrap_or_else(|| Value::String(i.to_owned())))
+        .collect();
+    out.push(Value::Array(items));
+    out
 }
 
 /// The answer line: exactly one of `result` and `error` is present.
@@ -812,6 +1059,94 @@ mod tests {
         assert_eq!(lun.id, 1);
         assert_eq!(lun.block_size, 512);
         assert!(lun.write_cache);
+    }
+
+    /// The fields of a config struct, from its `deny_unknown_fields` error.
+    fn fields_of<T: serde::de::DeserializeOwned>() -> Vec<String> {
+        let e = serde_json::from_str::<T>(r#"{"zz_not_a_key": 1}"#)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let list = e.split("expected one of").nth(1).unwrap_or_default();
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn settable_key_tables_cover_the_config_schema() {
+        use crate::config::{LunSettings, TargetSettings};
+        let names = |keys: &[SettableKey]| {
+            let mut v: Vec<String> = keys.iter().map(|k| k.name.to_owned()).collect();
+            v.sort();
+            v
+        };
+        let mut lun: Vec<String> = fields_of::<LunSettings>();
+        lun.sort();
+        assert!(lun.len() > 20, "{lun:?}");
+        assert_eq!(lun, names(LUN_KEYS), "LUN_KEYS");
+        let mut target: Vec<String> = fields_of::<TargetSettings>();
+        target.sort();
+        assert_eq!(target, names(TARGET_KEYS), "TARGET_KEYS");
+        for b in BACKSTORES {
+            b.parse::<rustgt_backstore::EngineKind>().expect(b);
+        }
+        for p in READAHEAD_POLICIES {
+            p.parse::<rustgt_backstore::ReadaheadChoice>().expect(p);
+        }
+        for v in IO_CONTEXTS {
+            v.parse::<rustgt_backstore::ContextMode>().expect(v);
+        }
+    }
+
+    #[test]
+    fn set_values_are_read_for_the_key_type() {
+        use crate::config::{LunSettings, TargetSettings};
+        let lun = |extra: &[(&str, &str)]| {
+            let mut m = serde_json::Map::new();
+            m.insert("id".into(), json(1));
+            m.insert("backstore".into(), Value::String("file".into()));
+            for (k, v) in extra {
+                set_key::<LunSettings>(&mut m, k, &Value::String((*v).into()))?;
+            }
+            serde_json::from_value::<LunSettings>(Value::Object(m)).map_err(|e| e.to_string())
+        };
+        let l = lun(&[("read_only", "true"), ("workers", "3"), ("size", "1G")]).expect("typed");
+        assert!(l.read_only);
+        assert_eq!(l.workers, Some(3));
+        assert_eq!(l.size_bytes(), Some(1 << 30));
+        let l = lun(&[("readahead", "streams"), ("readahead", "")]).expect("default again");
+        assert_eq!(l.readahead.text(), "auto");
+        let e = lun(&[("read_only", "yes")]).expect_err("not a bool");
+        assert!(e.starts_with("read_only = \"yes\": invalid type"), "{e}");
+        let e = lun(&[("readahead", "fast")]).expect_err("no such policy");
+        assert!(e.contains("readahead") && e.contains("streams"), "{e}");
+        let mut t = serde_json::Map::new();
+        t.insert(
+            "iqn".into(),
+            Value::String("iqn.2026-11.org.rustgt:a".into()),
+        );
+        for (k, v) in [
+            ("alias", "true"),
+            ("acl", "iqn.2026-11.a:x, iqn.2026-11.a:y"),
+            ("tpgt", "7"),
+        ] {
+            set_key::<TargetSettings>(&mut t, k, &Value::String(v.into())).expect(k);
+        }
+        let t: TargetSettings = serde_json::from_value(Value::Object(t)).expect("target");
+        assert_eq!(
+            t.alias.as_deref(),
+            Some("true"),
+            "text where the key is text"
+        );
+        assert_eq!(t.acl, ["iqn.2026-11.a:x", "iqn.2026-11.a:y"]);
+        assert_eq!(t.tpgt, 7);
+    }
+
+    fn json(n: u64) -> Value {
+        Value::from(n)
     }
 
     #[test]

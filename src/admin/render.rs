@@ -776,3 +776,185 @@ mod tests {
         assert!(text.contains("data_dir differs"), "{text}");
     }
 }
+
+/// What `rustgt admin ls` shows: the daemon, its targets (portals, LUNs,
+/// ACL, CHAP, sessions) and its listening portals, in one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tree {
+    pub status: StatusView,
+    pub targets: Vec<TargetView>,
+    pub portals: Vec<PortalView>,
+}
+
+/// A tree drawn with `+-` branches and `|` rails, targetcli's `ls` style.
+#[derive(Default)]
+struct Drawer {
+    out: String,
+}
+
+struct Node {
+    label: String,
+    children: Vec<Node>,
+}
+
+fn node(label: impl Into<String>, children: Vec<Node>) -> Node {
+    Node {
+        label: label.into(),
+        children,
+    }
+}
+
+fn leaf(label: impl Into<String>) -> Node {
+    node(label, Vec::new())
+}
+
+impl Drawer {
+    fn draw(&mut self, n: &Node, prefix: &str, last: bool, root: bool) {
+        if root {
+            let _ = writeln!(self.out, "{}", n.label);
+        } else {
+            let branch = if last { "`- " } else { "+- " };
+            let _ = writeln!(self.out, "{prefix}{branch}{}", n.label);
+        }
+        let rail = if root {
+            String::new()
+        } else if last {
+            format!("{prefix}   ")
+        } else {
+            format!("{prefix}|  ")
+        };
+        for (i, c) in n.children.iter().enumerate() {
+            self.draw(c, &rail, i + 1 == n.children.len(), false);
+        }
+    }
+}
+
+fn lun_node(l: &LunView) -> Node {
+    let mut flags = vec![if l.read_only { "ro" } else { "rw" }];
+    if l.thin {
+        flags.push("thin");
+    }
+    if l.write_cache {
+        flags.push("wce");
+    }
+    let mut label = format!(
+        "LUN {} [{} {}, {}-byte blocks, {}]",
+        l.id,
+        l.backstore,
+        bytes(l.size_bytes),
+        l.block_size,
+        flags.join(" ")
+    );
+    if let Some(p) = &l.path {
+        let _ = write!(label, " {p}");
+    }
+    let mut children = vec![leaf(format!("serial {}", l.serial))];
+    if let Some(w) = &l.wwn {
+        children.push(leaf(format!("wwn {w}")));
+    }
+    if let Some(r) = &l.readahead {
+        children.push(leaf(format!("readahead {r}")));
+    }
+    if let Some(f) = &l.faults {
+        let set = if f.set.is_empty() {
+            "none".to_owned()
+        } else {
+            f.set.join(",")
+        };
+        children.push(leaf(format!("faults {set} ({} injected)", f.injected)));
+    }
+    node(label, children)
+}
+
+fn session_node(s: &SessionView) -> Node {
+    let conns = s
+        .connections
+        .iter()
+        .map(|c| {
+            leaf(format!(
+                "cid {} {} {} -> {}",
+                c.cid.map_or_else(|| "-".to_owned(), |c| c.to_string()),
+                c.transport,
+                c.peer,
+                c.local
+            ))
+        })
+        .collect();
+    node(
+        format!("TSIH {} {} (ISID {})", s.tsih, s.initiator, s.isid),
+        conns,
+    )
+}
+
+fn target_node(t: &TargetView) -> Node {
+    let mut label = format!("{} [tpgt {}", t.iqn, t.tpgt);
+    if let Some(a) = &t.alias {
+        let _ = write!(label, ", alias {a:?}");
+    }
+    label.push(']');
+    let portals = t.portals.iter().map(|p| leaf(p.to_string())).collect();
+    let luns = t.luns.iter().map(lun_node).collect();
+    let acl = if t.acl.is_empty() {
+        vec![leaf("any initiator")]
+    } else {
+        t.acl.iter().map(|a| leaf(a.clone())).collect()
+    };
+    let chap = match &t.chap {
+        None => "chap: off".to_owned(),
+        Some(c) => format!(
+            "chap: user {}{}",
+            c.user,
+            c.mutual_user
+                .as_ref()
+                .map_or_else(String::new, |m| format!(", mutual user {m}"))
+        ),
+    };
+    node(
+        label,
+        vec![
+            node(format!("portals ({})", t.portals.len()), portals),
+            node(format!("luns ({})", t.luns.len()), luns),
+            node(format!("acl ({})", t.acl.len()), acl),
+            leaf(chap),
+            node(
+                format!("sessions ({})", t.sessions.len()),
+                t.sessions.iter().map(session_node).collect(),
+            ),
+        ],
+    )
+}
+
+/// `rustgt admin ls`.
+pub fn tree(t: &Tree) -> String {
+    let s = &t.status;
+    let portals = t
+        .portals
+        .iter()
+        .map(|p| {
+            leaf(format!(
+                "{} [{} target(s), {} connection(s)]",
+                p.address,
+                p.targets.len(),
+                p.connections
+            ))
+        })
+        .collect();
+    let root = node(
+        format!(
+            "rustgt {} (pid {}, config {})",
+            s.version,
+            s.pid,
+            s.config_file.as_deref().unwrap_or("none")
+        ),
+        vec![
+            node(
+                format!("targets ({})", t.targets.len()),
+                t.targets.iter().map(target_node).collect(),
+            ),
+            node(format!("portals ({})", t.portals.len()), portals),
+        ],
+    );
+    let mut d = Drawer::default();
+    d.draw(&root, "", true, true);
+    d.out
+}

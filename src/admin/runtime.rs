@@ -23,7 +23,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::lunstore::LunStore;
-use super::proto::{ConfigText, MetricsText, Reply, Request};
+use super::proto::{
+    set_key, settable, ConfigText, KeyRule, MetricsText, Reply, Request, SettableKey, LUN_KEYS,
+    TARGET_KEYS,
+};
 use crate::config::{self, Config, ConfigError, LunSettings, Overrides, TargetSettings};
 
 /// Where the running configuration came from, so SIGHUP and
@@ -457,6 +460,24 @@ impl Runtime {
                 let t = find_mut(&mut w, &target)?;
                 lun_mut(t, lun)?.fault = fault;
             }
+            Request::SetLun {
+                target,
+                lun,
+                settings,
+                force: f,
+            } => {
+                let t = find_mut(&mut w, &target)?;
+                let what = format!("target {}: LUN {lun}", t.iqn);
+                let l = lun_mut(t, lun)?;
+                *l = set_keys(&*l, &what, LUN_KEYS, &settings)?;
+                self.refuse_losing_data(&w, &target, lun, &settings)?;
+                force = f;
+            }
+            Request::SetTarget { target, settings } => {
+                let t = find_mut(&mut w, &target)?;
+                let what = format!("target {}", t.iqn);
+                *t = set_keys(&*t, &what, TARGET_KEYS, &settings)?;
+            }
             Request::SetAcl { target, acl } => find_mut(&mut w, &target)?.acl = acl,
             Request::AclAdd { target, initiator } => {
                 let t = find_mut(&mut w, &target)?;
@@ -528,6 +549,44 @@ impl Runtime {
         Ok((w, force))
     }
 
+    /// Refuses a `set_lun` that would replace a LUN whose data lives only
+    /// in its store (ram, hddsim without a file): replacing it would lose
+    /// the data.
+    fn refuse_losing_data(
+        &self,
+        wanted: &Config,
+        target: &str,
+        lun: u64,
+        settings: &serde_json::Map<String, Value>,
+    ) -> Result<(), AdminError> {
+        let plan = super::diff::plan(&self.cfg, wanted);
+        let Some(l) = plan
+            .changed_targets
+            .iter()
+            .filter(|t| t.iqn.eq_ignore_ascii_case(target))
+            .flat_map(|t| t.replaced_luns.iter())
+            .find(|l| l.id == lun)
+        else {
+            return Ok(());
+        };
+        let kind = l.backstore.value().clone();
+        let in_memory = match kind {
+            rustgt_backstore::EngineKind::Ram => true,
+            rustgt_backstore::EngineKind::HddSim => l.path.is_none(),
+            _ => false,
+        };
+        if in_memory {
+            let keys: Vec<&str> = settings.keys().map(String::as_str).collect();
+            return Err(AdminError::Refused(format!(
+                "target {target}: LUN {lun}: changing {} replaces the LUN, and a {} LUN's data \
+                 would be lost; remove the LUN and add it anew if that is meant",
+                keys.join(", "),
+                kind.as_str()
+            )));
+        }
+        Ok(())
+    }
+
     /// Finds a running target by name (case-insensitively).
     pub(super) fn find(&self, iqn: &str) -> Result<&TargetSettings, AdminError> {
         self.cfg
@@ -592,6 +651,50 @@ impl Runtime {
     // -----------------------------------------------------------------------
     // Queries
     // -----------------------------------------------------------------------
+}
+
+/// `current` with `settings` (key to value) changed, each key checked
+/// against `keys`. A JSON string is read as the command line's
+/// `KEY=VALUE` value: as a TOML value (`true`, `8`, `[1, 2]`) when that
+/// fits the key, else as text, else as a comma-separated list; null or ""
+/// restores the key's default. Errors name `what` and the key.
+fn set_keys<T: Serialize + serde::de::DeserializeOwned>(
+    current: &T,
+    what: &str,
+    keys: &[SettableKey],
+    settings: &serde_json::Map<String, Value>,
+) -> Result<T, AdminError> {
+    let refused = |m: String| AdminError::Refused(format!("{what}: {m}"));
+    if settings.is_empty() {
+        return Err(refused("no KEY=VALUE given".into()));
+    }
+    let Value::Object(mut obj) = json(current)? else {
+        return Err(AdminError::Failed(format!(
+            "{what}: settings are not an object"
+        )));
+    };
+    for (name, value) in settings {
+        match settable(keys, name).map(|k| k.rule) {
+            None => {
+                let names: Vec<&str> = keys
+                    .iter()
+                    .filter(|k| !matches!(k.rule, KeyRule::Refused(_)))
+                    .map(|k| k.name)
+                    .collect();
+                return Err(refused(format!(
+                    "unknown key {name:?}; keys that can be set: {}",
+                    names.join(", ")
+                )));
+            }
+            Some(KeyRule::Refused(why)) => {
+                return Err(refused(format!("{name} cannot be changed live: {why}")));
+            }
+            Some(KeyRule::Live | KeyRule::Replaces) => {}
+        }
+        set_key::<T>(&mut obj, name, value).map_err(refused)?;
+    }
+    serde_json::from_value(Value::Object(obj))
+        .map_err(|e| AdminError::Failed(format!("{what}: {e}")))
 }
 
 fn find_mut<'a>(w: &'a mut Config, iqn: &str) -> Result<&'a mut TargetSettings, AdminError> {

@@ -237,7 +237,22 @@ mod tests {
              {groups}",
             dir.path().display().to_string()
         );
-        load_text(Path::new("test.toml"), text, &Overrides::default()).map_err(|e| e.to_string())
+        jailed(|| {
+            load_text(Path::new("test.toml"), text, &Overrides::default())
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// Like every test that loads a configuration, in a figment `Jail`:
+    /// no other test's `RUSTGT_*` variables leak into the load.
+    #[allow(clippy::result_large_err)] // the closure type is figment's
+    fn jailed<T>(f: impl FnOnce() -> T) -> T {
+        let mut out = None;
+        figment::Jail::expect_with(|_| {
+            out = Some(f());
+            Ok(())
+        });
+        out.expect("ran in the jail")
     }
 
     #[test]

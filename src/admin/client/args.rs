@@ -3,7 +3,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
+
+use crate::admin::proto::{
+    KeyRule, SettableKey, BACKSTORES, LUN_KEYS, READAHEAD_POLICIES, TARGET_KEYS,
+};
 
 /// `rustgt admin [--socket PATH] [--json] COMMAND`
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -20,16 +25,22 @@ pub struct AdminArgs {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+// One command per process: the size of `lun add`'s options does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum AdminCommand {
     /// Daemon summary: version, uptime, socket, metrics, counts.
     Status,
-    /// List, show, add and remove targets.
+    /// The tree of targets with their portals, LUNs, ACL, CHAP and
+    /// sessions, and the listening portals.
+    Ls,
+    /// List, show, add, change and remove targets.
     #[command(subcommand)]
     Target(TargetCmd),
     /// List portals; add or remove a target's portal.
     #[command(subcommand)]
     Portal(PortalCmd),
-    /// List, add, remove and resize LUNs; set their readahead policy.
+    /// List, add, change, remove and resize LUNs; set their readahead
+    /// policy and injected faults.
     #[command(subcommand)]
     Lun(LunCmd),
     /// A target's initiator access list.
@@ -66,6 +77,17 @@ pub enum TargetCmd {
     List,
     Show {
         iqn: String,
+    },
+    /// Change keys of a target (alias, tpgt, acl, portals), live and saved.
+    ///
+    /// KEY is a [[targets]] key of the config file; lists are
+    /// comma-separated (acl=iqn.a,iqn.b); KEY= restores the default. New
+    /// logins see the change; keys that cannot change live (iqn, chap,
+    /// luns, iser_portals, port_groups) are refused by name.
+    Set {
+        iqn: String,
+        #[arg(required = true, value_name = "KEY=VALUE", value_parser = KeyValueParser::Target, hide_possible_values = true)]
+        settings: Vec<(String, String)>,
     },
     /// Add a target without LUNs (add them with `lun add`).
     Add {
@@ -116,8 +138,7 @@ pub enum LunCmd {
     Add {
         iqn: String,
         id: u64,
-        /// file, blockdev, ram, null, hddsim or rbd.
-        #[arg(long)]
+        #[arg(long, value_parser = PossibleValuesParser::new(BACKSTORES))]
         backstore: String,
         /// rbd: the image as POOL/IMAGE or POOL/NAMESPACE/IMAGE (it must
         /// exist; its size is the LUN's).
@@ -137,7 +158,8 @@ pub enum LunCmd {
         /// e.g. 1G, 512M.
         #[arg(long)]
         size: Option<String>,
-        #[arg(long)]
+        /// Logical block size [default: 512].
+        #[arg(long, value_parser = PossibleValuesParser::new(["512", "4096"]).try_map(|s| s.parse::<u32>()))]
         block_size: Option<u32>,
         #[arg(long)]
         read_only: bool,
@@ -156,9 +178,31 @@ pub enum LunCmd {
         /// and saved.
         #[arg(long)]
         wwn: Option<String>,
-        /// none, kernel, classic, context or streams.
-        #[arg(long)]
+        /// Readahead policy [default: auto].
+        #[arg(long, value_parser = PossibleValuesParser::new(READAHEAD_POLICIES))]
         readahead: Option<String>,
+        /// Any other LUN key of the config file, e.g. io_context=per-worker
+        /// (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = KeyValueParser::Lun, hide_possible_values = true)]
+        set: Vec<(String, String)>,
+    },
+    /// Change keys of a LUN, live and saved.
+    ///
+    /// KEY is a [[targets.luns]] key of the config file; KEY= restores the
+    /// default. readahead, io_context, readahead_*, device_slice and size
+    /// change in place; read_only, write_cache, thin, unmap_command,
+    /// removable, workers, physical_block_size, sanitize_rate and hddsim_*
+    /// replace the LUN (--force while its target has sessions; refused for
+    /// a ram LUN, whose data would be lost); id, backstore, path, rbd,
+    /// block_size, serial, wwn, pr_state and fault are refused by name.
+    Set {
+        iqn: String,
+        id: u64,
+        #[arg(required = true, value_name = "KEY=VALUE", value_parser = KeyValueParser::Lun, hide_possible_values = true)]
+        settings: Vec<(String, String)>,
+        /// Replace the LUN even while its target has sessions.
+        #[arg(long)]
+        force: bool,
     },
     /// Remove a LUN; refused while its target has sessions unless --force.
     Remove {
@@ -174,10 +218,11 @@ pub enum LunCmd {
         id: u64,
         size: Option<String>,
     },
-    /// Set the readahead policy: auto, none, kernel, classic, context, streams.
+    /// Set the readahead policy (as `lun set IQN ID readahead=POLICY`).
     Readahead {
         iqn: String,
         id: u64,
+        #[arg(value_parser = PossibleValuesParser::new(READAHEAD_POLICIES))]
         policy: String,
     },
     /// Replace the LUN's injected faults (for tests and failure
@@ -350,4 +395,84 @@ pub enum ConfigCmd {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// Reads `KEY=VALUE`; offers the keys of a table (with their values when
+/// they are a fixed set) for completion. The daemon checks the values.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyValueParser {
+    /// `[[targets.luns]]` keys.
+    Lun,
+    /// `[[targets]]` keys.
+    Target,
+}
+
+impl TypedValueParser for KeyValueParser {
+    type Value = (String, String);
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let bad = |why: String| {
+            let mut e = clap::Error::new(clap::error::ErrorKind::ValueValidation).with_cmd(cmd);
+            if let Some(a) = arg {
+                e.insert(
+                    clap::error::ContextKind::InvalidArg,
+                    clap::error::ContextValue::String(a.to_string()),
+                );
+            }
+            e.insert(
+                clap::error::ContextKind::InvalidValue,
+                clap::error::ContextValue::String(value.to_string_lossy().into_owned()),
+            );
+            e.insert(
+                clap::error::ContextKind::Custom,
+                clap::error::ContextValue::String(why),
+            );
+            e
+        };
+        let text = value.to_str().ok_or_else(|| bad("not UTF-8".into()))?;
+        let (k, v) = text
+            .split_once('=')
+            .ok_or_else(|| bad("expected KEY=VALUE".into()))?;
+        let k = k.trim();
+        if k.is_empty() {
+            return Err(bad("expected KEY=VALUE".into()));
+        }
+        Ok((k.to_owned(), v.to_owned()))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(
+            completions(*self).iter().map(|s| PossibleValue::new(*s)),
+        ))
+    }
+}
+
+/// `KEY=` for each key that can be set, `KEY=VALUE` for each value of an
+/// enumerated one; made once per process.
+fn completions(table: KeyValueParser) -> &'static [&'static str] {
+    use std::sync::OnceLock;
+    static LUN: OnceLock<Vec<&'static str>> = OnceLock::new();
+    static TARGET: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let (cell, keys): (_, &[SettableKey]) = match table {
+        KeyValueParser::Lun => (&LUN, LUN_KEYS),
+        KeyValueParser::Target => (&TARGET, TARGET_KEYS),
+    };
+    cell.get_or_init(|| {
+        keys.iter()
+            .filter(|k| !matches!(k.rule, KeyRule::Refused(_)))
+            .flat_map(|k| {
+                if k.values.is_empty() {
+                    vec![format!("{}=", k.name)]
+                } else {
+                    k.values.iter().map(|v| format!("{}={v}", k.name)).collect()
+                }
+            })
+            .map(|s| &*s.leak())
+            .collect()
+    })
 }

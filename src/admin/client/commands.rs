@@ -41,6 +41,26 @@ pub(super) fn execute(
             };
         }
         A::Status => show(c, &Request::Status, j, render::status)?,
+        A::Ls => {
+            let (status_v, status) = c.call_as::<proto::StatusView>(&Request::Status)?;
+            let (targets_v, targets) =
+                c.call_as::<Vec<proto::TargetView>>(&Request::ListTargets)?;
+            let (portals_v, portals) =
+                c.call_as::<Vec<proto::PortalView>>(&Request::ListPortals)?;
+            if j {
+                pretty(&json!({
+                    "status": status_v,
+                    "targets": targets_v,
+                    "portals": portals_v,
+                }))
+            } else {
+                render::tree(&render::Tree {
+                    status,
+                    targets,
+                    portals,
+                })
+            }
+        }
         A::Connections => show(
             c,
             &Request::ListConnections,
@@ -104,6 +124,14 @@ fn target(c: &mut Client, cmd: &TargetCmd, j: bool) -> Result<String, Failure> {
             j,
             render::target,
         ),
+        TargetCmd::Set { iqn, settings } => change(
+            c,
+            &Request::SetTarget {
+                target: iqn.clone(),
+                settings: pairs(settings),
+            },
+            j,
+        ),
         TargetCmd::Add {
             iqn,
             alias,
@@ -135,6 +163,14 @@ fn target(c: &mut Client, cmd: &TargetCmd, j: bool) -> Result<String, Failure> {
             j,
         ),
     }
+}
+
+/// `KEY=VALUE` pairs as the settings object of `set_lun` / `set_target`:
+/// values stay text, the daemon reads them for each key's type.
+fn pairs(kv: &[(String, String)]) -> Map<String, Value> {
+    kv.iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
 }
 
 /// A config struct from the fields given, the rest by their defaults.
@@ -194,6 +230,7 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
             ceph_conf,
             ceph_id,
             ceph_keyring,
+            set,
         } => {
             let mut m = Map::new();
             m.insert("id".into(), json!(id));
@@ -246,6 +283,15 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
             m.insert("read_only".into(), json!(read_only));
             m.insert("thin".into(), json!(!thick));
             m.insert("write_cache".into(), json!(!no_write_cache));
+            for (k, v) in set {
+                if m.contains_key(k) && k != "read_only" && k != "thin" && k != "write_cache" {
+                    return Err(Failure::usage(format!(
+                        "--set {k}=...: {k} is set by its own option already"
+                    )));
+                }
+                proto::set_key::<LunSettings>(&mut m, k, &json!(v))
+                    .map_err(|e| Failure::usage(format!("--set {e}")))?;
+            }
             let lun: LunSettings = from_fields(m)?;
             change(
                 c,
@@ -256,6 +302,21 @@ fn lun(c: &mut Client, cmd: &LunCmd, j: bool) -> Result<String, Failure> {
                 j,
             )
         }
+        LunCmd::Set {
+            iqn,
+            id,
+            settings,
+            force,
+        } => change(
+            c,
+            &Request::SetLun {
+                target: iqn.clone(),
+                lun: *id,
+                settings: pairs(settings),
+                force: *force,
+            },
+            j,
+        ),
         LunCmd::Remove { iqn, id, force } => change(
             c,
             &Request::RemoveLun {

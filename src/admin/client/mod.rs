@@ -123,6 +123,76 @@ mod tests {
         .is_err());
     }
 
+    /// The values shell completion is offered (clap's possible values).
+    fn possible(path: &[&str], arg: &str) -> Vec<String> {
+        use clap::CommandFactory;
+        let mut cmd = Wrap::command();
+        for p in path {
+            cmd = cmd
+                .find_subcommand(p)
+                .unwrap_or_else(|| panic!("no subcommand {p}"))
+                .clone();
+        }
+        let a = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == arg)
+            .unwrap_or_else(|| panic!("no argument {arg}"));
+        a.get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn enumerated_values_are_offered_for_completion() {
+        let b = possible(&["lun", "add"], "backstore");
+        assert!(
+            b.contains(&"mmap".to_owned()) && b.contains(&"rbd".to_owned()),
+            "{b:?}"
+        );
+        assert_eq!(possible(&["lun", "add"], "block_size"), ["512", "4096"]);
+        let r = possible(&["lun", "readahead"], "policy");
+        assert!(
+            r.contains(&"auto".to_owned()) && r.contains(&"streams".to_owned()),
+            "{r:?}"
+        );
+        let set = possible(&["lun", "set"], "settings");
+        for v in [
+            "readahead=streams",
+            "read_only=true",
+            "io_context=per-worker",
+            "workers=",
+        ] {
+            assert!(set.contains(&v.to_owned()), "{v} not in {set:?}");
+        }
+        assert!(
+            !set.iter().any(|v| v.starts_with("serial=")),
+            "refused keys are not offered"
+        );
+        let t = possible(&["target", "set"], "settings");
+        assert!(
+            t.contains(&"acl=".to_owned()) && !t.contains(&"chap=".to_owned()),
+            "{t:?}"
+        );
+        // Values outside the lists are refused on the command line.
+        assert!(Wrap::try_parse_from(["admin", "lun", "readahead", "iqn.a", "0", "fast"]).is_err());
+        let a = parse(&[
+            "lun",
+            "set",
+            "iqn.a",
+            "0",
+            "readahead=streams",
+            "workers=",
+            "--force",
+        ]);
+        assert!(matches!(
+            a.command,
+            AdminCommand::Lun(LunCmd::Set { ref settings, force: true, .. })
+                if settings == &[("readahead".to_owned(), "streams".to_owned()), ("workers".to_owned(), String::new())]
+        ));
+        assert!(Wrap::try_parse_from(["admin", "lun", "set", "iqn.a", "0", "readahead"]).is_err());
+    }
+
     #[test]
     fn lun_add_fields_become_config_settings_with_defaults() {
         let mut m = Map::new();

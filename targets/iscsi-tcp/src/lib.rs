@@ -8,11 +8,11 @@
 //! port's, shared with the iSER driver. It holds no protocol logic.
 //!
 //! Guarantees: every connection runs on one of the port's [`Reactors`]
-//! (single-threaded tokio runtimes), one task per connection, which reads,
-//! runs every PDU that came in, hands each event to its [`PortConn`]
-//! (which runs on this thread each command the LUN can complete without
-//! blocking), and writes every response ready in that turn with one
-//! vectored write. Only commands that may block cross to the LUN's
+//! (single-threaded tokio runtimes), one task per connection, the port's
+//! ([`rustgt_port::serve`]): this crate's [`Link`] reads what the socket
+//! holds into the core and writes every response ready in a turn with
+//! one vectored write; the port runs each PDU's event (on this thread
+//! each command the LUN can complete without blocking). Only commands that may block cross to the LUN's
 //! workers, whose completions come back through the port. A connection's
 //! failure never affects another; on shutdown (the port's) accepting
 //! stops, in-flight commands finish, queued output is flushed (bounded),
@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rustgt_iscsi::{Connection, ConnectionSetup};
-use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport, TurnDriver};
+use rustgt_iscsi::Connection;
+use rustgt_port::{Admitted, ConnInfo, Got, Link, Port, PortConn, Transport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::Instrument;
@@ -140,6 +140,7 @@ async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: 
     .await
 }
 
+/// Sets up the connection's core and serves it through the port's turn.
 async fn drive(
     pc: &mut PortConn,
     sock: TcpStream,
@@ -147,244 +148,93 @@ async fn drive(
     local: SocketAddr,
 ) -> std::io::Result<()> {
     let _ = sock.set_nodelay(true);
-    let mut random = [0u8; 32];
-    getrandom::getrandom(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let setup = ConnectionSetup {
-        conn_id: pc.id(),
-        transport: Transport::Tcp,
-        local_addr: local.to_string(),
-        peer_addr: peer.to_string(),
-        random,
-    };
-    let mut conn = Connection::new(pc.config(), pc.sessions(), setup, std::time::Instant::now());
-    let mut out = Output::default();
-    let mut killed = false;
-    let mut poll = pc.busy_poll();
-    let mut streaming = false;
+    let setup = pc.setup(local.to_string(), peer.to_string())?;
+    let conn = Connection::new(pc.config(), pc.sessions(), setup, std::time::Instant::now());
     // The socket's descriptor once more, as a std stream: a connection
     // alone on its reactor looks at its socket by reading it, without
-    // tokio's readiness, one system call a look (see the spin below).
+    // tokio's readiness, one system call a look.
     let direct = sock
         .as_fd()
         .try_clone_to_owned()
         .ok()
         .map(std::net::TcpStream::from);
-
-    // One turn: send what is ready, wait for input, a message from the port
-    // (a worker's completion, a kill), room in the socket or the timer;
-    // then run every PDU that came in, to completion where the LUN allows,
-    // and queue what they produced. Nothing here waits for another thread.
-    // The wait starts with a short busy-poll when recent waits were short
-    // and the wait is for the initiator alone, with no command in flight
-    // (see `rustgt_port::BusyPoll`).
-    loop {
-        out.flush(&sock)?;
-        let wait_from = std::time::Instant::now();
-        let mut got = Got::Nothing;
-        let for_peer = conn.in_flight() == 0;
-        // A spin needs its reactor's slot (`rustgt_port::SpinSlot`): one
-        // connection of a reactor spins for all of them, and a CPU is
-        // always left over; without one the connection parks at once.
-        let budget = if for_peer {
-            poll.budget(wait_from)
-        } else {
-            Duration::ZERO
-        };
-        let slot = if budget.is_zero() {
-            None
-        } else {
-            rustgt_port::SpinSlot::take(wait_from)
-        };
-        let until = wait_from
-            + if slot.is_some() {
-                budget
-            } else {
-                Duration::ZERO
-            };
-        // While the thread shares its CPU with another process (see
-        // `BusyPoll::held`) it spins briefly and does not yield.
-        let held = poll.held(wait_from);
-        // Alone on its reactor, the connection has no other task to let
-        // run between looks: it reads its socket directly, one system call
-        // a look, where a look through tokio costs an `epoll_wait` and then
-        // the read.
-        let alone = match direct.as_ref() {
-            Some(d) if rustgt_port::connections_here() == Some(1) => Some(d),
-            _ => None,
-        };
-        let mut step = rustgt_port::poll::SPIN_STEP_MIN;
-        // A peer that streams (its next PDU was already there at the last
-        // wait's first look) gets a short pause before the first look, so
-        // a turn takes several of its commands and answers them with one
-        // read and one write, rather than one command a turn.
-        if streaming && !held && !out.pending() {
-            spin_until((wait_from + rustgt_port::poll::COALESCE).min(until));
-        }
-        let mut looks = 0u32;
-        while !out.pending() && std::time::Instant::now() < until {
-            looks += 1;
-            if alone.is_none() {
-                // Let the reactor's other tasks run and its epoll look
-                // (without sleeping) at every socket, this one included.
-                tokio::task::yield_now().await;
-            }
-            if let Some(msg) = pc.try_recv() {
-                on_msg(&mut conn, msg, &mut killed);
-                got = Got::Input;
-                break;
-            }
-            got = match alone {
-                Some(d) => read_into(&sock, Some(d), &mut conn)?,
-                None => tokio::select! {
-                    biased;
-                    r = sock.readable() => {
-                        r?;
-                        read_into(&sock, None, &mut conn)?
-                    }
-                    () = std::future::ready(()) => Got::Nothing,
-                },
-            };
-            if !matches!(got, Got::Nothing) {
-                break;
-            }
-            // Between looks the CPU stays busy but makes no system call;
-            // the looks thin out the longer the wait.
-            let from = std::time::Instant::now();
-            let next = from + step;
-            spin_until(next.min(until));
-            step = (step * 2).min(rustgt_port::poll::SPIN_STEP_MAX);
-            // A short wait (the next PDU of a busy initiator) gives up
-            // nothing; a longer one offers the CPU to whatever else is
-            // runnable on it.
-            if !held
-                && from.saturating_duration_since(wait_from) >= rustgt_port::poll::SPIN_YIELD_AFTER
-            {
-                std::thread::yield_now();
-            }
-            // Time this stretch took beyond its pause was time off the CPU:
-            // another process wants it, and a reactor that sleeps instead
-            // of spinning gets it back sooner when the initiator writes.
-            let now = std::time::Instant::now();
-            let paused = next.min(until).saturating_duration_since(from);
-            if poll.spun(
-                now.saturating_duration_since(from).saturating_sub(paused),
-                now,
-            ) {
-                break;
-            }
-        }
-        drop(slot);
-        streaming = for_peer && looks == 1 && matches!(got, Got::Input);
-        if matches!(got, Got::Nothing) {
-            let timeout = conn.poll_timeout();
-            let sleep = async {
-                match timeout {
-                    Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                Some(msg) = pc.recv() => {
-                    on_msg(&mut conn, msg, &mut killed);
-                    got = Got::Input;
-                }
-                r = sock.readable() => {
-                    r?;
-                    got = read_into(&sock, None, &mut conn)?;
-                }
-                r = sock.writable(), if out.pending() => r?,
-                _ = sleep => conn.handle_timeout(std::time::Instant::now()),
-            }
-        }
-        match got {
-            Got::Eof => {
-                // The initiator is gone. With nothing in flight its nexus
-                // goes now, before anything else.
-                if conn.in_flight() == 0 {
-                    pc.release_nexus();
-                }
-                break;
-            }
-            Got::Input => {
-                if for_peer {
-                    poll.waited(wait_from.elapsed());
-                }
-                while let Some(msg) = pc.try_recv() {
-                    on_msg(&mut conn, msg, &mut killed);
-                }
-            }
-            Got::Nothing => {}
-        }
-        // The turn's commands, and its reads queued on the reactor's
-        // io_uring (cached pages read at once), answered here so their
-        // responses leave in this turn's writev.
-        let closing = pc.run_turn(&mut Turn {
-            conn: &mut conn,
-            killed: &mut killed,
-        });
-        conn.transmit_into(&mut out.queue);
-        if closing {
-            break;
-        }
-    }
-    // Let in-flight commands finish before the nexus goes away, so no
-    // write is lost half-done; bounded by the commands themselves.
-    if !killed {
-        while conn.in_flight() > 0 {
-            match tokio::time::timeout(Duration::from_secs(30), pc.recv()).await {
-                Ok(Some(PortMsg::Done(resp))) => conn.complete(resp),
-                Ok(Some(_)) => {}
-                _ => break,
-            }
-        }
-    }
-    // What was queued before the end (a Logout Response, a Reject)
-    // still goes out, within a bound.
-    if !killed {
-        let _ = tokio::time::timeout(LINGER, out.flush_all(&sock)).await;
-    }
-    let mut sock = sock;
-    let _ = sock.shutdown().await;
-    Ok(())
+    let mut link = TcpLink {
+        conn,
+        sock,
+        direct,
+        out: Output::default(),
+    };
+    rustgt_port::serve(pc, &mut link).await
 }
 
-/// What a wait brought.
-enum Got {
-    /// Bytes or a port message, now handed to the connection.
-    Input,
-    /// The initiator closed its side.
-    Eof,
-    /// A timer, room in the socket, or a spurious wake-up.
-    Nothing,
+/// A TCP connection as the port's turn drives it: its core, its socket
+/// and the segments queued for it.
+struct TcpLink {
+    conn: Connection,
+    sock: TcpStream,
+    /// A second descriptor of `sock`'s socket (see [`read_some`]).
+    direct: Option<std::net::TcpStream>,
+    out: Output,
 }
 
-/// The connection as [`PortConn::run_turn`] drives it.
-struct Turn<'a> {
-    conn: &'a mut Connection,
-    killed: &'a mut bool,
-}
-
-impl TurnDriver for Turn<'_> {
+impl Link for TcpLink {
     fn core(&mut self) -> &mut Connection {
-        self.conn
+        &mut self.conn
     }
 
-    fn on_msg(&mut self, msg: PortMsg) {
-        on_msg(self.conn, msg, self.killed);
+    fn send(&mut self) -> std::io::Result<()> {
+        self.out.take_from(&mut self.conn);
+        self.out.flush(&self.sock)
     }
-}
 
-/// Acts on a message from outside the connection's thread.
-fn on_msg(conn: &mut Connection, msg: PortMsg, killed: &mut bool) {
-    match msg {
-        PortMsg::Done(resp) => conn.complete(resp),
-        PortMsg::Tmf(itt, r) => conn.tmf_done(itt, r),
-        PortMsg::Kill => {
-            *killed = true;
-            conn.fail();
+    fn output_pending(&self) -> bool {
+        self.out.pending()
+    }
+
+    fn finished(&mut self) -> bool {
+        self.conn.is_closing()
+    }
+
+    fn can_spin(&self) -> bool {
+        true
+    }
+
+    fn look(&mut self, alone: bool) -> std::io::Result<Got> {
+        if self.out.full() {
+            return Ok(Got::Nothing);
         }
-        PortMsg::RequestLogout => conn.request_logout(2),
+        let direct = if alone { self.direct.as_ref() } else { None };
+        read_into(&self.sock, direct, &mut self.conn)
+    }
+
+    async fn ready(&mut self) -> std::io::Result<Got> {
+        // An initiator that does not read its responses gets no more of
+        // its commands read (and so run) until it does: what it can make
+        // the daemon hold for it stays bounded (see [`OUTPUT_FULL`]).
+        let full = self.out.full();
+        tokio::select! {
+            r = self.sock.readable(), if !full => {
+                r?;
+                read_into(&self.sock, None, &mut self.conn)
+            }
+            r = self.sock.writable(), if self.out.pending() => {
+                r?;
+                Ok(Got::Nothing)
+            }
+        }
+    }
+
+    fn fail(&mut self) {
+        self.conn.fail();
+    }
+
+    async fn close(&mut self, killed: bool) {
+        // What was queued before the end (a Logout Response, a Reject)
+        // still goes out, within a bound.
+        if !killed {
+            let _ = tokio::time::timeout(LINGER, self.out.flush_all(&self.sock)).await;
+        }
+        let _ = self.sock.shutdown().await;
     }
 }
 
@@ -407,13 +257,6 @@ fn read_into(
         |buf| read_some(sock, direct, buf),
         |data| conn.handle_input(data, now),
     ))
-}
-
-/// Keeps the CPU busy, without a system call, until `deadline`.
-fn spin_until(deadline: std::time::Instant) {
-    while std::time::Instant::now() < deadline {
-        std::hint::spin_loop();
-    }
 }
 
 /// What one read's result means for the turn.
@@ -507,11 +350,34 @@ fn read_some(
 #[derive(Debug, Default)]
 struct Output {
     queue: VecDeque<Bytes>,
+    /// Bytes in `queue`.
+    bytes: usize,
 }
+
+/// Queued output past which a connection reads no more input until the
+/// socket takes some: an initiator that keeps sending commands but does
+/// not read their responses can make the daemon hold this much, plus
+/// what the commands already read produce (bounded by the CmdSN window),
+/// and no more. Large enough that a streaming reader (1 MiB reads at
+/// queue depth 32 and more) never meets it while it reads.
+const OUTPUT_FULL: usize = 16 << 20;
 
 impl Output {
     fn pending(&self) -> bool {
         !self.queue.is_empty()
+    }
+
+    /// Whether the initiator has left so much unread that the connection
+    /// must stop reading its commands.
+    fn full(&self) -> bool {
+        self.bytes >= OUTPUT_FULL
+    }
+
+    /// Moves what the core queued to the end of the queue.
+    fn take_from(&mut self, conn: &mut Connection) {
+        let before = self.queue.len();
+        conn.transmit_into(&mut self.queue);
+        self.bytes += self.queue.range(before..).map(Bytes::len).sum::<usize>();
     }
 
     /// Writes as much as the socket takes now.
@@ -525,7 +391,10 @@ impl Output {
             }
             match sock.try_write_vectored(slices.get(..count).unwrap_or_default()) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => advance(&mut self.queue, n),
+                Ok(n) => {
+                    advance(&mut self.queue, n);
+                    self.bytes = self.bytes.saturating_sub(n);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
             }

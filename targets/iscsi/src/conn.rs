@@ -133,6 +133,10 @@ const LOGIN_MAX_DSL: u32 = 8192;
 /// number of them at once.
 pub const MAX_TMFS_RUNNING: usize = 4;
 
+/// Most immediate SCSI commands (outside the CmdSN window) a connection
+/// may have in flight; more are refused with a Reject, reason 0x06.
+pub const MAX_IMMEDIATE_COMMANDS: usize = 16;
+
 /// Task-management requests one connection may have waiting for a running
 /// slot, answered in arrival order as slots free up: as many as a full
 /// default CmdSN window (128) of ABORT TASKs, which an initiator whose
@@ -405,6 +409,14 @@ impl Connection {
         self.account.held()
     }
 
+    /// Immediate SCSI commands in flight: run by the SCSI core or still
+    /// collecting their data. Counted only when one more arrives (rare:
+    /// initiators send SCSI commands in the window).
+    fn immediate_in_flight(&self) -> usize {
+        self.inflight.values().filter(|t| t.immediate).count()
+            + self.writes.values().filter(|w| w.cmd.immediate).count()
+    }
+
     /// Act on one whole PDU. `remote` is its iSER header (empty on TCP).
     fn dispatch(
         &mut self,
@@ -429,6 +441,14 @@ impl Connection {
         }
         match hdr {
             RequestHeader::NopOut(n) => self.handle_nop_out(n, data),
+            // Immediate commands sit outside the CmdSN window, so their
+            // number in flight has its own bound (RFC 7143 §11.17.1, reason
+            // 0x06); a peer cannot queue work or output without end.
+            RequestHeader::ScsiCommand(c)
+                if c.immediate && self.immediate_in_flight() >= MAX_IMMEDIATE_COMMANDS =>
+            {
+                self.reject(PduRefusal::TooManyImmediate, bhs)
+            }
             RequestHeader::ScsiCommand(c) => self.handle_scsi_command(c, data, remote),
             RequestHeader::DataOut(d) => self.handle_data_out(d, data, bhs),
             RequestHeader::TaskMgmt(t) => self.handle_tmf(t),

@@ -29,6 +29,9 @@ pub(crate) enum PduRefusal {
     NopWithData,
     /// A new request after a Logout request.
     WaitingForLogout,
+    /// An immediate SCSI command while [`crate::conn::MAX_IMMEDIATE_COMMANDS`]
+    /// of the connection's are still in flight.
+    TooManyImmediate,
     /// The data digest does not match.
     DataDigest,
     /// A Text request continuing no response of ours.
@@ -60,6 +63,7 @@ impl PduRefusal {
             }
             PduRefusal::InvalidField => RejectReason::INVALID_PDU_FIELD,
             PduRefusal::WaitingForLogout => RejectReason::WAITING_FOR_LOGOUT,
+            PduRefusal::TooManyImmediate => RejectReason::IMMEDIATE_COMMAND_REJECT,
             PduRefusal::DataDigest => RejectReason::DATA_DIGEST_ERROR,
             PduRefusal::DataSegmentTooLong
             | PduRefusal::IncompleteHeader

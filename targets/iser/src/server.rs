@@ -10,19 +10,23 @@
 //! the port's reactor threads and wakes on the CM event channel, the
 //! completion channel (both non-blocking descriptors watched by that
 //! reactor: no thread spins while a connection is idle), messages from
-//! the port and the keepalive timer.
+//! the port and the keepalive timer. The turn is the port's
+//! ([`rustgt_port::serve`]); this file's [`Link`] only drains completions,
+//! posts work requests and tears the queue pair down.
 
 #![forbid(unsafe_code)]
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_sys::rdma_cm_event_type as cm_event;
 use rustgt_iscsi::iser::CmPrivateData;
-use rustgt_iscsi::{Connection, ConnectionSetup, IserParams};
-use rustgt_port::{Admitted, ConnInfo, Port, PortConn, PortMsg, Transport, TurnDriver};
+use rustgt_iscsi::{Connection, IserParams};
+use rustgt_port::{Admitted, ConnInfo, Got, Link, Port, PortConn, Transport};
+use tokio::io::unix::AsyncFd;
 use tracing::Instrument;
 
 use crate::driver::{Driver, DriverError};
@@ -221,20 +225,17 @@ async fn drive(
         cq_depth: plan.cq_depth,
     };
     let res = ConnResources::new(cm, &shape)?;
-    let mut random = [0u8; 32];
-    getrandom::getrandom(&mut random).map_err(|e| {
-        DriverError::Verbs(VerbsError::Os {
-            op: "getrandom",
-            source: std::io::Error::other(e.to_string()),
-        })
-    })?;
-    let setup = ConnectionSetup {
-        conn_id: pc.id(),
-        transport: Transport::Iser,
-        local_addr: local.map(|a| a.to_string()).unwrap_or_default(),
-        peer_addr: peer_addr.map(|a| a.to_string()).unwrap_or_default(),
-        random,
-    };
+    let setup = pc
+        .setup(
+            local.map(|a| a.to_string()).unwrap_or_default(),
+            peer_addr.map(|a| a.to_string()).unwrap_or_default(),
+        )
+        .map_err(|source| {
+            DriverError::Verbs(VerbsError::Os {
+                op: "getrandom",
+                source,
+            })
+        })?;
     let params = IserParams {
         read_depth: plan.read_depth,
         max_rdma_len: plan.chunk_size,
@@ -259,134 +260,109 @@ async fn drive(
     );
     let cq_fd = watch(d.res.comp_fd()).map_err(|e| io_err("watch completion channel", e))?;
     let cm_fd = watch(d.res.cm.channel.fd()).map_err(|e| io_err("watch CM channel", e))?;
-    let mut killed = false;
-
-    // One turn: run the core's events through the port (commands to
-    // completion where the LUN allows), post what the core wants sent,
-    // then wait for a completion, a CM event, a message from the port or
-    // the timer.
-    loop {
-        // As on TCP: the turn's io_uring ops go to the kernel together and
-        // what completed at once (reads of cached pages) is answered in
-        // this turn; a closing session's state goes before the initiator
-        // can see a Logout Response.
-        pc.run_turn(&mut Turn {
-            d: &mut d,
-            killed: &mut killed,
-        });
-        d.post_ops();
-        if d.finished() {
-            break;
-        }
-        let timeout = d.core.poll_timeout();
-        let sleep = async {
-            match timeout {
-                Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            r = cq_fd.readable() => {
-                let mut g = r.map_err(|e| io_err("completion channel", e))?;
-                let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-                let handled = d.drain_cq(Instant::now());
-                if handled >= 4096 {
-                    tokio::task::yield_now().await;
-                }
-            }
-            r = cm_fd.readable() => {
-                let mut g = r.map_err(|e| io_err("CM channel", e))?;
-                let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-                handle_cm_events(&mut d);
-            }
-            Some(msg) = pc.recv() => {
-                on_msg(&mut d, msg, &mut killed);
-                while let Some(msg) = pc.try_recv() {
-                    on_msg(&mut d, msg, &mut killed);
-                }
-            }
-            _ = sleep => d.core.handle_timeout(Instant::now()),
-        }
-    }
-
-    // Teardown: disconnect moves the QP to the error state; every posted
-    // work request then completes (flushed), after which no DMA can
-    // touch our buffers and they are released with the QP.
-    let _ = d.res.cm.id.disconnect();
-    d.fail();
-    let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
-    while !d.quiesced() && tokio::time::Instant::now() < deadline {
-        tokio::select! {
-            r = cq_fd.readable() => {
-                if let Ok(mut g) = r {
-                    let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
-        d.drain_cq(Instant::now());
-    }
-    if !d.quiesced() {
-        tracing::warn!("work requests still posted after the flush wait; destroying the QP anyway");
-    }
-    // In-flight SCSI commands finish before the nexus goes away (their
-    // answers are dropped: the connection is gone).
-    if !killed {
-        while d.core.in_flight() > 0 {
-            match tokio::time::timeout(Duration::from_secs(30), pc.recv()).await {
-                Ok(Some(PortMsg::Done(resp))) => d.core.complete(resp),
-                Ok(Some(_)) => {}
-                _ => break,
-            }
-        }
-    }
-    let (pinned, registrations) = crate::verbs::pinned();
-    tracing::info!(
-        zero_copy = d.writes_zero_copy,
-        copied = d.writes_copied,
-        pinned,
-        registrations,
-        "iSER Data-In RDMA Writes"
-    );
-    tracing::info!(
-        zero_copy = d.reads_zero_copy,
-        copied = d.reads_copied,
-        "iSER Data-Out RDMA Reads"
-    );
-    drop(cm_fd);
-    drop(cq_fd);
-    // The QP goes before the buffers of zero-copy Writes and Reads (field
-    // order).
-    drop(d);
-    Ok(())
+    let mut link = IserLink { cq_fd, cm_fd, d };
+    rustgt_port::serve(pc, &mut link).await.map_err(|source| {
+        DriverError::Verbs(VerbsError::Os {
+            op: "serve",
+            source,
+        })
+    })
 }
 
-/// The connection as [`PortConn::run_turn`] drives it.
-struct Turn<'a> {
-    d: &'a mut Driver,
-    killed: &'a mut bool,
+/// An iSER connection as the port's turn drives it: its verbs resources
+/// and core, and the two descriptors its reactor watches.
+struct IserLink {
+    // The watches go before the driver (field order), whose queue pair
+    // goes before the buffers of zero-copy Writes and Reads.
+    cq_fd: AsyncFd<OwnedFd>,
+    cm_fd: AsyncFd<OwnedFd>,
+    d: Driver,
 }
 
-impl TurnDriver for Turn<'_> {
+impl Link for IserLink {
     fn core(&mut self) -> &mut Connection {
         &mut self.d.core
     }
 
-    fn on_msg(&mut self, msg: PortMsg) {
-        on_msg(self.d, msg, self.killed);
+    fn send(&mut self) -> std::io::Result<()> {
+        self.d.post_ops();
+        Ok(())
     }
-}
 
-/// Acts on a message from the port.
-fn on_msg(d: &mut Driver, msg: PortMsg, killed: &mut bool) {
-    match msg {
-        PortMsg::Done(resp) => d.core.complete(resp),
-        PortMsg::Tmf(itt, r) => d.core.tmf_done(itt, r),
-        PortMsg::Kill => {
-            *killed = true;
-            d.fail();
+    fn output_pending(&self) -> bool {
+        false
+    }
+
+    fn finished(&mut self) -> bool {
+        self.d.finished()
+    }
+
+    async fn ready(&mut self) -> std::io::Result<Got> {
+        tokio::select! {
+            r = self.cq_fd.readable() => {
+                let mut g = r?;
+                let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+                let handled = self.d.drain_cq(Instant::now());
+                if handled >= 4096 {
+                    // Dropped here by the turn's select, nothing is lost:
+                    // the completions are in the core already.
+                    tokio::task::yield_now().await;
+                }
+                Ok(Got::Input)
+            }
+            r = self.cm_fd.readable() => {
+                let mut g = r?;
+                let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+                handle_cm_events(&mut self.d);
+                Ok(Got::Nothing)
+            }
         }
-        PortMsg::RequestLogout => d.core.request_logout(2),
+    }
+
+    fn fail(&mut self) {
+        self.d.fail();
+    }
+
+    /// Disconnect moves the QP to the error state; every posted work
+    /// request then completes (flushed), after which no DMA can touch our
+    /// buffers and they are released with the QP.
+    async fn quiesce(&mut self) {
+        let _ = self.d.res.cm.id.disconnect();
+        self.d.fail();
+        let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
+        while !self.d.quiesced() && tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                r = self.cq_fd.readable() => {
+                    if let Ok(mut g) = r {
+                        let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            self.d.drain_cq(Instant::now());
+        }
+        if !self.d.quiesced() {
+            tracing::warn!(
+                "work requests still posted after the flush wait; destroying the QP anyway"
+            );
+        }
+    }
+
+    async fn close(&mut self, _killed: bool) {
+        let d = &self.d;
+        let (pinned, registrations) = crate::verbs::pinned();
+        tracing::info!(
+            zero_copy = d.writes_zero_copy,
+            copied = d.writes_copied,
+            pinned,
+            registrations,
+            "iSER Data-In RDMA Writes"
+        );
+        tracing::info!(
+            zero_copy = d.reads_zero_copy,
+            copied = d.reads_copied,
+            "iSER Data-Out RDMA Reads"
+        );
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustgt_iscsi::negotiate::Transport;
-use rustgt_iscsi::{Connection, Event, PortalConfig, SessionTable};
+use rustgt_iscsi::{ConnectionSetup, Event, PortalConfig, SessionTable};
 use rustgt_scsi::{Done, Response, ResponseSink, ScsiTarget, Ticket, TmfResponse};
 use tokio::sync::mpsc;
 
@@ -72,20 +72,10 @@ impl Port {
     }
 }
 
-/// Most rounds of events and io_uring completions a driver runs in one
-/// turn ([`PortConn::end_ring_batch`]); what is left waits for the next
-/// turn (the ring's task reaps it meanwhile).
+/// Most rounds of events and io_uring completions one turn runs
+/// ([`PortConn::end_ring_batch`]); what is left waits for the next turn
+/// (the ring's task reaps it meanwhile).
 pub const TURN_ROUNDS: usize = 4;
-
-/// A driver's side of [`PortConn::run_turn`]: its connection's core, and
-/// what it does with a message from the port (a response, a TMF result, a
-/// kill, a logout request), which differs only in how a transport fails.
-pub trait TurnDriver {
-    /// The connection's sans-I/O core.
-    fn core(&mut self) -> &mut Connection;
-    /// Acts on one message from the port.
-    fn on_msg(&mut self, msg: PortMsg);
-}
 
 impl PortConn {
     pub(crate) fn new(
@@ -115,8 +105,8 @@ impl PortConn {
     }
 
     /// The connection reached full feature phase (any session type): it
-    /// no longer counts against the login-phase cap. Drivers call it once
-    /// the core has a session (`Connection::session`); idempotent.
+    /// no longer counts against the login-phase cap. The turn calls it
+    /// once the core has a session (`Connection::session`); idempotent.
     pub fn login_done(&mut self) {
         self.admitted.login_done();
     }
@@ -139,6 +129,21 @@ impl PortConn {
     /// A busy-poller with the port's bound, for this connection's waits.
     pub fn busy_poll(&self) -> BusyPoll {
         self.port.busy_poll()
+    }
+
+    /// What the core's `Connection` of this connection starts from: its
+    /// id and transport, the two addresses as the core reports them, and
+    /// fresh randomness for its CHAP challenges.
+    pub fn setup(&self, local: String, peer: String) -> std::io::Result<ConnectionSetup> {
+        let mut random = [0u8; 32];
+        getrandom::getrandom(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(ConnectionSetup {
+            conn_id: self.id,
+            transport: self.transport,
+            local_addr: local,
+            peer_addr: peer,
+            random,
+        })
     }
 
     /// The session table to give the core's `Connection`.
@@ -165,44 +170,9 @@ impl PortConn {
     /// driver sends what the turn produced. Returns whether any completion
     /// ran (of this connection or another on the reactor). Without a ring
     /// or with nothing queued it makes no system call.
-    /// Drivers call it at most [`TURN_ROUNDS`] times a turn.
+    /// A turn calls it at most [`TURN_ROUNDS`] times.
     pub fn end_ring_batch(&mut self) -> bool {
         rustgt_scsi::uring::submit_and_reap() > 0
-    }
-
-    /// The part of a driver's turn that both transports share, run once
-    /// the turn's input has been handed to the core: the core's events go
-    /// through [`Self::on_event`] (commands run to completion where the
-    /// LUN allows), the turn's io_uring batch ends
-    /// ([`Self::end_ring_batch`]) and the responses it produced go back to
-    /// the core, for at most [`TURN_ROUNDS`] rounds; then the login cap
-    /// learns of a full-feature session, and a closing connection with
-    /// nothing in flight releases its nexus before the initiator can see
-    /// a Logout Response (so another session's next command never meets
-    /// its reservations or unit attentions). Returns whether the
-    /// connection is closing. The driver then sends what the core queued.
-    pub fn run_turn(&mut self, d: &mut impl TurnDriver) -> bool {
-        for _ in 0..TURN_ROUNDS {
-            while let Some(ev) = d.core().poll_event() {
-                if let Some(resp) = self.on_event(ev) {
-                    d.core().complete(resp);
-                }
-            }
-            if !self.end_ring_batch() {
-                break;
-            }
-            while let Some(msg) = self.try_recv() {
-                d.on_msg(msg);
-            }
-        }
-        if d.core().session().is_some() {
-            self.login_done();
-        }
-        let closing = d.core().is_closing();
-        if closing && d.core().in_flight() == 0 {
-            self.release_nexus();
-        }
-        closing
     }
 
     /// Releases this connection's I_T nexus now, if it still holds one

@@ -24,6 +24,10 @@
 //!   already closed;
 //! - the [`Reactors`]: single-threaded tokio runtimes that run the
 //!   connection tasks of both drivers;
+//! - the connection task itself ([`serve`]): the turn, the wait with its
+//!   busy-poll, messages from the port, the core's timer and the end of a
+//!   connection, over a [`Link`], all a driver implements to move bytes
+//!   or work requests;
 //! - the mapping of core [`Event`](rustgt_iscsi::Event)s to SCSI work
 //!   ([`PortConn::on_event`]): commands the LUN can finish without
 //!   blocking run to completion on the calling thread
@@ -33,7 +37,8 @@
 //! - task-management functions run on a small fixed pool of threads
 //!   ([`TMF_THREADS`]), never one thread per request.
 //!
-//! Guarantees: no I/O of its own (no sockets, no verbs); every lock is
+//! Guarantees: no I/O of its own (no sockets, no verbs: those are the
+//! [`Link`]'s); every lock is
 //! short and never held across an await; nothing a peer sends reaches
 //! this layer other than through the core's validated events; every wait
 //! is bounded.
@@ -49,9 +54,10 @@ mod registry;
 mod ring;
 mod stats;
 mod tmf;
+mod turn;
 
 pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
-pub use conn::{PortConn, TurnDriver, TURN_ROUNDS};
+pub use conn::{PortConn, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
 pub use poll::{spin_slots, BusyPoll, Governor, SpinSlot};
 pub use reactors::{connections_here, Reactors};
@@ -59,6 +65,7 @@ pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;
 pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};
 pub use tmf::TMF_THREADS;
+pub use turn::{serve, Got, Link};
 
 #[cfg(test)]
 mod tests;
