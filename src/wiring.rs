@@ -315,12 +315,16 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
             iser_portals: t.iser_portals.iter().map(SocketAddr::to_string).collect(),
             acl: t.acl.clone(),
             chap: chap_policy(t.chap.as_ref()),
+            groups: crate::config::initiator_groups(&t.groups, |c| chap_policy(Some(c))),
         })
         .collect();
     let nop = cfg.iscsi.nop_in_interval_secs;
     PortalConfig {
         targets,
         discovery_chap: chap_policy(cfg.discovery.chap.as_ref()),
+        discovery_groups: crate::config::initiator_groups(&cfg.discovery.groups, |c| {
+            chap_policy(Some(c))
+        }),
         limits: cfg.iscsi.limits(),
         queue_depth: cfg.iscsi.queue_depth.max(1),
         nop_interval: (nop > 0).then(|| Duration::from_secs(nop)),

@@ -129,6 +129,13 @@ enum Lun {
     /// with these extra keys: every command the data path allows runs to
     /// completion on the connection's reactor.
     Ram { keys: &'static str },
+    /// The file LUN of [`Lun::File`] (thin, no extra keys) reached through
+    /// a LUN map: it is the target's LUN 1, which a group matching
+    /// libiscsi's initiator names (`iscsi-test*`, its second initiator
+    /// included) sees as LUN 0; the target's own LUN 0, a 64 MiB RAM
+    /// decoy, it sees as LUN 1. A command that missed the map would land
+    /// on the decoy.
+    Mapped,
     /// LUN 0 of the default IQN on a fresh 1 GiB Ceph RBD image, 512-byte
     /// blocks, in the cluster of `tests/ceph/with-cluster`
     /// (`RUSTGT_CEPH_CONF`).
@@ -300,6 +307,15 @@ const CONFIGS: &[Config] = &[
         parallel: false,
     },
     Config {
+        name: "lun-map",
+        what: "thin 1 GiB file as target LUN 1, seen as LUN 0 through an initiator group's LUN map (a RAM decoy as LUN 1)",
+        lun: Lun::Mapped,
+        multipath: false,
+        runs: &[RUN_ALL],
+        may_skip: SKIPS_OF_A_PLAIN_LUN,
+        parallel: false,
+    },
+    Config {
         name: "removable",
         what: "thin, 512-byte blocks, removable medium",
         lun: Lun::File {
@@ -380,6 +396,17 @@ impl Config {
         let (keys, existing) = match self.lun {
             Lun::BuiltIn => return None,
             Lun::File { keys, existing } => (keys, existing),
+            Lun::Mapped => {
+                return Some(format!(
+                    "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\n\n\
+                     [[targets.luns]]\nid = 1\nbackstore = \"file\"\npath = \"{IMAGE}\"\n\
+                     size = \"1G\"\nblock_size = 512\nreadahead = \"kernel\"\nthin = true\n\n\
+                     [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"64M\"\n\n\
+                     [[targets.groups]]\nname = \"libiscsi\"\n\
+                     initiators = [\"{LIBISCSI_PATTERN}\"]\n\
+                     luns = [{{ lun = 0, source = 1 }}, {{ lun = 1, source = 0 }}]\n"
+                ))
+            }
             Lun::Ram { keys } => {
                 return Some(format!(
                     "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\n\n\
@@ -453,6 +480,10 @@ impl Config {
         })
     }
 }
+
+/// The initiator names libiscsi's test tool logs in with (its second
+/// initiator's name adds a suffix), for [`Lun::Mapped`].
+const LIBISCSI_PATTERN: &str = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test*";
 
 /// LUN 0's backing file, relative to the data directory.
 const IMAGE: &str = "lun0.img";

@@ -38,6 +38,7 @@ fn config() -> Arc<PortalConfig> {
             iser_portals: vec!["127.0.0.1:3260".into()],
             acl: vec![],
             chap: ChapPolicy::default(),
+            groups: Vec::new(),
         }],
         limits: Limits {
             max_recv_data_segment_length: 8192,

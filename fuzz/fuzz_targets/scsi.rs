@@ -52,6 +52,7 @@ fn nexus(id: u64) -> Arc<Nexus> {
         target_port: "iqn.2026-11.org.rustgt:fuzz,t,0x0001".into(),
         relative_port_id: 1,
         port_group: 1,
+        lun_map: None,
     })
 }
 

@@ -408,6 +408,7 @@ impl Runtime {
         if plan.portal_config_changed() {
             self.port
                 .set_config(crate::wiring::portal_config(&self.cfg));
+            self.relogin_remapped(plan);
         }
         if plan.limits_changed {
             self.port.set_limits(crate::wiring::conn_limits(&self.cfg));

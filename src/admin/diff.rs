@@ -231,6 +231,9 @@ fn target_plan(a: &TargetSettings, b: &TargetSettings, ca: &Config, cb: &Config)
     if a.chap != b.chap {
         tp.settings.push("chap");
     }
+    if a.groups != b.groups {
+        tp.settings.push("groups");
+    }
     let mut pa = a.portals.clone();
     let mut pb = b.portals.clone();
     pa.sort();

@@ -33,6 +33,7 @@
 pub mod apply;
 pub mod client;
 pub mod diff;
+mod groups;
 pub mod lunstore;
 pub mod metrics;
 pub mod peer;

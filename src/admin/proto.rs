@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::stats::Histogram;
-use crate::config::{ChapSettings, FaultSettings, LunSettings, TargetSettings};
+use crate::config::{
+    ChapSettings, FaultSettings, GroupSettings, LunMapping, LunSettings, TargetSettings,
+};
 
 /// Longest request line accepted (a `config_apply` carries a whole file).
 pub const MAX_REQUEST_LEN: usize = 16 << 20;
@@ -143,6 +145,18 @@ pub enum Request {
         target: String,
         initiator: String,
     },
+    /// Add an initiator group (`[[targets.groups]]`) to a target; refused
+    /// if one of that name exists. Sessions whose LUN map changes are
+    /// asked to log out (and see the new map when they log in again).
+    GroupAdd {
+        target: String,
+        group: GroupSettings,
+    },
+    /// Remove an initiator group of a target by name.
+    GroupRemove {
+        target: String,
+        name: String,
+    },
     /// CHAP of a target, or of discovery sessions when `target` is absent;
     /// `chap` absent turns CHAP off.
     SetChap {
@@ -222,6 +236,8 @@ impl Request {
             Request::AclAdd { .. } => "acl_add",
             Request::AclRemove { .. } => "acl_remove",
             Request::SetChap { .. } => "set_chap",
+            Request::GroupAdd { .. } => "group_add",
+            Request::GroupRemove { .. } => "group_remove",
             Request::ListSessions { .. } => "list_sessions",
             Request::ListConnections => "list_connections",
             Request::LogoutSession { .. } => "logout_session",
@@ -271,6 +287,8 @@ impl Request {
             | Request::AclAdd { .. }
             | Request::AclRemove { .. }
             | Request::SetChap { .. }
+            | Request::GroupAdd { .. }
+            | Request::GroupRemove { .. }
             | Request::LogoutSession { .. }
             | Request::KillSession { .. }
             | Request::ConfigReload { .. } => true,
@@ -330,6 +348,22 @@ impl Request {
             Request::SetAcl { target, acl } => format!("{name} target={target} acl={acl:?}"),
             Request::AclAdd { target, initiator } | Request::AclRemove { target, initiator } => {
                 format!("{name} target={target} initiator={initiator}")
+            }
+            Request::GroupAdd { target, group } => format!(
+                "{name} target={target} group={} initiators={:?} luns={} chap={}",
+                group.name,
+                group.initiators,
+                group
+                    .luns
+                    .as_ref()
+                    .map_or("(target's)".to_owned(), |l| l.len().to_string()),
+                group.chap.as_ref().map_or("-", |c| c.user.as_str())
+            ),
+            Request::GroupRemove {
+                target,
+                name: group,
+            } => {
+                format!("{name} target={target} group={group}")
             }
             Request::SetChap { target, chap } => format!(
                 "{name} target={} chap={}",
@@ -525,6 +559,11 @@ pub const TARGET_KEYS: &[SettableKey] = &[
     key(
         "qos",
         KeyRule::Refused("it is a table; use `rustgt admin qos set` and `qos clear`"),
+        &[],
+    ),
+    key(
+        "groups",
+        KeyRule::Refused("use `rustgt admin group add` and `group remove`"),
         &[],
     ),
 ];
@@ -730,6 +769,30 @@ pub struct TargetView {
     pub chap: Option<ChapView>,
     pub luns: Vec<LunView>,
     pub sessions: Vec<SessionView>,
+    /// Initiator groups, in matching order (CHAP names only).
+    #[serde(default)]
+    pub groups: Vec<GroupView>,
+}
+
+/// One initiator group of a target as shown: no secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupView {
+    pub name: String,
+    pub initiators: Vec<String>,
+    pub chap: Option<ChapView>,
+    /// `None`: the target's LUNs under their own numbers.
+    pub luns: Option<Vec<LunMapping>>,
+}
+
+impl GroupView {
+    pub fn of(g: &GroupSettings) -> GroupView {
+        GroupView {
+            name: g.name.clone(),
+            initiators: g.initiators.clone(),
+            chap: g.chap.as_ref().map(ChapView::of),
+            luns: g.luns.clone(),
+        }
+    }
 }
 
 /// One LUN as configured and as running.

@@ -233,6 +233,52 @@ pub fn acl(x: &TargetView) -> String {
     out
 }
 
+/// A target's initiator groups, in matching order.
+pub fn groups(x: &TargetView) -> String {
+    if x.groups.is_empty() {
+        return format!(
+            "{}: no groups; every initiator sees the target's LUNs\n",
+            x.iqn
+        );
+    }
+    let mut out = String::new();
+    for g in &x.groups {
+        let _ = writeln!(out, "group {}", g.name);
+        let _ = writeln!(out, "  initiators: {}", g.initiators.join(", "));
+        if let Some(c) = &g.chap {
+            let _ = writeln!(
+                out,
+                "  chap:       user {}{}",
+                c.user,
+                c.mutual_user
+                    .as_deref()
+                    .map(|m| format!(", mutual {m}"))
+                    .unwrap_or_default()
+            );
+        }
+        match &g.luns {
+            None => {
+                let _ = writeln!(out, "  luns:       the target's");
+            }
+            Some(m) if m.is_empty() => {
+                let _ = writeln!(out, "  luns:       none");
+            }
+            Some(m) => {
+                for e in m {
+                    let _ = writeln!(
+                        out,
+                        "  lun {:<5} -> target LUN {}{}",
+                        e.lun,
+                        e.source,
+                        if e.read_only { " (read-only)" } else { "" }
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
 pub fn luns(v: &[LunView]) -> String {
     if v.is_empty() {
         return "no LUNs\n".to_owned();

@@ -522,6 +522,36 @@ impl Runtime {
                     )));
                 }
             }
+            Request::GroupAdd { target, group } => {
+                let t = find_mut(&mut w, &target)?;
+                if t.groups
+                    .iter()
+                    .any(|g| g.name.eq_ignore_ascii_case(&group.name))
+                {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: group {} already exists; remove it first",
+                        t.iqn, group.name
+                    )));
+                }
+                t.groups.push(group);
+            }
+            Request::GroupRemove { target, name } => {
+                let t = find_mut(&mut w, &target)?;
+                let before = t.groups.len();
+                t.groups.retain(|g| !g.name.eq_ignore_ascii_case(&name));
+                if t.groups.len() == before {
+                    let names: Vec<&str> = t.groups.iter().map(|g| g.name.as_str()).collect();
+                    return Err(AdminError::Refused(format!(
+                        "target {}: no group {name} (groups: {})",
+                        t.iqn,
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    )));
+                }
+            }
             Request::SetChap { target, chap } => match target {
                 Some(target) => find_mut(&mut w, &target)?.chap = chap,
                 None => w.discovery.chap = chap,

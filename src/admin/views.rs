@@ -58,6 +58,7 @@ impl Runtime {
             chap: t.chap.as_ref().map(ChapView::of),
             luns: t.luns.iter().map(|l| self.lun_view(t, l)).collect(),
             sessions: self.session_views(Some(&t.iqn)),
+            groups: t.groups.iter().map(super::proto::GroupView::of).collect(),
         }
     }
 

@@ -72,6 +72,7 @@ pub(super) fn validate(config: &Config) -> Vec<(KeyPath, String)> {
     if let Some(chap) = &config.discovery.chap {
         check_chap(&mut c, &root.key("discovery").key("chap"), chap);
     }
+    super::groups::check_discovery_groups(&mut c, &root.key("discovery"), &config.discovery.groups);
     let mut iqns: HashMap<String, usize> = HashMap::new();
     let mut backing: HashMap<PathBuf, KeyPath> = HashMap::new();
     let mut wwns: HashMap<[u8; 16], KeyPath> = HashMap::new();

@@ -103,6 +103,10 @@ pub struct DiscoverySettings {
     /// CHAP required for discovery sessions; none means open discovery.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chap: Option<ChapSettings>,
+    /// Per-initiator CHAP of discovery sessions (`[[discovery.groups]]`:
+    /// `name`, `initiators`, `chap`; matched as a target's groups).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<super::groups::GroupSettings>,
 }
 
 pub(super) fn check_iscsi(c: &mut Checker, key: &KeyPath, s: &IscsiSettings) {

@@ -34,6 +34,7 @@ mod auth;
 mod check;
 mod error;
 mod fault;
+mod groups;
 mod iscsi;
 mod keypath;
 mod limits;
@@ -52,6 +53,8 @@ pub use error::{invalid, ConfigError};
 pub use fault::FaultSettings;
 #[cfg(test)]
 pub use fault::TriggerSettings;
+pub(crate) use groups::initiator_groups;
+pub use groups::{GroupSettings, LunMapping};
 #[cfg(test)]
 pub use iscsi::IscsiSettings;
 pub use load::{admin_socket_of, load, load_text};

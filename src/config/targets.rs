@@ -63,6 +63,10 @@ pub struct TargetSettings {
     /// commands together (see [`QosSettings`]); changed live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<Box<QosSettings>>,
+    /// Initiator groups with LUN maps and CHAP of their own
+    /// ([`super::groups`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<super::groups::GroupSettings>,
 }
 
 pub(super) fn check_target(
@@ -116,6 +120,7 @@ pub(super) fn check_target(
     if let Some(q) = &t.qos {
         check_qos(c, &key.key("qos"), q, false, false);
     }
+    super::groups::check_groups(c, key, t);
     let mut ids: HashMap<u64, usize> = HashMap::new();
     for (j, lun) in t.luns.iter().enumerate() {
         let lkey = key.key("luns").index(j);

@@ -98,6 +98,7 @@ impl Config {
             port_groups: Vec::new(),
             acl: Vec::new(),
             chap: None,
+            groups: Vec::new(),
             luns: vec![LunSettings {
                 id: 0,
                 backstore: Setting::new(EngineKind::File, EngineKind::File.as_str()),

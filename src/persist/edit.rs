@@ -24,7 +24,7 @@ pub enum EditError {
     Shape(String),
 }
 
-type Result<T, E = EditError> = std::result::Result<T, E>;
+pub(super) type Result<T, E = EditError> = std::result::Result<T, E>;
 
 /// `text` (a configuration file) with the change from `old` to `new`
 /// written into it.
@@ -67,7 +67,14 @@ fn update_target(
     new: &TargetSettings,
 ) -> Result<()> {
     let src = source(new)?;
-    merge(doc, &as_table(old)?, &as_table(new)?, &src, &["luns"]);
+    merge(
+        doc,
+        &as_table(old)?,
+        &as_table(new)?,
+        &src,
+        &["luns", "groups"],
+    );
+    super::groups::update_groups(doc, old, new)?;
     for l in &old.luns {
         if !new.luns.iter().any(|n| n.id == l.id) {
             if let Some(list) = doc.get_mut("luns") {
@@ -124,7 +131,7 @@ fn merge(
 
 /// Replaces or adds `k`, keeping the comment and place of a value or
 /// table that was there.
-fn set(doc: &mut dyn TableLike, k: &str, mut item: Item) {
+pub(super) fn set(doc: &mut dyn TableLike, k: &str, mut item: Item) {
     match doc.get_mut(k) {
         Some(existing) => {
             match (&*existing, &mut item) {
@@ -155,7 +162,7 @@ fn as_table<T: serde::Serialize>(v: &T) -> Result<toml::Table> {
 
 /// The value as a TOML document written in field order, where the items
 /// that go into the file are taken from.
-fn source<T: serde::Serialize>(v: &T) -> Result<Table> {
+pub(super) fn source<T: serde::Serialize>(v: &T) -> Result<Table> {
     let doc: DocumentMut = toml::to_string(v)?.parse()?;
     Ok(doc.as_table().clone())
 }
@@ -197,7 +204,7 @@ fn is_lun(t: &dyn TableLike, id: u64) -> bool {
 }
 
 /// The first table of an array of tables (or inline array) that `pred` accepts.
-fn find_where(
+pub(super) fn find_where(
     list: &mut Item,
     pred: impl Fn(&dyn TableLike) -> bool,
 ) -> Option<&mut dyn TableLike> {
@@ -216,7 +223,7 @@ fn find_where(
     }
 }
 
-fn remove_where(list: &mut Item, pred: impl Fn(&dyn TableLike) -> bool) {
+pub(super) fn remove_where(list: &mut Item, pred: impl Fn(&dyn TableLike) -> bool) {
     match list {
         Item::ArrayOfTables(a) => {
             let at = a.iter().position(|t| pred(t));
@@ -239,7 +246,7 @@ fn remove_where(list: &mut Item, pred: impl Fn(&dyn TableLike) -> bool) {
 }
 
 /// Appends `table` to the list `key` of `doc`, in the list's own form.
-fn append(doc: &mut dyn TableLike, key: &str, table: Table) -> Result<()> {
+pub(super) fn append(doc: &mut dyn TableLike, key: &str, table: Table) -> Result<()> {
     match doc.get_mut(key) {
         None => {
             let mut a = ArrayOfTables::new();

@@ -6,6 +6,7 @@
 
 pub mod atomic;
 pub mod edit;
+mod groups;
 
 use std::path::{Path, PathBuf};
 

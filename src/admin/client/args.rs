@@ -49,6 +49,9 @@ pub enum AdminCommand {
     /// CHAP credentials of a target or of discovery.
     #[command(subcommand)]
     Chap(ChapCmd),
+    /// Initiator groups of a target: LUN maps and CHAP of their own.
+    #[command(subcommand)]
+    Group(GroupCmd),
     /// Sessions: list, show, ask to log out, kill.
     #[command(subcommand)]
     Session(SessionCmd),
@@ -278,6 +281,40 @@ pub enum AclCmd {
     Clear {
         iqn: String,
     },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum GroupCmd {
+    /// A target's groups, in matching order.
+    List { iqn: String },
+    /// Add a group (`[[targets.groups]]`).
+    Add {
+        iqn: String,
+        name: String,
+        /// Initiator name or pattern (`*`, `?`); repeat for several.
+        #[arg(long = "initiator", value_name = "NAME", required = true)]
+        initiators: Vec<String>,
+        /// A mapping LUN=SOURCE, or LUN=SOURCE:ro for read-only; repeat
+        /// for several. None: the target's LUNs under their own numbers.
+        #[arg(long = "lun", value_name = "LUN=SOURCE[:ro]")]
+        luns: Vec<String>,
+        /// Members see no LUN (an empty map).
+        #[arg(long, conflicts_with = "luns")]
+        no_luns: bool,
+        /// CHAP name the members log in with (instead of the target's).
+        #[arg(long, requires = "chap_secret_file")]
+        chap_user: Option<String>,
+        /// File holding that CHAP secret ("-" for stdin).
+        #[arg(long, value_name = "FILE", requires = "chap_user")]
+        chap_secret_file: Option<PathBuf>,
+        /// Name the target answers with (mutual CHAP).
+        #[arg(long, requires_all = ["mutual_secret_file", "chap_user"])]
+        mutual_user: Option<String>,
+        #[arg(long, value_name = "FILE", requires = "mutual_user")]
+        mutual_secret_file: Option<PathBuf>,
+    },
+    /// Remove a group by name.
+    Remove { iqn: String, name: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]

@@ -8,13 +8,15 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
 use super::args::{
-    AclCmd, AdminArgs, AdminCommand, ChapCmd, ConfigCmd, LunCmd, PortalCmd, SessionCmd, StatsCmd,
-    TargetCmd,
+    AclCmd, AdminArgs, AdminCommand, ChapCmd, ConfigCmd, GroupCmd, LunCmd, PortalCmd, SessionCmd,
+    StatsCmd, TargetCmd,
 };
 use super::socket::{Client, Failure};
 use crate::admin::proto::Request;
 use crate::admin::{proto, render};
-use crate::config::{ChapSettings, FaultSettings, LunSettings, TargetSettings};
+use crate::config::{
+    ChapSettings, FaultSettings, GroupSettings, LunMapping, LunSettings, TargetSettings,
+};
 
 /// Builds the request(s) of `args`, sends them, prints the answer.
 pub(super) fn execute(
@@ -77,6 +79,7 @@ pub(super) fn execute(
         A::Portal(p) => portal(c, p, j)?,
         A::Lun(l) => lun(c, l, j)?,
         A::Acl(a) => acl(c, a, j)?,
+        A::Group(g) => group(c, g, j)?,
         A::Chap(ch) => chap(c, ch, j)?,
         A::Session(s) => session(c, s, j)?,
         A::Stats(s) => stats(c, s, j)?,
@@ -470,6 +473,88 @@ fn read_secret(path: &Path) -> Result<String, Failure> {
     };
     res.map_err(|e| Failure::usage(format!("reading the secret from {}: {e}", path.display())))?;
     Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
+fn group(c: &mut Client, cmd: &GroupCmd, j: bool) -> Result<String, Failure> {
+    let req = match cmd {
+        GroupCmd::List { iqn } => {
+            let (v, t) = c.call_as::<proto::TargetView>(&Request::ShowTarget {
+                target: iqn.clone(),
+            })?;
+            return Ok(if j {
+                pretty(v.get("groups").unwrap_or(&Value::Null))
+            } else {
+                render::groups(&t)
+            });
+        }
+        GroupCmd::Add {
+            iqn,
+            name,
+            initiators,
+            luns,
+            no_luns,
+            chap_user,
+            chap_secret_file,
+            mutual_user,
+            mutual_secret_file,
+        } => {
+            let map = if *no_luns {
+                Some(Vec::new())
+            } else if luns.is_empty() {
+                None
+            } else {
+                Some(
+                    luns.iter()
+                        .map(|m| parse_mapping(m))
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            };
+            let chap = match (chap_user, chap_secret_file) {
+                (Some(user), Some(file)) => Some(ChapSettings {
+                    user: user.clone(),
+                    secret: read_secret(file)?,
+                    mutual_user: mutual_user.clone(),
+                    mutual_secret: match mutual_secret_file {
+                        Some(f) => Some(read_secret(f)?),
+                        None => None,
+                    },
+                }),
+                _ => None,
+            };
+            Request::GroupAdd {
+                target: iqn.clone(),
+                group: GroupSettings {
+                    name: name.clone(),
+                    initiators: initiators.clone(),
+                    chap,
+                    luns: map,
+                },
+            }
+        }
+        GroupCmd::Remove { iqn, name } => Request::GroupRemove {
+            target: iqn.clone(),
+            name: name.clone(),
+        },
+    };
+    change(c, &req, j)
+}
+
+/// `LUN=SOURCE` or `LUN=SOURCE:ro`.
+fn parse_mapping(text: &str) -> Result<LunMapping, Failure> {
+    let bad = || Failure {
+        code: 2,
+        message: format!("--lun {text}: expected LUN=SOURCE or LUN=SOURCE:ro (e.g. 0=3:ro)"),
+    };
+    let (lun, rest) = text.split_once('=').ok_or_else(bad)?;
+    let (source, read_only) = match rest.strip_suffix(":ro") {
+        Some(s) => (s, true),
+        None => (rest, false),
+    };
+    Ok(LunMapping {
+        lun: lun.trim().parse().map_err(|_| bad())?,
+        source: source.trim().parse().map_err(|_| bad())?,
+        read_only,
+    })
 }
 
 fn chap(c: &mut Client, cmd: &ChapCmd, j: bool) -> Result<String, Failure> {

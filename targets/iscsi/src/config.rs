@@ -30,12 +30,18 @@ pub struct TargetInfo {
     pub acl: Vec<String>,
     /// CHAP for Normal sessions to this target.
     pub chap: ChapPolicy,
+    /// Initiator groups: their members' LUN maps and CHAP
+    /// ([`crate::groups`]); members of a group may log in whatever `acl`
+    /// says.
+    pub groups: Vec<crate::groups::InitiatorGroup>,
 }
 
 impl TargetInfo {
     /// Whether `initiator` may log in to this target or see it in discovery.
     pub fn allows(&self, initiator: &str) -> bool {
-        self.acl.is_empty() || self.acl.iter().any(|a| a.eq_ignore_ascii_case(initiator))
+        self.acl.is_empty()
+            || self.acl.iter().any(|a| a.eq_ignore_ascii_case(initiator))
+            || self.group_of(initiator).is_some()
     }
 
     /// Whether a connection that arrived at `local` (the local
@@ -90,6 +96,10 @@ pub struct PortalConfig {
     pub targets: Vec<TargetInfo>,
     /// CHAP for discovery sessions.
     pub discovery_chap: ChapPolicy,
+    /// Per-initiator CHAP of discovery sessions: a member of a group with
+    /// CHAP passes the group's instead of `discovery_chap` (matched as a
+    /// target's groups, [`crate::groups`]).
+    pub discovery_groups: Vec<crate::groups::InitiatorGroup>,
     /// Negotiation limits and preferences.
     pub limits: Limits,
     /// Commands the target accepts in flight per session (CmdSN window).
@@ -137,6 +147,7 @@ impl Default for PortalConfig {
         PortalConfig {
             targets: Vec::new(),
             discovery_chap: ChapPolicy::default(),
+            discovery_groups: Vec::new(),
             limits: Limits::default(),
             queue_depth: 128,
             nop_interval: Some(Duration::from_secs(15)),
@@ -165,6 +176,7 @@ mod tests {
             iser_portals: iser.iter().map(|p| (*p).to_owned()).collect(),
             acl: Vec::new(),
             chap: ChapPolicy::default(),
+            groups: Vec::new(),
         }
     }
 

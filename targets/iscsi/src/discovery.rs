@@ -71,6 +71,7 @@ mod tests {
             iser_portals: vec![],
             acl,
             chap: Default::default(),
+            groups: Vec::new(),
         };
         PortalConfig {
             targets: vec![
@@ -129,6 +130,7 @@ mod tests {
             iser_portals: vec![],
             acl: vec![],
             chap: Default::default(),
+            groups: Vec::new(),
         };
         let c = PortalConfig {
             targets: vec![

@@ -39,6 +39,7 @@ pub mod config;
 pub mod conn;
 mod directory;
 pub mod discovery;
+pub mod groups;
 pub mod iser;
 mod login;
 mod login_failure;

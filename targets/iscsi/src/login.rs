@@ -323,8 +323,10 @@ impl LoginState {
 
     fn chap_policy(&self, cfg: &PortalConfig) -> ChapPolicy {
         match (&self.session_type, &self.target) {
-            (SessionType::Normal, Some(t)) => t.chap.clone(),
-            _ => cfg.discovery_chap.clone(),
+            (SessionType::Normal, Some(t)) => {
+                t.chap_for(self.initiator.as_deref().unwrap_or_default())
+            }
+            _ => cfg.discovery_chap_for(self.initiator.as_deref().unwrap_or_default()),
         }
     }
 
@@ -336,9 +338,9 @@ impl LoginState {
         let initiator = st.initiator.clone().unwrap_or_default();
         let params = st.negotiator.params().clone();
         let session_type = st.session_type;
-        let (target, tpgt) = match &st.target {
-            Some(t) => (t.name.clone(), t.tpgt),
-            None => (String::new(), 1),
+        let (target, tpgt, lun_map) = match &st.target {
+            Some(t) => (t.name.clone(), t.tpgt, t.lun_map_for(&initiator)),
+            None => (String::new(), 1, None),
         };
         if req.tsih != 0 {
             // Adding a connection to a session needs MaxConnections > 1,
@@ -382,6 +384,7 @@ impl LoginState {
             target_port: format!("{target},t,0x{tpgt:04x}"),
             relative_port_id: tpgt,
             port_group: tpgt,
+            lun_map,
         });
         Ok(Finished {
             info: SessionInfo {

@@ -249,7 +249,7 @@ impl PortConn {
                 let reply = tx.clone();
                 let job: tmf::Job = Box::new(move || {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        t.task_management(&nexus, lun, function)
+                        t.task_management(&nexus, nexus.resolve_lun(lun), function)
                     }))
                     .unwrap_or_else(|_| {
                         tracing::error!(itt, "task-management function panicked");

@@ -34,6 +34,7 @@ fn port() -> Arc<Port> {
             iser_portals: vec![],
             acl: vec![],
             chap: Default::default(),
+            groups: Vec::new(),
         }],
         queue_depth: 16,
         ..PortalConfig::default()

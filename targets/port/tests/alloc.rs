@@ -119,6 +119,7 @@ fn session(store: Arc<dyn Backstore>) -> (Arc<Port>, PortConn, Arc<Nexus>) {
             iser_portals: vec![],
             acl: vec![],
             chap: Default::default(),
+            groups: Vec::new(),
         }],
         ..PortalConfig::default()
     });
@@ -141,6 +142,7 @@ fn session(store: Arc<dyn Backstore>) -> (Arc<Port>, PortConn, Arc<Nexus>) {
         target_port: format!("{TARGET},t,0x0001"),
         relative_port_id: 1,
         port_group: 1,
+        lun_map: None,
     });
     let none = pc.on_event(Event::LoggedIn(SessionInfo {
         target: TARGET.into(),

@@ -143,6 +143,7 @@ mod tests {
             target_port: "t".into(),
             relative_port_id: rel,
             port_group: group,
+            lun_map: None,
         }
     }
 

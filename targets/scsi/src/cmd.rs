@@ -112,6 +112,23 @@ pub struct Nexus {
     pub relative_port_id: u16,
     /// Target port group (ALUA), one per iSCSI portal group.
     pub port_group: u16,
+    /// The LUNs this nexus sees, when its initiator has a map of its own
+    /// ([`crate::LunMap`]); `None`: every LUN under its own number. The
+    /// front end resolves command LUNs through it.
+    pub lun_map: Option<std::sync::Arc<crate::LunMap>>,
+}
+
+impl Nexus {
+    /// The target's LUN that this nexus's `lun` addresses (the same
+    /// without a map).
+    pub fn resolve_lun(&self, lun: u64) -> u64 {
+        self.lun_map.as_ref().map_or(lun, |m| m.resolve(lun))
+    }
+
+    /// Whether this nexus sees the target's LUN `lun` read-only.
+    pub fn maps_read_only(&self, lun: u64) -> bool {
+        self.lun_map.as_ref().is_some_and(|m| m.read_only(lun))
+    }
 }
 
 /// SAM task attribute.

@@ -117,7 +117,7 @@ pub(crate) fn admit(cmd: &Command, lu: Option<&LogicalUnit>) -> Result<Admit, Se
         lu.sanitizer.check(desc.opcode)?;
         lu.medium.check(desc.opcode)?;
         if desc.has(table::MEDIUM_WRITE) {
-            if lu.geometry().read_only {
+            if lu.geometry().read_only || cmd.nexus.maps_read_only(lu.lun) {
                 return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
             }
             if lu.mode().swp {

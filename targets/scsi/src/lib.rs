@@ -79,6 +79,7 @@ mod fence;
 mod lba_lock;
 mod limits;
 mod lun;
+mod lunmap;
 mod max_transfer;
 mod medium;
 mod medium_cmd;
@@ -110,6 +111,7 @@ mod xcopy_param;
 pub use cmd::*;
 pub use error::ScsiError;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS};
+pub use lunmap::{LunMap, LunMapError, Mapped, UNMAPPED_LUN, UNMAPPED_LUN0};
 pub use qos::{Limit, LunQos, LunQosStats, QosLimits, QosStats, MAX_QOS_INITIATORS};
 pub use registry::LunRegistry;
 /// The largest buffer the pool keeps ([`IoBuf::for_overwrite`] of more is a plain vector).

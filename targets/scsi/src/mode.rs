@@ -115,7 +115,11 @@ pub(crate) fn mode_sense(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     } else {
         block_descriptor(lu, llbaa, matches!(view, View::Changeable))
     };
-    let dsp = if lu.write_protected() { DSP_WP } else { 0 } | DSP_DPOFUA;
+    let dsp = if lu.write_protected() || ctx.cmd.nexus.maps_read_only(lu.lun) {
+        DSP_WP
+    } else {
+        0
+    } | DSP_DPOFUA;
     let data = assemble(ten, dsp, llbaa && !dbd, &block_desc, &pages);
     Ok(Outcome::alloc(data, alloc_len))
 }

@@ -473,6 +473,7 @@ pub(crate) mod tests {
             target_port: format!("iqn.t,t,0x{rel:04x}"),
             relative_port_id: rel,
             port_group: rel,
+            lun_map: None,
         }
     }
 

@@ -92,7 +92,7 @@ pub(crate) fn request_sense(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
 /// exported; an empty target reports LUN 0 so initiators have something to
 /// probe (it answers INQUIRY with peripheral qualifier 011b).
 pub(crate) fn report_luns(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
-    if ctx.lu.is_none() && ctx.cmd.lun != 0 {
+    if ctx.lu.is_none() && ctx.cmd.lun != 0 && ctx.cmd.lun != crate::UNMAPPED_LUN0 {
         return Err(Sense::illegal(Asc::LOGICAL_UNIT_NOT_SUPPORTED));
     }
     let cdb = ctx.cdb;
@@ -101,7 +101,10 @@ pub(crate) fn report_luns(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         // 00h: all logical units but well-known ones; 02h: all. We have no
         // well-known logical units, so 01h (well-known only) is empty.
         0x00 | 0x02 => {
-            let luns = ctx.target.lun_list();
+            let mut luns = ctx.target.lun_list();
+            if let Some(map) = &ctx.cmd.nexus.lun_map {
+                luns = map.visible(&luns);
+            }
             if luns.is_empty() {
                 vec![0]
             } else {

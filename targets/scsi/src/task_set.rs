@@ -729,6 +729,7 @@ mod tests {
             target_port: String::new(),
             relative_port_id: 1,
             port_group: 1,
+            lun_map: None,
         });
         let cmd = Command {
             nexus,

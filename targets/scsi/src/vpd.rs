@@ -280,6 +280,7 @@ mod tests {
             target_port: "iqn.t,t,0x0001".into(),
             relative_port_id: 3,
             port_group: 7,
+            lun_map: None,
         };
         let p = device_identification(&ident, &nexus);
         // The first descriptor: logical unit, binary, NAA, 16 bytes.
@@ -295,6 +296,7 @@ mod tests {
             target_port: "iqn.t,t,0x0001".into(),
             relative_port_id: 3,
             port_group: 7,
+            lun_map: None,
         };
         let p = device_identification(&ident(), &nexus);
         assert_eq!(&p[..2], &[0x00, 0x83]);

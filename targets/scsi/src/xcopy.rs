@@ -98,6 +98,16 @@ fn resolve<'a>(
         Some(Resolved::Other(other)) => Unit::Other(other),
         None => return Err(aborted(COPY_TARGET_DEVICE_NOT_REACHABLE)),
     };
+    // A nexus with a LUN map reaches only the units it sees.
+    if let Some(map) = &ctx.cmd.nexus.lun_map {
+        let here = ctx
+            .target
+            .lu(unit.lun)
+            .is_some_and(|t| std::ptr::eq(Arc::as_ptr(&t), &*unit));
+        if !here || map.visible(&[unit.lun]).is_empty() {
+            return Err(aborted(COPY_TARGET_DEVICE_NOT_REACHABLE));
+        }
+    }
     // A unit without its medium, or being sanitized, cannot take part.
     if unit.medium.check(0x28).is_err() || unit.sanitizer.check(0x28).is_err() {
         return Err(aborted(COPY_TARGET_DEVICE_NOT_REACHABLE));
@@ -198,6 +208,9 @@ fn run_segments(
     for seg in &list.segments {
         let src = resolve(ctx, lu, list, seg.src)?;
         let dst = resolve(ctx, lu, list, seg.dst)?;
+        if ctx.cmd.nexus.maps_read_only(dst.lun) {
+            return Err(Sense::new(SenseKey::DATA_PROTECT, Asc::WRITE_PROTECTED));
+        }
         progress.bytes += copy_segment(&src, &dst, seg, ctx.hint)?;
         progress.segments = progress.segments.saturating_add(1);
         if let Some(t) = ticket {

@@ -23,6 +23,7 @@ fn nexus_on(id: u64, rel: u16) -> Arc<Nexus> {
         target_port: format!("iqn.2026-11.org.rustgt:test,t,0x{rel:04x}"),
         relative_port_id: rel,
         port_group: rel,
+        lun_map: None,
     })
 }
 

@@ -43,6 +43,7 @@ pub fn portal_config(limits: Limits, chap: ChapPolicy) -> PortalConfig {
             iser_portals: vec![],
             acl: vec![],
             chap,
+            groups: vec![],
         }],
         limits,
         queue_depth: 16,

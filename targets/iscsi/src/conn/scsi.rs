@@ -289,7 +289,8 @@ impl Connection {
         };
         let cmd = Command {
             nexus: session.nexus.clone(),
-            lun,
+            // Through the initiator's LUN map, if it has one.
+            lun: session.nexus.resolve_lun(lun),
             tag: u64::from(c.itt),
             cdb: c.cdb,
             attr,

@@ -144,6 +144,7 @@ pub fn nexus(id: u64) -> Arc<Nexus> {
         target_port: "iqn.2026-11.org.rustgt:test,t,0x0001".to_string(),
         relative_port_id: 1,
         port_group: 1,
+        lun_map: None,
     })
 }
 
