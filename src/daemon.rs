@@ -145,6 +145,9 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     drop(control);
     rt.set_endpoints(Some(socket_path.clone()), metrics_bound);
     print_banner(&rt, iser.addrs())?;
+    // Type=notify: systemd counts the service started once every portal
+    // is bound and the admin socket answers.
+    notify(&[sd_notify::NotifyState::Ready]);
 
     loop {
         tokio::select! {
@@ -160,14 +163,19 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
                 }
                 let _ = env.reply.send(reply);
             }
-            _ = hup.recv() => match rt.reload(false).await {
-                Ok(r) => tracing::info!(changes = r.changes.len(), restart_needed = ?r.restart_needed, "SIGHUP: configuration re-applied"),
-                Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not applied"),
-            },
+            _ = hup.recv() => {
+                reloading();
+                match rt.reload(false).await {
+                    Ok(r) => tracing::info!(changes = r.changes.len(), restart_needed = ?r.restart_needed, "SIGHUP: configuration re-applied"),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not applied"),
+                }
+                notify(&[sd_notify::NotifyState::Ready]);
+            }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
     }
+    notify(&[sd_notify::NotifyState::Stopping]);
     admin_task.abort();
     if let Some(t) = metrics_task {
         t.abort();
@@ -180,6 +188,24 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     rt.port().shutdown(SHUTDOWN_GRACE).await;
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Tells the service manager (`NOTIFY_SOCKET`, set by systemd for
+/// Type=notify; nothing without it) the daemon's state.
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::warn!(error = %e, "NOTIFY_SOCKET: state not sent");
+    }
+}
+
+/// RELOADING=1 with the monotonic time of the reload, as sd_notify(3)
+/// asks (Type=notify-reload refuses a reload without it).
+fn reloading() {
+    use sd_notify::NotifyState;
+    match NotifyState::monotonic_usec_now() {
+        Ok(now) => notify(&[NotifyState::Reloading, now]),
+        Err(_) => notify(&[NotifyState::Reloading]),
+    }
 }
 
 /// The start-up lines on stdout: portals, then a URL and an iscsiadm hint

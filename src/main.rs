@@ -10,26 +10,22 @@ mod bootstrap;
 mod cli;
 mod config;
 mod daemon;
+mod generate;
 mod identity;
 mod iser_portals;
+mod logging;
 mod persist;
 mod wiring;
 
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
+    // The packaging step's `rustgt generate`, outside the daemon's command line.
+    if let Some(code) = generate::run_if_asked() {
+        std::process::exit(code);
+    }
     let cli = cli::Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(cli.log.as_deref().unwrap_or("info"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only for a person at a terminal: not in a file or a pipe, and
-    // never when NO_COLOR is set to anything (no-color.org).
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .init();
+    logging::init(cli.log.as_deref());
     if let Some(cli::Command::Bench(cmd)) = &cli.command {
         return Ok(bench::run(cmd)?);
     }

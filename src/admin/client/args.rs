@@ -14,7 +14,9 @@ use crate::admin::proto::{
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct AdminArgs {
     /// Admin socket [default: found from --admin-socket, --config and
-    /// --data-dir like the daemon does, else ./rustgt-data/admin.sock].
+    /// --data-dir like the daemon does, else ./rustgt-data/admin.sock, or
+    /// the packaged daemon's /run/rustgt/admin.sock when that one does not
+    /// exist].
     #[arg(short, long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print results as JSON instead of tables.

@@ -39,14 +39,38 @@ fn run_inner(
 ) -> Result<(), Failure> {
     let socket = match &args.socket {
         Some(s) => s.clone(),
-        None => crate::config::admin_socket_of(config, overrides)
-            .map_err(|e| Failure::usage(format!("cannot find the admin socket: {e}")))?,
+        None => {
+            let found = crate::config::admin_socket_of(config, overrides)
+                .map_err(|e| Failure::usage(format!("cannot find the admin socket: {e}")))?;
+            let named = config.is_some()
+                || overrides.data_dir.is_some()
+                || overrides.admin_socket.is_some()
+                || ["RUSTGT_ADMIN_SOCKET", "RUSTGT_DATA_DIR"]
+                    .iter()
+                    .any(|v| std::env::var_os(v).is_some());
+            or_packaged(found, named, Path::new(PACKAGED_SOCKET))
+        }
     };
     let mut client = Client::connect(&socket)?;
     let out = &mut std::io::stdout().lock();
     commands::execute(&mut client, args, out)?;
     out.flush()
         .map_err(|e| Failure::usage(format!("stdout: {e}")))
+}
+
+/// The admin socket of the packaged daemon (its unit's
+/// RuntimeDirectory=rustgt, the packaged /etc/rustgt/rustgt.toml).
+const PACKAGED_SOCKET: &str = "/run/rustgt/admin.sock";
+
+/// The socket `rustgt admin` talks to: the one `found` like the daemon
+/// finds its own, unless nothing `named` one (no option, no environment
+/// variable), it does not exist and the packaged daemon's does.
+fn or_packaged(found: std::path::PathBuf, named: bool, packaged: &Path) -> std::path::PathBuf {
+    if !named && !found.exists() && packaged.exists() {
+        packaged.to_owned()
+    } else {
+        found
+    }
 }
 
 #[cfg(test)]
@@ -71,6 +95,23 @@ mod tests {
         Wrap::try_parse_from(std::iter::once("admin").chain(args.iter().copied()))
             .map(|w| w.args)
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn the_packaged_socket_serves_only_when_nothing_names_one_and_the_default_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let packaged = dir.path().join("run-admin.sock");
+        let default = dir.path().join("rustgt-data/admin.sock");
+        // Neither exists: the default, so the error names it.
+        assert_eq!(or_packaged(default.clone(), false, &packaged), default);
+        std::fs::write(&packaged, b"").expect("packaged");
+        assert_eq!(or_packaged(default.clone(), false, &packaged), packaged);
+        // An option or environment variable named the socket: kept.
+        assert_eq!(or_packaged(default.clone(), true, &packaged), default);
+        // The default one exists: it wins.
+        std::fs::create_dir_all(dir.path().join("rustgt-data")).expect("mkdir");
+        std::fs::write(&default, b"").expect("default");
+        assert_eq!(or_packaged(default.clone(), false, &packaged), default);
     }
 
     #[test]
