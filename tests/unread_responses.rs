@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, DEFAULT_IQN};
+use common::{Daemon, DaemonOptions, DEFAULT_IQN};
 use initiator::pdu::{scsi_command, CommandIds};
 use initiator::{rw16, Session};
 use rustgt_iscsi::pdu::{encode_lun, RejectReason, Reply};
@@ -199,4 +199,116 @@ fn an_initiator_that_never_reads_cannot_grow_the_daemon() {
         good >= 16,
         "the flooder's responses did not come once it read ({good})"
     );
+}
+
+/// Reads in the CmdSN window whose answers are never read: their Data-In
+/// is held in the data buffer budget until the socket takes it, so the
+/// daemon holds at most the budget for them (without it, the whole window
+/// of long reads: here 128 x 8 MiB = 1 GiB); another session's reads and
+/// writes complete meanwhile; and when the reader finally reads, every
+/// one of its reads completes GOOD.
+#[test]
+fn unread_long_reads_stay_within_the_data_buffer_budget() {
+    const BUDGET_MIB: u64 = 128;
+    const LONG: u32 = 8 << 20;
+    const COUNT: u32 = 128;
+    const REGIONS: u64 = 32;
+    let d = Daemon::start_with(DaemonOptions {
+        env: vec![(
+            "RUSTGT_LIMITS__DATA_BUFFER_BYTES".to_owned(),
+            format!("{BUDGET_MIB}M"),
+        )],
+        ..DaemonOptions::default()
+    });
+    let pid = d.pid().expect("daemon running");
+    let mut reader = Session::login(
+        d.portal,
+        DEFAULT_IQN,
+        "iqn.2026-12.org.rustgt:long-reader",
+        [0x80, 0, 0, 0, 0, 3],
+    );
+    reader.clear_unit_attentions(0);
+    let mut other = Session::login(
+        d.portal,
+        DEFAULT_IQN,
+        "iqn.2026-12.org.rustgt:other",
+        [0x80, 0, 0, 0, 0, 4],
+    );
+    other.clear_unit_attentions(0);
+    // Data in the regions read (holes would be read from a shared page of
+    // zeros and cost nothing): 32 regions of 8 MiB, each read 4 times.
+    let region: Vec<u8> = (0..LONG).map(|b| (b % 241) as u8).collect();
+    for i in 0..REGIONS {
+        let w = other.command(
+            0,
+            &rw16(0x8a, i * u64::from(LONG / 512), LONG / 512),
+            &region,
+            0,
+        );
+        assert!(w.is_good(), "writing region {i}: {w}");
+    }
+    let idle_kib = rss_kib(pid);
+
+    // The whole window in one write, so the target reads every command
+    // before the first answer fills its output; never read.
+    let first_sn = reader.cmd_sn();
+    let mut burst = Vec::new();
+    for i in 0..COUNT {
+        let lba = (u64::from(i) % REGIONS) * u64::from(LONG / 512);
+        let ids = CommandIds {
+            lun: encode_lun(0),
+            itt: 0x2000_0000 + i,
+            cmd_sn: first_sn.wrapping_add(i),
+            exp_stat_sn: 0,
+            read: true,
+            write: false,
+            final_bit: true,
+            expected_data_len: LONG,
+        };
+        burst.extend(
+            scsi_command(ids, &rw16(0x88, lba, LONG / 512), Vec::new()).encode(false, false),
+        );
+    }
+    reader.wire().send(&burst);
+    let mut peak = idle_kib;
+    for _ in 0..20 {
+        peak = peak.max(rss_kib(pid));
+        thread::sleep(Duration::from_millis(100));
+    }
+    // Meanwhile another session works.
+    let payload: Vec<u8> = (0..1u32 << 20).map(|b| (b % 253) as u8).collect();
+    for i in 0..4u64 {
+        let lba = (1 << 20) + i * 2048;
+        let w = other.command(0, &rw16(0x8a, lba, 2048), &payload, 0);
+        assert!(w.is_good(), "write beside unread long reads: {w}");
+        let r = other.command(0, &rw16(0x88, lba, 2048), &[], 1 << 20);
+        assert!(r.is_good(), "read beside unread long reads: {r}");
+        assert!(r.data == payload, "read returned other data");
+        peak = peak.max(rss_kib(pid));
+    }
+    let grew_mib = peak.saturating_sub(idle_kib) >> 10;
+    eprintln!(
+        "{COUNT} unread READs of {} MiB: RSS grew {grew_mib} MiB at most (budget {BUDGET_MIB} MiB)",
+        LONG >> 20
+    );
+    assert!(
+        grew_mib < BUDGET_MIB + 96,
+        "the daemon grew {grew_mib} MiB for unread reads with a {BUDGET_MIB} MiB budget"
+    );
+
+    // Now the reader reads: every one of its reads completes GOOD.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut done = 0u32;
+    while done < COUNT && Instant::now() < deadline {
+        match reader.wire().try_recv(Duration::from_millis(500)) {
+            Ok(Some(Reply::DataIn(d))) if d.has_status => {
+                assert_eq!(d.status, 0, "a read did not complete GOOD");
+                done += 1;
+            }
+            Ok(Some(Reply::ScsiResponse(r))) => panic!("a read ended with {r:?}"),
+            Ok(_) => {}
+            Err(_) => panic!("the target closed the reader's connection"),
+        }
+    }
+    assert_eq!(done, COUNT, "reads completed once the reader read");
 }

@@ -1,7 +1,10 @@
-//! The daemon-wide budget for write data buffers (issue 32): what every
+//! The daemon-wide budget for data buffers (issue 32): what every
 //! connection of both transports may hold of Data-Out being collected or
-//! handed to the SCSI core, and the fair share of it one session may take
-//! while others wait.
+//! handed to the SCSI core, and (TCP) of the Data-In of reads longer than
+//! a small payload until the socket has taken it, and the fair share of it
+//! one session may take while others wait. A read is admitted like a
+//! write, before it runs, and waits in the same queue; its grant rides
+//! with its Data-In to the driver's output queue.
 //!
 //! A write is admitted whole: before its first R2T (or RDMA Read) it takes
 //! room for its entire Expected Data Transfer Length, so a command either

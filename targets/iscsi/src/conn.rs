@@ -53,7 +53,7 @@ use crate::config::PortalConfig;
 use crate::iser::ControlHeader;
 use crate::login::LoginState;
 use crate::negotiate::{SessionType, Transport};
-use crate::pdu::{encode_lun, Reject, Reply, RequestHeader, BHS_LEN};
+use crate::pdu::{encode_lun, Reject, Reply, RequestHeader, ScsiCommand, BHS_LEN};
 use crate::refusal::PduRefusal;
 pub use crate::session::SessionInfo;
 use crate::session::SessionTable;
@@ -171,6 +171,10 @@ pub struct Connection {
     max_cmd_sn: u32,
     session: Option<SessionInfo>,
     writes: HashMap<u32, WriteTask>,
+    /// Reads (on TCP, longer than a small payload) waiting for room in the
+    /// data buffer budget before they run: the command, its LUN, its iSER
+    /// header. Their ITTs are in `budget_wait`.
+    reads_waiting: HashMap<u32, (ScsiCommand, u64, ControlHeader)>,
     inflight: HashMap<u32, InFlight>,
     /// Task-management requests handed to the driver, by ITT, with
     /// whether each was immediate; at most [`MAX_TMFS_RUNNING`].
@@ -256,6 +260,7 @@ impl Connection {
             max_cmd_sn: 0,
             session: None,
             writes: HashMap::new(),
+            reads_waiting: HashMap::new(),
             inflight: HashMap::new(),
             tmfs: HashMap::new(),
             tmf_queue: VecDeque::new(),
@@ -396,6 +401,7 @@ impl Connection {
     pub fn fail(&mut self) {
         self.phase = Phase::Closing;
         self.writes.clear();
+        self.reads_waiting.clear();
         self.budget_wait.clear();
         self.budget_retry = None;
         self.data_out_check = None;
@@ -415,6 +421,11 @@ impl Connection {
     fn immediate_in_flight(&self) -> usize {
         self.inflight.values().filter(|t| t.immediate).count()
             + self.writes.values().filter(|w| w.cmd.immediate).count()
+            + self
+                .reads_waiting
+                .values()
+                .filter(|r| r.0.immediate)
+                .count()
     }
 
     /// Act on one whole PDU. `remote` is its iSER header (empty on TCP).

@@ -48,8 +48,10 @@ impl Connection {
             itt: l.itt,
             response,
         });
-        // Collecting writes will never complete now.
+        // Collecting writes, and reads waiting for the budget, will never
+        // complete now.
         self.writes.clear();
+        self.reads_waiting.clear();
         self.maybe_finish_logout();
     }
 

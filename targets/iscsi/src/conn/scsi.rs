@@ -19,6 +19,13 @@ use crate::pdu::{
 };
 use crate::task::{InFlight, WriteBuf, WriteTask};
 
+use super::stream::SMALL_PAYLOAD;
+
+/// The Data-In length a read command asks for.
+fn read_len(c: &ScsiCommand) -> usize {
+    c.bidi_read_len.unwrap_or(c.expected_data_len) as usize
+}
+
 impl Connection {
     pub(super) fn handle_scsi_command(
         &mut self,
@@ -37,7 +44,10 @@ impl Connection {
         if !self.accept_cmd_sn(c.immediate, c.cmd_sn) {
             return;
         }
-        if self.inflight.contains_key(&c.itt) || self.writes.contains_key(&c.itt) {
+        if self.inflight.contains_key(&c.itt)
+            || self.writes.contains_key(&c.itt)
+            || self.reads_waiting.contains_key(&c.itt)
+        {
             // ITT reuse while in flight: answer with a failure, keep the old task.
             tracing::warn!(itt = c.itt, "ITT already in use");
             self.retire(c.immediate);
@@ -111,6 +121,18 @@ impl Connection {
                 self.wait_for_budget(itt);
             }
             self.advance_write(itt);
+        } else if c.read && matches!(self.wire, Wire::Stream(_)) && read_len(&c) > SMALL_PAYLOAD {
+            // Its Data-In is held until the socket has taken it: room in
+            // the budget first, or it waits (in arrival order, with the
+            // writes) and runs when there is.
+            let mut grant = self.account.grant();
+            if self.budget_wait.is_empty() && self.account.admit(&mut grant, read_len(&c) as u64) {
+                self.submit(c, lun, IoBuf::default(), 0, remote, Some(grant));
+            } else {
+                let itt = c.itt;
+                self.reads_waiting.insert(itt, (c, lun, remote));
+                self.wait_for_budget(itt);
+            }
         } else {
             self.submit(c, lun, IoBuf::default(), 0, remote, None);
         }
@@ -326,13 +348,14 @@ impl Connection {
         if self.is_closing() {
             return;
         }
-        // Its buffer is the SCSI core's no more: give its room back before
-        // the window is judged and before waiting writes try again.
-        task.grant = None;
+        // A write's buffer is the SCSI core's no more: give its room back
+        // before the window is judged and before waiting writes try again.
+        // A read's room goes with its Data-In until the socket took it.
+        let grant = task.grant.take().filter(|_| !resp.data_in.is_empty());
         self.retire(task.immediate);
         if !resp.aborted && self.session.is_some() {
             match self.wire {
-                Wire::Stream(_) => self.complete_stream(itt, &task, resp),
+                Wire::Stream(_) => self.complete_stream(itt, &task, resp, grant),
                 Wire::Rdma(_) => self.complete_rdma(itt, &task, resp),
             }
         }
@@ -358,6 +381,17 @@ impl Connection {
     /// and start soliciting their data; try again later if some still wait.
     pub(super) fn pump_budget(&mut self) {
         while let Some(&itt) = self.budget_wait.front() {
+            if let Some((c, _, _)) = self.reads_waiting.get(&itt) {
+                let mut grant = self.account.grant();
+                if !self.account.admit(&mut grant, read_len(c) as u64) {
+                    break;
+                }
+                self.budget_wait.pop_front();
+                if let Some((c, lun, remote)) = self.reads_waiting.remove(&itt) {
+                    self.submit(c, lun, IoBuf::default(), 0, remote, Some(grant));
+                }
+                continue;
+            }
             let Some(task) = self.writes.get_mut(&itt) else {
                 // Failed or aborted meanwhile.
                 self.budget_wait.pop_front();

@@ -12,6 +12,7 @@ use super::ending::{fixed_sense, Ending};
 use super::stream::SMALL_PAYLOAD;
 use super::vet::Refused;
 use super::{Connection, Wire};
+use crate::budget::Grant;
 use crate::iser::ControlHeader;
 use crate::pdu::bhs::Bhs;
 use crate::pdu::{padded_len, verify_digest, R2t, Reply, RequestHeader, ScsiResponse, BHS_LEN};
@@ -214,7 +215,13 @@ impl Connection {
     /// MaxRecvDataSegmentLength and never across a MaxBurstLength boundary,
     /// with the status in the last one when there is no sense (§11.7.4);
     /// otherwise a SCSI Response follows.
-    pub(super) fn complete_stream(&mut self, itt: u32, task: &InFlight, mut resp: Response) {
+    pub(super) fn complete_stream(
+        &mut self,
+        itt: u32,
+        task: &InFlight,
+        mut resp: Response,
+        grant: Option<Grant>,
+    ) {
         let (max_pdu, max_burst) = match &self.session {
             Some(s) => (s.params.initiator_max_recv_dsl, s.params.max_burst_length),
             None => return,
@@ -227,7 +234,15 @@ impl Connection {
         let (small, shared) = if buf.len() <= SMALL_PAYLOAD {
             (buf, None)
         } else {
-            (IoBuf::default(), Some(Bytes::from_owner(buf)))
+            (
+                IoBuf::default(),
+                Some(match grant {
+                    // The read's room in the budget goes back when the
+                    // driver has written (and dropped) the last slice.
+                    Some(grant) => Bytes::from_owner(Granted { buf, _grant: grant }),
+                    None => Bytes::from_owner(buf),
+                }),
+            )
         };
         let data: &[u8] = shared.as_deref().unwrap_or(&small);
         let pdus = data_in_pdus(itt, task.lun, data.len(), max_pdu, max_burst);
@@ -280,4 +295,17 @@ impl Connection {
 
 fn digest_ok(covered: &[u8], digest: &[u8]) -> bool {
     verify_digest(covered, digest).is_ok()
+}
+
+/// Read data shared with the driver's output queue, holding its part of
+/// the data buffer budget until the last slice of it is dropped.
+struct Granted {
+    buf: IoBuf,
+    _grant: Grant,
+}
+
+impl AsRef<[u8]> for Granted {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
 }

@@ -16,6 +16,17 @@ impl Connection {
         let lun = decode_lun(t.lun);
         let function = match t.function {
             TmfCode::ABORT_TASK => {
+                // A read waiting for the budget never reached the SCSI
+                // core either.
+                if let Some((c, _, _)) = self.reads_waiting.get(&t.referenced_tag) {
+                    if decode_lun(c.lun) == lun {
+                        let imm = c.immediate;
+                        self.reads_waiting.remove(&t.referenced_tag);
+                        self.retire(imm);
+                        self.send_tmf_response(t.itt, TmfResult::COMPLETE, t.immediate);
+                        return;
+                    }
+                }
                 // A write still collecting data never reached the SCSI core.
                 if let Some(w) = self.writes.get(&t.referenced_tag) {
                     if decode_lun(w.cmd.lun) == lun {
@@ -88,6 +99,16 @@ impl Connection {
             let itts: Vec<u32> = dead.iter().map(|(itt, _)| *itt).collect();
             for (itt, imm) in dead {
                 self.writes.remove(&itt);
+                self.retire(imm);
+            }
+            let waiting: Vec<(u32, bool)> = self
+                .reads_waiting
+                .iter()
+                .filter(|(_, (c, _, _))| all || decode_lun(c.lun) == lun)
+                .map(|(itt, (c, _, _))| (*itt, c.immediate))
+                .collect();
+            for (itt, imm) in waiting {
+                self.reads_waiting.remove(&itt);
                 self.retire(imm);
             }
             let reads = self.reads_for(&itts);
