@@ -965,7 +965,7 @@ pub struct LunStatsView {
     pub readahead: Option<ReadaheadStatsView>,
     /// Throttling counters, when a QoS limit covers the LUN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub qos: Option<super::qos::QosStatsView>,
+    pub qos: Option<QosStatsView>,
 }
 
 /// `session_stats` items: sums over the session's connections.
@@ -990,7 +990,7 @@ pub struct SessionStatsView {
     /// Throttling counters over the target's LUNs, when QoS limits are
     /// set on the target or one of its LUNs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub qos: Option<super::qos::QosStatsView>,
+    pub qos: Option<QosStatsView>,
 }
 
 /// Result of every change (`add_*`, `remove_*`, `set_*`, `config_apply`).
@@ -1028,6 +1028,23 @@ pub struct MetricsText {
 pub struct SessionAction {
     pub tsih: u16,
     pub connections: usize,
+}
+
+/// Throttling counters (`rustgt_scsi::QosStats`) as the protocol carries
+/// them (`From` it is in `admin/qos.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosStatsView {
+    /// READs and WRITEs that passed the limits (their rate over an
+    /// interval is the effective IOPS).
+    pub commands: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Of those, commands that had to wait.
+    pub delayed: u64,
+    /// Time they waited, summed, microseconds.
+    pub throttled_us: u64,
+    /// Commands waiting for a limit now.
+    pub waiting: u64,
 }
 
 #[cfg(test)]

@@ -8,25 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::proto::QosStatsView;
 use super::runtime::{AdminError, Runtime};
 use crate::config::{Config, QosSettings, TargetSettings};
-
-/// Throttling counters (`rustgt_scsi::QosStats`) as the protocol carries
-/// them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QosStatsView {
-    /// READs and WRITEs that passed the limits (their rate over an
-    /// interval is the effective IOPS).
-    pub commands: u64,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Of those, commands that had to wait.
-    pub delayed: u64,
-    /// Time they waited, summed, microseconds.
-    pub throttled_us: u64,
-    /// Commands waiting for a limit now.
-    pub waiting: u64,
-}
 
 impl From<rustgt_scsi::QosStats> for QosStatsView {
     fn from(s: rustgt_scsi::QosStats) -> Self {
