@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{run_tool, Daemon, DaemonOptions, ToolOutput, DEFAULT_IQN};
+use common::{rss_kib, run_tool, Daemon, DaemonOptions, ToolOutput, DEFAULT_IQN};
 use initiator::pdu::{login_request, LoginIds};
 use initiator::{Session, Wire};
 use rustgt_iscsi::pdu::{
@@ -70,15 +70,6 @@ fn pid(d: &Daemon) -> u32 {
 }
 
 /// VmRSS of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
-}
-
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("/proc task")

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, DaemonOptions, DEFAULT_IQN};
+use common::{rss_kib, Daemon, DaemonOptions, DEFAULT_IQN};
 use initiator::pdu::{scsi_command, CommandIds};
 use initiator::{rw16, Session};
 use rustgt_iscsi::pdu::{encode_lun, RejectReason, Reply};
@@ -40,15 +40,6 @@ const BATCH: u32 = 32;
 const GROWTH_MIB: u64 = 128;
 /// The sender gives up, and the test fails, past this growth.
 const CAP_MIB: u64 = 1024;
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
-}
 
 #[test]
 fn an_initiator_that_never_reads_cannot_grow_the_daemon() {

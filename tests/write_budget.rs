@@ -24,7 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use admin_common::Admin;
-use common::{Daemon, DaemonOptions, DEFAULT_IQN};
+use common::{rss_kib, Daemon, DaemonOptions, DEFAULT_IQN};
 use initiator::{rw16, Closed, Session};
 use rustgt_iscsi::pdu::{encode_lun, Reply};
 use serde_json::{json, Value};
@@ -38,15 +38,6 @@ const HOLDERS: usize = 4;
 const OVERHEAD_MIB: u64 = 128;
 /// Bound of every wait in the test.
 const SETTLE: Duration = Duration::from_secs(60);
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
-}
 
 fn data_buffers(a: &mut Admin) -> Value {
     a.ok(json!({"cmd": "status"}))["data_buffers"].clone()

@@ -691,3 +691,9 @@ pub fn assert_file_regions(path: &Path, regions: &[Region]) {
         }
     }
 }
+
+/// Resident memory of `pid` in KiB; fails the test when it cannot be read
+/// (a figure of 0 would let every growth check pass).
+pub fn rss_kib(pid: u32) -> u64 {
+    rustgt_load::procstat::rss_kib(pid).expect("VmRSS of the daemon")
+}

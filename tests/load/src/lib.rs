@@ -458,14 +458,18 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     go.wait();
     std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
     let before: Vec<Option<ProcSample>> = a.pid.iter().map(|&p| ProcSample::read(p)).collect();
-    let rss_start: Vec<u64> = a.pid.iter().map(|&p| rss_kib(p)).collect();
+    let rss_start: Vec<u64> = a
+        .pid
+        .iter()
+        .map(|&p| procstat::rss_kib(p).unwrap_or(0))
+        .collect();
     let mut rss_peak = rss_start.clone();
     let t_before = Instant::now();
     // Bounded: the window's length, in 100 ms steps.
     while Instant::now() < end {
         std::thread::sleep(end.saturating_duration_since(Instant::now()).min(RSS_STEP));
         for (peak, &p) in rss_peak.iter_mut().zip(&a.pid) {
-            *peak = (*peak).max(rss_kib(p));
+            *peak = (*peak).max(procstat::rss_kib(p).unwrap_or(0));
         }
     }
     let after: Vec<Option<ProcSample>> = a.pid.iter().map(|&p| ProcSample::read(p)).collect();
@@ -599,18 +603,6 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
 
 /// How often the window samples resident memory.
 const RSS_STEP: Duration = Duration::from_millis(100);
-
-/// `VmRSS` of `pid` in KiB; 0 when it cannot be read.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// A distinct ISID per session (random-qualifier format, RFC 7143 §11.12.5).
 fn isid_of(i: usize) -> [u8; 6] {

@@ -59,6 +59,16 @@ pub fn status_ctxsw(status: &str) -> u64 {
         .sum()
 }
 
+/// `VmRSS` of `pid` in KiB (`/proc/PID/status`); `None` when it is gone
+/// or unreadable.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
