@@ -15,6 +15,7 @@ mod identity;
 mod iser_portals;
 mod logging;
 mod persist;
+mod sched;
 mod wiring;
 
 use clap::Parser;

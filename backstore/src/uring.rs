@@ -490,6 +490,15 @@ pub fn turn_read() -> u32 {
 /// ring or with nothing queued and nothing completed.
 pub fn submit_and_reap() -> usize {
     TURN_READS.with(|c| c.set(0));
+    // Most turns queue nothing (inline commands, no ring): return before
+    // a `Finished` (a few KiB on the stack) is built and moved.
+    let queued = RING.with(|r| {
+        r.try_borrow()
+            .is_ok_and(|g| g.as_ref().is_some_and(|ring| ring.unsubmitted))
+    });
+    if !queued {
+        return 0;
+    }
     let finished = RING.with(|r| match r.try_borrow_mut() {
         Ok(mut guard) => match guard.as_mut() {
             Some(ring) if ring.unsubmitted => {
@@ -522,6 +531,13 @@ pub fn submit_and_reap() -> usize {
 /// Runs the callbacks of every completed op of this thread's ring;
 /// returns how many ran.
 pub fn reap() -> usize {
+    let idle = RING.with(|r| {
+        r.try_borrow()
+            .is_ok_and(|g| g.as_ref().is_none_or(|ring| ring.in_flight == 0))
+    });
+    if idle {
+        return 0;
+    }
     let finished = RING.with(|r| match r.try_borrow_mut() {
         Ok(mut guard) => guard.as_mut().map(Ring::collect).unwrap_or_default(),
         Err(_) => Finished::new(),

@@ -16,7 +16,8 @@
 //! - any other LUN setting (engine, path, block size, workers, ...): the
 //!   LUN is replaced (removed, then added again);
 //! - `data_dir`, `admin_socket`, `admin_socket_group`, `metrics_listen` and `[reactor]`
-//!   (`threads`, `run_to_completion`, `io_uring`, `busy_poll_us`): only
+//!   (`threads`, `run_to_completion`, `io_uring`, `busy_poll_us`,
+//!   `slice_us`): only
 //!   after a restart.
 
 use std::collections::BTreeMap;

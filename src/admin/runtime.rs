@@ -128,6 +128,18 @@ impl Runtime {
         port.set_limits(crate::wiring::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);
         port.set_busy_poll(std::time::Duration::from_micros(cfg.reactor.busy_poll_us));
+        let slice_us = cfg.reactor.slice_us;
+        if slice_us != 0 {
+            port.set_reactor_setup(std::sync::Arc::new(move || {
+                match crate::sched::set_slice(slice_us) {
+                    Ok(true) => tracing::debug!(slice_us, "reactor time slice set"),
+                    Ok(false) => tracing::info!(
+                        "reactor time slice left alone: the thread is not in the normal scheduling policy"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, slice_us, "reactor time slice not set"),
+                }
+            }));
+        }
         // Before any LUN or reactor starts: both read it.
         rustgt_backstore::uring::set_enabled(cfg.reactor.io_uring_enabled());
         match rustgt_backstore::uring::probe() {

@@ -69,6 +69,14 @@ pub(super) fn validate(config: &Config) -> Vec<(KeyPath, String)> {
         0,
         1000,
     );
+    if config.reactor.slice_us != 0 {
+        c.range(
+            root.key("reactor").key("slice_us"),
+            config.reactor.slice_us,
+            100,
+            100_000,
+        );
+    }
     if let Some(chap) = &config.discovery.chap {
         check_chap(&mut c, &root.key("discovery").key("chap"), chap);
     }

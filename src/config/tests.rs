@@ -922,6 +922,17 @@ fn reactor_settings_load_from_file_and_environment() {
         let err = res.expect_err("too long a busy-poll");
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, ["reactor.busy_poll_us"]);
+
+        let (_, res) = load_str("");
+        assert_eq!(res.expect("default").reactor.slice_us, 100);
+        let (_, res) = load_str("[reactor]\nslice_us = 0\n");
+        assert_eq!(res.expect("kernel default").reactor.slice_us, 0);
+        for bad in [50, 200_000] {
+            let (_, res) = load_str(&format!("[reactor]\nslice_us = {bad}\n"));
+            let err = res.expect_err("a slice the kernel does not grant");
+            let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+            assert_eq!(keys, ["reactor.slice_us"]);
+        }
     });
 }
 

@@ -60,7 +60,7 @@ pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
 pub use conn::{PortConn, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
 pub use poll::{spin_slots, BusyPoll, Governor, SpinSlot};
-pub use reactors::{connections_here, Reactors};
+pub use reactors::{connections_here, Reactors, ThreadSetup};
 pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;
 pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};

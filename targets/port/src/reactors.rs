@@ -18,6 +18,10 @@ pub fn connections_here() -> Option<usize> {
     HERE.with(|h| h.borrow().as_ref().map(|l| l.load(Ordering::Relaxed)))
 }
 
+/// What a reactor thread runs first, on itself (the daemon's scheduling
+/// settings, for example).
+pub type ThreadSetup = Arc<dyn Fn() + Send + Sync>;
+
 /// The reactor threads: each runs a single-threaded tokio runtime (its own
 /// epoll, timers and tasks), so a connection's reads, inline commands and
 /// writes all happen on one thread and no wake-up crosses to another.
@@ -46,8 +50,9 @@ impl Drop for LoadGuard {
 }
 
 impl Reactors {
-    /// Starts `count` reactor threads (0: one per available core).
-    pub fn start(count: usize) -> std::io::Result<Reactors> {
+    /// Starts `count` reactor threads (0: one per available core), each
+    /// running `setup` first.
+    pub fn start(count: usize, setup: Option<ThreadSetup>) -> std::io::Result<Reactors> {
         let count = if count == 0 {
             std::thread::available_parallelism().map_or(1, usize::from)
         } else {
@@ -63,9 +68,13 @@ impl Reactors {
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let load = Arc::new(AtomicUsize::new(0));
             let here = Arc::clone(&load);
+            let setup = setup.clone();
             std::thread::Builder::new()
                 .name(format!("rustgt-reactor{i}"))
                 .spawn(move || {
+                    if let Some(setup) = setup {
+                        setup();
+                    }
                     HERE.with(|h| *h.borrow_mut() = Some(here));
                     rt.block_on(crate::ring::serve_until(stopped));
                 })?;

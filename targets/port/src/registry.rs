@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use crate::admission::{self, Admitted, ConnLimits, Refusal};
 use crate::msg::{ConnInfo, PortMsg};
 use crate::poll::BusyPoll;
-use crate::reactors::Reactors;
+use crate::reactors::{Reactors, ThreadSetup};
 use crate::stats::{ConnStats, ConnStatsSnapshot};
 use crate::tmf;
 
@@ -85,9 +85,20 @@ pub struct Port {
     shutdown: watch::Sender<bool>,
     /// The connection caps and what they count.
     admission: Arc<admission::Admission>,
+    /// Run by each reactor thread first (set before the first connection).
+    reactor_setup: SetupHook,
     /// Runs task-management functions; started at the first one (`None`
     /// inside if no thread could be started).
     tmf_pool: OnceLock<Option<tmf::TmfPool>>,
+}
+
+/// [`Port::set_reactor_setup`]'s function.
+struct SetupHook(Mutex<Option<ThreadSetup>>);
+
+impl std::fmt::Debug for SetupHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SetupHook")
+    }
 }
 
 impl Port {
@@ -105,6 +116,7 @@ impl Port {
             next_conn: AtomicU64::new(1),
             shutdown,
             admission: Arc::new(admission::Admission::default()),
+            reactor_setup: SetupHook(Mutex::new(None)),
             tmf_pool: OnceLock::new(),
         })
     }
@@ -154,6 +166,14 @@ impl Port {
         self.reactor_count.store(count, Ordering::Relaxed);
     }
 
+    /// What each reactor thread runs first, on itself; reactors started
+    /// before the call do not run it.
+    pub fn set_reactor_setup(&self, setup: ThreadSetup) {
+        if let Ok(mut s) = self.reactor_setup.0.lock() {
+            *s = Some(setup);
+        }
+    }
+
     /// Whether commands the LUN can complete without blocking run on the
     /// connection's reactor (`true`, the default) or all go to the LUN's
     /// workers. New commands see a change at once.
@@ -180,7 +200,8 @@ impl Port {
         if let Some(r) = self.reactors.get() {
             return Ok(r);
         }
-        let r = Reactors::start(self.reactor_count.load(Ordering::Relaxed))?;
+        let setup = self.reactor_setup.0.lock().ok().and_then(|s| s.clone());
+        let r = Reactors::start(self.reactor_count.load(Ordering::Relaxed), setup)?;
         // Another listener may have started a set meanwhile: keep the first
         // (the spare one stops when dropped).
         Ok(self.reactors.get_or_init(|| r))

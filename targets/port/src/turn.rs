@@ -98,6 +98,8 @@ pub async fn serve<L: Link>(pc: &mut PortConn, link: &mut L) -> io::Result<()> {
         killed: false,
         poll: pc.busy_poll(),
         streaming: false,
+        timer: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
+        armed: None,
     };
     let result = task.run(pc, link).await;
     if result.is_err() {
@@ -127,6 +129,13 @@ struct Task {
     /// The peer streams: its next PDU was already there at the last wait's
     /// first look.
     streaming: bool,
+    /// The core's timer, kept from wait to wait.
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// When `timer` fires, if it is armed. It is moved only to an earlier
+    /// time: a deadline that moved later (the keepalive, after every PDU)
+    /// lets it fire early once, which the core's `handle_timeout` takes
+    /// for nothing, instead of re-arming the reactor's timer every wait.
+    armed: Option<Instant>,
 }
 
 impl Task {
@@ -261,19 +270,20 @@ impl Task {
     /// Waits, parked, for a message from the port, the link, or the core's
     /// timer.
     async fn park<L: Link>(&mut self, pc: &mut PortConn, link: &mut L) -> io::Result<Got> {
-        let timeout = link.core().poll_timeout();
-        let sleep = async {
-            match timeout {
-                Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-                None => std::future::pending::<()>().await,
+        if let Some(t) = link.core().poll_timeout() {
+            if self.armed.is_none_or(|armed| t < armed) {
+                self.timer.as_mut().reset(tokio::time::Instant::from_std(t));
+                self.armed = Some(t);
             }
-        };
+        }
+        let armed = self.armed.is_some();
         // The link is borrowed by its wait; a message is acted on after.
         let msg = tokio::select! {
             biased;
             Some(msg) = pc.recv() => msg,
             r = link.ready() => return r,
-            _ = sleep => {
+            _ = self.timer.as_mut(), if armed => {
+                self.armed = None;
                 link.core().handle_timeout(Instant::now());
                 return Ok(Got::Nothing);
             }
