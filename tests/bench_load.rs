@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run_tool, Daemon, DEFAULT_IQN};
+use common::{run_tool, Daemon, DaemonOptions, DEFAULT_IQN};
 
 fn load(d: &Daemon, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
@@ -170,5 +170,43 @@ fn hostile_peers_run_beside_the_load_and_are_reported() {
     assert!(
         peak < 2048.0,
         "the target grew to {peak} MiB under hostile peers"
+    );
+}
+
+/// Sessions that start at once retry a login the target closes over its
+/// cap on logins in progress from one address (here 2), as an initiator
+/// does, instead of failing the run: every session logs in, the report
+/// counts the retries.
+#[test]
+fn logins_over_the_per_address_cap_are_tried_again() {
+    let d = Daemon::start_with(DaemonOptions {
+        env: vec![(
+            "RUSTGT_LIMITS__MAX_LOGIN_CONNECTIONS_PER_ADDRESS".to_owned(),
+            "2".to_owned(),
+        )],
+        ..DaemonOptions::default()
+    });
+    let r = load(
+        &d,
+        &[
+            "--sessions",
+            "32",
+            "--rate",
+            "20",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0",
+        ],
+    );
+    assert_eq!(r["error_count"].as_u64(), Some(0), "{r}");
+    assert_eq!(
+        r["transport_errors"].as_array().map(Vec::len),
+        Some(0),
+        "{r}"
+    );
+    assert!(
+        r["login_retries"].as_u64().is_some_and(|n| n > 0),
+        "32 logins at once past a cap of 2 needed no retry? {r}"
     );
 }

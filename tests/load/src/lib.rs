@@ -41,6 +41,11 @@ pub enum LoadError {
     /// (refused, closed, timed out, undecodable, rejected).
     #[error("{0}")]
     Transport(String),
+    /// The target refused the login with an initiator error (status class
+    /// 2: authentication, authorization, no such target): trying again
+    /// would not help.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Reads, writes or a mix.
@@ -356,6 +361,10 @@ pub struct Report {
     pub error_count: u64,
     /// Transport errors of sessions that ended early, one line each.
     pub transport_errors: Vec<String>,
+    /// Login attempts that failed and were tried again (all sessions): the
+    /// target closed, reset or refused a connection before its session was
+    /// up, e.g. over a cap on logins in progress from one address.
+    pub login_retries: u64,
     pub pids: Vec<PidReport>,
     /// The hostile peers that ran beside the load (--hostile).
     pub hostile: Vec<HostileReport>,
@@ -400,11 +409,13 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
             .spawn(move || {
                 let _ = nix::sys::prctl::set_timerslack(1);
                 let mut stats = SessionStats::new();
-                let conn =
-                    Conn::login(addr, source, &target, &initiator, isid).and_then(|mut c| {
+                let conn = Conn::login_retrying(addr, source, &target, &initiator, isid).and_then(
+                    |(mut c, retries)| {
+                        stats.login_retries = retries;
                         let geo = c.prepare(lun)?;
                         Ok((c, geo))
-                    });
+                    },
+                );
                 logged_in.wait();
                 go.wait();
                 let (mut c, (blocks, block_size)) = match conn {
@@ -482,6 +493,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     let (mut reads, mut writes, mut completed) = (0u64, 0u64, 0u64);
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut transport = Vec::new();
+    let mut login_retries = 0u64;
     let mut any_ran = false;
     for h in handles {
         let Ok((s, ran)) = h.join() else {
@@ -498,6 +510,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         for (k, v) in s.errors {
             *errors.entry(k).or_insert(0) += v;
         }
+        login_retries += s.login_retries;
         transport.extend(s.transport);
     }
     if !any_ran {
@@ -596,6 +609,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         error_count: errors.values().sum(),
         errors,
         transport_errors: transport,
+        login_retries,
         pids,
         hostile,
     })
@@ -660,6 +674,9 @@ pub fn render(r: &Report) -> String {
             h.episodes,
             h.closed_by_target
         );
+    }
+    if r.login_retries > 0 {
+        let _ = writeln!(s, "logins     {} attempt(s) tried again", r.login_retries);
     }
     let _ = writeln!(s, "errors     {}", r.error_count);
     for (k, v) in &r.errors {

@@ -48,6 +48,8 @@ pub struct SessionStats {
     pub completed_in_window: u64,
     /// SCSI errors by "status 0xNN sense K/ASC/ASCQ".
     pub errors: BTreeMap<String, u64>,
+    /// Login attempts that failed before the one that succeeded.
+    pub login_retries: u64,
     /// The transport error that ended the session early, if any.
     pub transport: Option<String>,
 }
@@ -63,6 +65,7 @@ impl SessionStats {
             due: 0,
             completed_in_window: 0,
             errors: BTreeMap::new(),
+            login_retries: 0,
             transport: None,
         }
     }
@@ -106,6 +109,13 @@ pub struct Conn {
     name: String,
 }
 
+/// Attempts of [`Conn::login_retrying`] at most.
+pub const LOGIN_TRIES: u64 = 10;
+/// First pause between two attempts (doubling up to 1 s).
+pub const LOGIN_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest [`Conn::login_retrying`] keeps trying.
+pub const LOGIN_RETRY_FOR: Duration = Duration::from_secs(20);
+
 fn terr(name: &str, what: impl std::fmt::Display) -> LoadError {
     LoadError::Transport(format!("{name}: {what}"))
 }
@@ -116,6 +126,40 @@ fn sn_le(a: u32, b: u32) -> bool {
 }
 
 impl Conn {
+    /// [`Conn::login`], tried again as an initiator does when the target
+    /// closes, resets or refuses the connection before the session is up
+    /// or answers with a target error (a target's cap on logins in
+    /// progress from one address, for example, when many sessions start at
+    /// once): at most [`LOGIN_TRIES`] attempts, [`LOGIN_BACKOFF`] apart,
+    /// doubling, for at most [`LOGIN_RETRY_FOR`] in all. A login the target
+    /// refuses with an initiator error is not tried again. Returns the
+    /// connection and how many attempts failed before it.
+    pub fn login_retrying(
+        addr: SocketAddr,
+        source: Option<IpAddr>,
+        target: &str,
+        initiator: &str,
+        isid: [u8; 6],
+    ) -> Result<(Conn, u64), LoadError> {
+        let started = Instant::now();
+        let mut backoff = LOGIN_BACKOFF;
+        let mut failed = 0u64;
+        loop {
+            match Conn::login(addr, source, target, initiator, isid) {
+                Ok(c) => return Ok((c, failed)),
+                Err(LoadError::Transport(_))
+                    if failed + 1 < LOGIN_TRIES
+                        && started.elapsed() + backoff < LOGIN_RETRY_FOR =>
+                {
+                    failed += 1;
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Connects (bounded) and logs in to `target` as `initiator`.
     pub fn login(
         addr: SocketAddr,
@@ -189,6 +233,12 @@ impl Conn {
                     ))
                 }
             };
+            if lr.status.class() == 2 {
+                return Err(LoadError::Refused(format!(
+                    "{}: login refused: {:?}",
+                    self.name, lr.status
+                )));
+            }
             if lr.status != LoginStatus::SUCCESS {
                 return Err(terr(
                     &self.name,
