@@ -7,7 +7,8 @@
 //! REPORT TARGET PORT GROUPS reports the supported states (AO/AN/S/U) and
 //! the state SET TARGET PORT GROUPS set, with STATUS CODE "altered by
 //! STPG"; the other nexus gets ASYMMETRIC ACCESS STATE CHANGED (2A/06),
-//! the one that asked does not; in standby a READ and a TEST UNIT READY
+//! the one that asked does not; REPORT SUPPORTED OPERATION CODES lists
+//! STPG only on the explicit LUN; in standby a READ and a TEST UNIT READY
 //! get NOT READY 04/0B while INQUIRY, REPORT LUNS, RTPG and STPG pass; in
 //! unavailable a READ gets 04/0C; an unknown group and a state STPG cannot
 //! ask for get INVALID FIELD IN PARAMETER LIST; an `implicit` LUN refuses
@@ -99,6 +100,15 @@ fn stpg_moves_states_and_gates_commands() {
     assert_eq!(inquiry_tpgs(&mut a, 1), 0x10, "implicit: TPGS=01b");
     assert_eq!(rtpg_group1(&mut a, 0), (AO, 0x0F, 0x00));
     assert_eq!(rtpg_group1(&mut a, 1), (AO, 0x01, 0x00));
+
+    // REPORT SUPPORTED OPERATION CODES, one command (A4h/0Ah): SUPPORT
+    // 011b (supported) on the explicit LUN, 001b on the implicit one.
+    let rsoc = [0xA3, 0x0C, 0x02, 0xA4, 0, 0x0A, 0, 0, 0, 64, 0, 0];
+    for (lun, support) in [(0, 0b011), (1, 0b001)] {
+        let r = a.command(lun, &rsoc, &[], 64);
+        assert_eq!(r.status, GOOD, "RSOC: {r}");
+        assert_eq!(r.data.get(1).map(|b| b & 0x07), Some(support), "LUN {lun}");
+    }
 
     // Implicit LUN: STPG is not supported.
     let r = stpg(&mut a, 1, &[(STANDBY, 1)]);

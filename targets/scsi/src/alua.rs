@@ -345,11 +345,17 @@ fn is_rtpg_or_stpg(cdb: &[u8]) -> bool {
     matches!(cdb.first(), Some(0xA3 | 0xA4)) && sa == Some(0x0A)
 }
 
+/// Whether SET TARGET PORT GROUPS is offered: explicit ALUA on a unit
+/// this daemon alone serves.
+pub(crate) fn explicit_supported(lu: &crate::lun::LogicalUnit) -> bool {
+    lu.alua.mode().explicit() && lu.backstore.shared_state().is_none()
+}
+
 /// SET TARGET PORT GROUPS (MAINTENANCE OUT, service action 0Ah, SPC-4
 /// §6.42): each descriptor names a group and the state asked for it.
 pub(crate) fn set_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let lu = ctx.lu()?;
-    if !lu.alua.mode().explicit() || lu.backstore.shared_state().is_some() {
+    if !explicit_supported(lu) {
         // Implicit only: the command is not supported (TPGS says so).
         return Err(Sense::invalid_cdb_field(1, Some(4)));
     }

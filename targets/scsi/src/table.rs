@@ -324,13 +324,15 @@ pub(crate) fn lookup(cdb: &[u8]) -> Lookup {
 }
 
 /// Whether `lu` offers `desc`: BLOCK ERASE and CRYPTOGRAPHIC ERASE exist
-/// only where a sanitize can deallocate. REPORT SUPPORTED OPERATION CODES
-/// lists only what is offered.
+/// only where a sanitize can deallocate, SET TARGET PORT GROUPS only
+/// with explicit ALUA. REPORT SUPPORTED OPERATION CODES lists only what
+/// is offered.
 pub(crate) fn available(desc: &CmdDesc, lu: &LogicalUnit) -> bool {
     match (desc.opcode, desc.service_action) {
         (0x48, Some(sanitize::SA_BLOCK_ERASE | sanitize::SA_CRYPTO_ERASE)) => {
             sanitize_cmd::erase_supported(lu)
         }
+        (0xA4, Some(0x0A)) => alua::explicit_supported(lu),
         _ => true,
     }
 }
