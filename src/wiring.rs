@@ -60,6 +60,7 @@ pub(crate) fn lun_config(
     lc.write_cache = l.write_cache;
     lc.thin = l.thin;
     lc.removable = l.removable;
+    lc.alua = l.alua.as_ref().map(|a| a.get()).unwrap_or_default();
     lc.physical_block_size = l.physical_block_size;
     lc.unmap_command = l.unmap_command;
     lc.sanitize_rate = l.sanitize_rate.as_ref().map(|r| r.bytes());

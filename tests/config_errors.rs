@@ -183,3 +183,18 @@ fn rbd_table_on_another_backstore() {
         "targets[0].luns[0].rbd",
     );
 }
+
+#[test]
+fn alua_unknown_mode() {
+    assert_rejected(&target("alua = \"sideways\""), "targets[0].luns[0].alua");
+}
+
+#[test]
+fn explicit_alua_on_gateways() {
+    assert_rejected(
+        "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:t\"\nport_groups = [1, 2]\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nalua = \"explicit\"\n\
+         [targets.luns.rbd]\npool = \"rbd\"\nimage = \"a\"\n",
+        "targets[0].luns[0].alua",
+    );
+}

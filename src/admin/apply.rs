@@ -303,6 +303,9 @@ impl Runtime {
         let rt = self.rt_of(&tp.iqn)?;
         for u in &tp.updated_luns {
             let running = rt.luns.get(&u.lun.id);
+            if u.alua_only {
+                continue;
+            }
             let in_place = (u.policy_only
                 && running.is_some_and(|s| can_switch_in_place(s, &u.lun)))
                 || (u.faults_only && running.is_some_and(|s| s.faults().is_some()));
@@ -488,6 +491,13 @@ impl Runtime {
             return;
         };
         for u in &tp.updated_luns {
+            let alua = u.lun.alua.as_ref().map(|a| a.get()).unwrap_or_default();
+            if let Err(e) = rt.scsi.set_lun_alua(u.lun.id, alua) {
+                tracing::warn!(target = %tp.iqn, lun = u.lun.id, error = %e, "alua");
+            }
+            if u.alua_only {
+                continue;
+            }
             let Some(store) = rt.luns.get(&u.lun.id) else {
                 continue;
             };

@@ -12,7 +12,8 @@
 //! - `[limits]`: new connections and logins meet the new caps and login
 //!   timeout; connections already open stay;
 //! - a LUN's size and readahead settings: its store is reopened or its
-//!   policy switched in place, the LUN stays exported;
+//!   policy switched in place, the LUN stays exported; its `alua` setting
+//!   is set on the running LUN;
 //! - any other LUN setting (engine, path, block size, workers, ...): the
 //!   LUN is replaced (removed, then added again);
 //! - `data_dir`, `admin_socket`, `admin_socket_group`, `metrics_listen` and `[reactor]`
@@ -36,6 +37,8 @@ pub struct LunUpdate {
     /// Only the faults differ, and the LUN takes faults before and after:
     /// set them on the running store.
     pub faults_only: bool,
+    /// Only the `alua` setting differs: set it on the running LUN.
+    pub alua_only: bool,
 }
 
 /// Changes to one target that exists before and after.
@@ -151,6 +154,10 @@ impl Plan {
             }
             for u in &t.updated_luns {
                 let what = match (u.resized, u.policy_only, u.faults_only) {
+                    _ if u.alua_only => format!(
+                        "alua set to {}",
+                        u.lun.alua.as_ref().map_or("implicit", |a| a.text())
+                    ),
                     (true, _, _) => format!(
                         "resized to {}",
                         u.lun.size.as_ref().map_or("its backing size", |s| s.text())
@@ -313,9 +320,14 @@ fn lun_change(a: &LunSettings, b: &LunSettings, ca: &Config, cb: &Config) -> Lun
     // Faults change live: set in place, or the store rewrapped around the
     // same engine when the `fault` table comes or goes.
     fixed.fault = a.fault.clone();
+    // ALUA: set on the running LUN.
+    fixed.alua = a.alua.clone();
     if fixed != a {
         return LunChange::Replace;
     }
+    let mut same_but_alua = b2.clone();
+    same_but_alua.alua = a.alua.clone();
+    let alua_only = same_but_alua == a;
     let resized = a.size != b2.size;
     let context_same = !resized
         && a.io_context == b2.io_context
@@ -332,6 +344,7 @@ fn lun_change(a: &LunSettings, b: &LunSettings, ca: &Config, cb: &Config) -> Lun
         resized,
         policy_only,
         faults_only,
+        alua_only,
     }))
 }
 
@@ -527,6 +540,37 @@ mod tests {
                 (1, false, false, true),
                 (2, false, false, false)
             ]
+        );
+    }
+
+    #[test]
+    fn alua_changes_are_live() {
+        let a = config(vec![target("a", &[0, 1])]);
+        let mut b = a.clone();
+        b.targets[0].luns[0].alua = Some("explicit".parse().expect("alua"));
+        // LUN 1: alua and a fixed setting: replaced.
+        b.targets[0].luns[1].alua = Some("both".parse().expect("alua"));
+        b.targets[0].luns[1].thin = !a.targets[0].luns[1].thin;
+        let p = plan(&a, &b);
+        let t = &p.changed_targets[0];
+        let replaced: Vec<u64> = t.replaced_luns.iter().map(|l| l.id).collect();
+        assert_eq!(replaced, vec![1]);
+        let u: Vec<(u64, bool)> = t
+            .updated_luns
+            .iter()
+            .map(|u| (u.lun.id, u.alua_only))
+            .collect();
+        assert_eq!(u, vec![(0, true)]);
+        assert!(p
+            .describe()
+            .contains(&"target iqn.2026-11.org.rustgt:a: LUN 0 alua set to explicit".to_owned()));
+        // Writing the default out is a live no-op, never a replacement.
+        let mut c = a.clone();
+        c.targets[0].luns[0].alua = Some("implicit".parse().expect("alua"));
+        let p = plan(&a, &c);
+        assert!(
+            p.changed_targets.iter().all(|t| t.replaced_luns.is_empty()),
+            "{p:?}"
         );
     }
 

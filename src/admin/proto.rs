@@ -490,6 +490,7 @@ pub const LUN_KEYS: &[SettableKey] = &[
     key("serial", IDENTITY, &[]),
     key("wwn", IDENTITY, &[]),
     key("removable", KeyRule::Replaces, BOOLS),
+    key("alua", KeyRule::Replaces, &["implicit", "explicit", "both"]),
     key(
         "pr_state",
         KeyRule::Refused(
@@ -820,6 +821,10 @@ pub struct LunView {
     /// empty when none) and how many have been injected.
     #[serde(default)]
     pub faults: Option<FaultsView>,
+    /// With explicit ALUA: the `alua` setting and the access state of this
+    /// daemon's target port group ("explicit, standby").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alua: Option<String>,
 }
 
 /// A LUN's injected faults (see `lun fault`).

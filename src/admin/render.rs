@@ -883,6 +883,9 @@ fn lun_node(l: &LunView) -> Node {
     if let Some(r) = &l.readahead {
         children.push(leaf(format!("readahead {r}")));
     }
+    if let Some(a) = &l.alua {
+        children.push(leaf(format!("alua {a}")));
+    }
     if let Some(f) = &l.faults {
         let set = if f.set.is_empty() {
             "none".to_owned()

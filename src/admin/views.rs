@@ -84,6 +84,12 @@ impl Runtime {
             serial: crate::wiring::lun_serial(&t.iqn, l),
             wwn: l.wwn.as_ref().map(|w| w.text().to_owned()),
             readahead: store.and_then(|s| s.io_context()).map(|c| c.policy_label()),
+            alua: self
+                .targets
+                .get(&key(&t.iqn))
+                .and_then(|rt| rt.scsi.lun_alua(l.id, t.tpgt))
+                .filter(|(mode, _)| *mode != rustgt_scsi::AluaMode::Implicit)
+                .map(|(mode, state)| format!("{}, {state}", mode.as_str())),
             faults: store.and_then(|s| s.faults()).map(|f| {
                 let spec = f.spec();
                 let set = [

@@ -65,6 +65,11 @@ pub struct LunSettings {
     /// Removable medium: START STOP UNIT with LOEJ ejects and loads it.
     #[serde(default)]
     pub removable: bool,
+    /// ALUA transitions (SPC-4 §5.16): "implicit" (the default: the daemon
+    /// alone changes access states), "explicit" (initiators change them
+    /// with SET TARGET PORT GROUPS) or "both".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alua: Option<Setting<rustgt_scsi::AluaMode>>,
     /// File keeping persistent reservations for APTPL; relative = under
     /// data_dir. Default: `pr/<target iqn>-<lun id>.toml` under data_dir.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -112,6 +112,7 @@ impl Config {
                 serial: None,
                 wwn: None,
                 removable: false,
+                alua: None,
                 pr_state: None,
                 physical_block_size: None,
                 unmap_command: true,

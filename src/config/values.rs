@@ -121,6 +121,18 @@ impl SettingValue for ReadaheadChoice {
     }
 }
 
+impl SettingValue for rustgt_scsi::AluaMode {
+    fn parse_setting(text: &str) -> Result<Self, String> {
+        use rustgt_scsi::AluaMode;
+        [AluaMode::Implicit, AluaMode::Explicit, AluaMode::Both]
+            .into_iter()
+            .find(|m| m.as_str() == text)
+            .ok_or_else(|| {
+                format!("unknown mode {text:?}: expected \"implicit\", \"explicit\" or \"both\"")
+            })
+    }
+}
+
 impl SettingValue for ContextMode {
     fn parse_setting(text: &str) -> Result<Self, String> {
         text.parse()

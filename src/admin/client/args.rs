@@ -195,8 +195,8 @@ pub enum LunCmd {
     /// Change keys of a LUN, live and saved.
     ///
     /// KEY is a [[targets.luns]] key of the config file; KEY= restores the
-    /// default. readahead, io_context, readahead_*, device_slice and size
-    /// change in place; read_only, write_cache, thin, unmap_command,
+    /// default. readahead, io_context, readahead_*, device_slice, size and
+    /// alua change in place; read_only, write_cache, thin, unmap_command,
     /// removable, workers, physical_block_size, sanitize_rate and hddsim_*
     /// replace the LUN (--force while its target has sessions; refused for
     /// a ram LUN, whose data would be lost); id, backstore, path, rbd,

@@ -1,5 +1,6 @@
-//! Asymmetric logical unit access (SPC-4 §5.16): implicit ALUA with one
-//! target port group per iSCSI portal group.
+//! Asymmetric logical unit access (SPC-4 §5.16): one target port group
+//! per iSCSI portal group; implicit ALUA, and explicit ALUA (SET TARGET
+//! PORT GROUPS) on LUNs whose `alua` setting ([`AluaMode`]) allows it.
 //!
 //! A logical unit this daemon alone serves is active/optimized in every
 //! group. One that several gateways serve (each gateway a group of its
@@ -15,16 +16,30 @@
 //! ([`Nexus::port_group`] and [`Nexus::relative_port_id`]), so REPORT
 //! TARGET PORT GROUPS lists the groups and ports seen so far, always
 //! including the one the command came through. Standard INQUIRY reports
-//! TPGS=01b (implicit only) and VPD page 83h carries the same group number
-//! in its target port group designator. SET TARGET PORT GROUPS (explicit
-//! ALUA) is not supported.
+//! TPGS from the LUN's `alua` setting (01b implicit, 10b explicit, 11b
+//! both) and VPD page 83h carries the group number in its target port
+//! group designator.
+//!
+//! Explicit ALUA, on a logical unit this daemon alone serves (the
+//! configuration refuses it on gateways' LUNs for now): SET TARGET PORT
+//! GROUPS moves the groups it names to active/optimized, active/non-
+//! optimized, standby or unavailable (never transitioning, so T_SUP is
+//! 0; no offline or LBA dependent state either), held in the daemon
+//! ([`AluaStates`]; a group never named is active/optimized; the states
+//! end with the daemon or when the LUN goes back to implicit).
+//! A change raises ASYMMETRIC ACCESS STATE CHANGED on every other I_T
+//! nexus; REPORT TARGET PORT GROUPS then shows STATUS CODE 01h. Through a
+//! standby or unavailable group only the commands SPC-4 §5.16.2.4.4 and
+//! §5.16.2.4.5 list run (checked in `exec::admit` after unit attentions);
+//! the others get NOT READY, 04h/0Bh or 04h/0Ch. No group is reported as
+//! preferred (PREF 0).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cmd::Nexus;
 use crate::ctx::Ctx;
 use crate::outcome::Outcome;
-use crate::sense::Sense;
+use crate::sense::{Asc, Sense, SenseKey};
 
 /// ASYMMETRIC ACCESS STATE active/optimized (SPC-4 table 279).
 const STATE_ACTIVE_OPTIMIZED: u8 = 0x0;
@@ -36,12 +51,15 @@ const AO_SUP: u8 = 0x01;
 const AN_SUP: u8 = 0x02;
 
 /// Which group is active/optimized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Optimized {
-    /// Every group (a unit only this daemon serves).
+    /// Every group (a unit only this daemon serves, implicit ALUA).
     All,
     /// Only this group, or none; the others are active/non-optimized.
     Only(Option<u16>),
+    /// A unit this daemon serves with explicit ALUA: the states SET TARGET
+    /// PORT GROUPS gave (a group not listed is active/optimized).
+    Set(BTreeMap<u16, u8>),
 }
 /// STATUS CODE: no status available.
 const STATUS_NONE: u8 = 0x00;
@@ -61,20 +79,30 @@ fn groups<'a>(nexuses: impl IntoIterator<Item = &'a Nexus>) -> BTreeMap<u16, BTr
 }
 
 /// Target port group descriptors (SPC-4 table 278).
-fn descriptors(groups: &BTreeMap<u16, BTreeSet<u16>>, optimized: Optimized) -> Vec<u8> {
+fn descriptors(groups: &BTreeMap<u16, BTreeSet<u16>>, optimized: &Optimized) -> Vec<u8> {
     let mut d = Vec::new();
     for (group, ports) in groups {
         // TARGET PORT COUNT is one byte: list at most 255 ports per group.
         let count = ports.len().min(255);
-        let (state, supported) = match optimized {
-            Optimized::All => (STATE_ACTIVE_OPTIMIZED, AO_SUP),
-            Optimized::Only(g) if g == Some(*group) => (STATE_ACTIVE_OPTIMIZED, AO_SUP | AN_SUP),
-            Optimized::Only(_) => (STATE_ACTIVE_NON_OPTIMIZED, AO_SUP | AN_SUP),
+        let (state, supported, status) = match optimized {
+            Optimized::All => (STATE_ACTIVE_OPTIMIZED, AO_SUP, STATUS_NONE),
+            Optimized::Only(g) if *g == Some(*group) => {
+                (STATE_ACTIVE_OPTIMIZED, AO_SUP | AN_SUP, STATUS_NONE)
+            }
+            Optimized::Only(_) => (STATE_ACTIVE_NON_OPTIMIZED, AO_SUP | AN_SUP, STATUS_NONE),
+            Optimized::Set(states) => {
+                let (state, status) = match states.get(group) {
+                    Some(s) => (*s, STATUS_ALTERED_BY_STPG),
+                    None => (STATE_ACTIVE_OPTIMIZED, STATUS_NONE),
+                };
+                (state, AO_SUP | AN_SUP | S_SUP | U_SUP, status)
+            }
         };
+        // PREF stays 0: no group is configured as preferred.
         d.push(state);
         d.push(supported);
         d.extend_from_slice(&group.to_be_bytes());
-        d.extend_from_slice(&[0, STATUS_NONE, 0, count as u8]);
+        d.extend_from_slice(&[0, status, 0, count as u8]);
         for port in ports.iter().take(count) {
             d.extend_from_slice(&[0, 0]);
             d.extend_from_slice(&port.to_be_bytes());
@@ -87,7 +115,7 @@ fn descriptors(groups: &BTreeMap<u16, BTreeSet<u16>>, optimized: Optimized) -> V
 /// only (`extended` false) or extended header format.
 pub(crate) fn report(
     groups: &BTreeMap<u16, BTreeSet<u16>>,
-    optimized: Optimized,
+    optimized: &Optimized,
     extended: bool,
 ) -> Vec<u8> {
     let body = descriptors(groups, optimized);
@@ -123,13 +151,278 @@ pub(crate) fn report_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense>
         all.entry(*g).or_insert_with(|| BTreeSet::from([*g]));
     }
     let optimized = match lu.backstore.shared_state() {
+        None if lu.alua.mode().explicit() => Optimized::Set(lu.alua.states()),
         None => Optimized::All,
         Some(sh) => Optimized::Only(sh.owner().unwrap_or_else(|e| {
             tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
             None
         })),
     };
-    Ok(Outcome::alloc(report(&all, optimized, extended), alloc_len))
+    Ok(Outcome::alloc(
+        report(&all, &optimized, extended),
+        alloc_len,
+    ))
+}
+
+/// ASYMMETRIC ACCESS STATE standby.
+const STATE_STANDBY: u8 = 0x2;
+/// ASYMMETRIC ACCESS STATE unavailable.
+const STATE_UNAVAILABLE: u8 = 0x3;
+/// Supported states: S_SUP.
+const S_SUP: u8 = 0x04;
+/// Supported states: U_SUP.
+const U_SUP: u8 = 0x08;
+/// STATUS CODE: altered by SET TARGET PORT GROUPS.
+const STATUS_ALTERED_BY_STPG: u8 = 0x01;
+/// Standard INQUIRY byte 5 TPGS field (SPC-4 table 140).
+const TPGS_IMPLICIT: u8 = 0b01 << 4;
+const TPGS_EXPLICIT: u8 = 0b10 << 4;
+
+/// Which ALUA transitions a logical unit supports (its `alua` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AluaMode {
+    /// The device server alone changes access states (TPGS=01b); SET
+    /// TARGET PORT GROUPS is refused. The default.
+    #[default]
+    Implicit,
+    /// Only SET TARGET PORT GROUPS changes them (TPGS=10b).
+    Explicit,
+    /// Both (TPGS=11b).
+    Both,
+}
+
+impl AluaMode {
+    /// The TPGS bits of standard INQUIRY byte 5.
+    pub(crate) fn tpgs(self) -> u8 {
+        match self {
+            AluaMode::Implicit => TPGS_IMPLICIT,
+            AluaMode::Explicit => TPGS_EXPLICIT,
+            AluaMode::Both => TPGS_IMPLICIT | TPGS_EXPLICIT,
+        }
+    }
+
+    fn explicit(self) -> bool {
+        self != AluaMode::Implicit
+    }
+
+    /// The setting's name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AluaMode::Implicit => "implicit",
+            AluaMode::Explicit => "explicit",
+            AluaMode::Both => "both",
+        }
+    }
+}
+
+/// The access states SET TARGET PORT GROUPS gave to target port groups of
+/// a logical unit this daemon alone serves; a group not listed is
+/// active/optimized.
+#[derive(Debug, Default)]
+pub(crate) struct AluaStates {
+    inner: std::sync::Mutex<AluaInner>,
+}
+
+#[derive(Debug, Default)]
+struct AluaInner {
+    mode: AluaMode,
+    /// Group -> access state set by STPG.
+    states: BTreeMap<u16, u8>,
+}
+
+/// What [`AluaStates::set_mode`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ModeChange {
+    /// TPGS in standard INQUIRY data.
+    pub tpgs: bool,
+    /// The access state of a group (back to active/optimized).
+    pub states: bool,
+}
+
+impl AluaStates {
+    pub(crate) fn new(mode: AluaMode) -> Self {
+        AluaStates {
+            inner: std::sync::Mutex::new(AluaInner {
+                mode,
+                states: BTreeMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AluaInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn mode(&self) -> AluaMode {
+        self.lock().mode
+    }
+
+    /// A new `alua` setting; leaving explicit ALUA puts every group back
+    /// to active/optimized.
+    pub(crate) fn set_mode(&self, mode: AluaMode) -> ModeChange {
+        let mut g = self.lock();
+        let tpgs = g.mode != mode;
+        g.mode = mode;
+        let states = !mode.explicit() && !g.states.is_empty();
+        if states {
+            g.states.clear();
+        }
+        ModeChange { tpgs, states }
+    }
+
+    /// The states STPG set, by group.
+    fn states(&self) -> BTreeMap<u16, u8> {
+        self.lock().states.clone()
+    }
+
+    /// The access state of `group` as a name, for the admin interface.
+    pub(crate) fn state_name(&self, group: u16) -> &'static str {
+        match self.lock().states.get(&group).copied() {
+            None | Some(STATE_ACTIVE_OPTIMIZED) => "active/optimized",
+            Some(STATE_ACTIVE_NON_OPTIMIZED) => "active/non-optimized",
+            Some(STATE_STANDBY) => "standby",
+            Some(_) => "unavailable",
+        }
+    }
+
+    /// Whether a command with this CDB may run through a port of `group`
+    /// (SPC-4 §5.16.2.4.4 standby, §5.16.2.4.5 unavailable): `Err` carries
+    /// NOT READY with the state's additional sense code.
+    pub(crate) fn check(&self, group: u16, cdb: &[u8]) -> Result<(), Sense> {
+        let state = {
+            let g = self.lock();
+            if !g.mode.explicit() {
+                return Ok(());
+            }
+            g.states
+                .get(&group)
+                .copied()
+                .unwrap_or(STATE_ACTIVE_OPTIMIZED)
+        };
+        let allowed = match state {
+            STATE_STANDBY => allowed_in_standby(cdb),
+            STATE_UNAVAILABLE => allowed_in_unavailable(cdb),
+            _ => true,
+        };
+        if allowed {
+            return Ok(());
+        }
+        let asc = if state == STATE_STANDBY {
+            Asc::TARGET_PORT_IN_STANDBY_STATE
+        } else {
+            Asc::TARGET_PORT_IN_UNAVAILABLE_STATE
+        };
+        Err(Sense::new(SenseKey::NOT_READY, asc))
+    }
+}
+
+/// Commands a standby port accepts (SPC-4 §5.16.2.4.4).
+fn allowed_in_standby(cdb: &[u8]) -> bool {
+    let op = cdb.first().copied().unwrap_or(0);
+    matches!(
+        op,
+        0x12 // INQUIRY
+            | 0x4C | 0x4D // LOG SELECT / LOG SENSE
+            | 0x15 | 0x55 | 0x1A | 0x5A // MODE SELECT / SENSE (6, 10)
+            | 0xA0 // REPORT LUNS
+            | 0x1C | 0x1D // RECEIVE / SEND DIAGNOSTIC
+            | 0x03 // REQUEST SENSE
+            | 0x5E | 0x5F // PERSISTENT RESERVE IN / OUT
+            | 0x3B | 0x3C // WRITE / READ BUFFER
+    ) || is_rtpg_or_stpg(cdb)
+}
+
+/// Commands an unavailable port accepts (SPC-4 §5.16.2.4.5).
+fn allowed_in_unavailable(cdb: &[u8]) -> bool {
+    let op = cdb.first().copied().unwrap_or(0);
+    matches!(op, 0x12 | 0xA0 | 0x03 | 0x3B | 0x3C) || is_rtpg_or_stpg(cdb)
+}
+
+fn is_rtpg_or_stpg(cdb: &[u8]) -> bool {
+    let sa = cdb.get(1).map(|b| b & 0x1F);
+    matches!(cdb.first(), Some(0xA3 | 0xA4)) && sa == Some(0x0A)
+}
+
+/// Whether SET TARGET PORT GROUPS is offered: explicit ALUA on a unit
+/// this daemon alone serves.
+pub(crate) fn explicit_supported(lu: &crate::lun::LogicalUnit) -> bool {
+    lu.alua.mode().explicit() && lu.backstore.shared_state().is_none()
+}
+
+/// SET TARGET PORT GROUPS (MAINTENANCE OUT, service action 0Ah, SPC-4
+/// §6.42): each descriptor names a group and the state asked for it.
+pub(crate) fn set_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
+    let lu = ctx.lu()?;
+    if !explicit_supported(lu) {
+        // Implicit only: the command is not supported (TPGS says so).
+        return Err(Sense::invalid_cdb_field(1, Some(4)));
+    }
+    let param_len = ctx.cdb.be32(6);
+    let data = ctx
+        .cmd
+        .data_out
+        .get(..usize::try_from(param_len).unwrap_or(usize::MAX))
+        .unwrap_or(&ctx.cmd.data_out);
+    let mut known = groups(ctx.target.nexus_list().iter().map(|n| n.as_ref()))
+        .into_keys()
+        .collect::<BTreeSet<u16>>();
+    known.insert(ctx.cmd.nexus.port_group);
+    known.extend(ctx.target.port_groups());
+    let changes = parse_stpg(data, &known)?;
+    let mut changed = false;
+    {
+        let mut g = lu.alua.lock();
+        for (group, state) in changes {
+            let was = g
+                .states
+                .insert(group, state)
+                .unwrap_or(STATE_ACTIVE_OPTIMIZED);
+            changed |= was != state;
+        }
+    }
+    if changed {
+        lu.establish_ua(
+            ctx.target.known_nexuses(),
+            Asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+            Some(ctx.nexus_id()),
+        );
+    }
+    Ok(Outcome::data_out(u64::from(param_len)))
+}
+
+/// The SET TARGET PORT GROUPS parameter list: a 4-byte reserved header,
+/// then 4-byte descriptors (state in byte 0 bits 3..0, group in bytes
+/// 2..3). Every descriptor is checked before any state changes.
+fn parse_stpg(data: &[u8], known: &BTreeSet<u16>) -> Result<Vec<(u16, u8)>, Sense> {
+    if data.is_empty() {
+        return Ok(Vec::new());
+    }
+    let body = data
+        .get(4..)
+        .filter(|b| b.len() % 4 == 0)
+        .ok_or(Sense::illegal(Asc::PARAMETER_LIST_LENGTH_ERROR))?;
+    let mut out = Vec::with_capacity(body.len() / 4);
+    for (i, d) in body.chunks_exact(4).enumerate() {
+        let at = 4 + 4 * i;
+        let Ok([b0, _, g0, g1]) = <[u8; 4]>::try_from(d) else {
+            return Err(Sense::illegal(Asc::PARAMETER_LIST_LENGTH_ERROR));
+        };
+        let state = b0 & 0x0F;
+        let group = u16::from_be_bytes([g0, g1]);
+        if !matches!(
+            state,
+            STATE_ACTIVE_OPTIMIZED | STATE_ACTIVE_NON_OPTIMIZED | STATE_STANDBY | STATE_UNAVAILABLE
+        ) {
+            return Err(Sense::invalid_param_field(at, Some(3)));
+        }
+        if !known.contains(&group) {
+            return Err(Sense::invalid_param_field(at + 2, None));
+        }
+        out.push((group, state));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -151,7 +444,7 @@ mod tests {
     fn one_group_per_portal_group() {
         let ns = [nexus(1, 1), nexus(2, 2), nexus(1, 1), nexus(1, 3)];
         let g = groups(ns.iter());
-        let d = report(&g, Optimized::All, false);
+        let d = report(&g, &Optimized::All, false);
         assert_eq!(&d[..4], &(d.len() as u32 - 4).to_be_bytes());
         // Group 1: two ports (1 and 3).
         assert_eq!(&d[4..12], &[0x00, 0x01, 0, 1, 0, 0, 0, 2]);
@@ -165,10 +458,10 @@ mod tests {
     #[test]
     fn gateways_one_optimized() {
         let g = groups([nexus(1, 1), nexus(2, 2)].iter());
-        let d = report(&g, Optimized::Only(Some(2)), false);
+        let d = report(&g, &Optimized::Only(Some(2)), false);
         assert_eq!(&d[4..8], &[0x01, 0x03, 0, 1]);
         assert_eq!(&d[16..20], &[0x00, 0x03, 0, 2]);
-        let d = report(&g, Optimized::Only(None), false);
+        let d = report(&g, &Optimized::Only(None), false);
         assert_eq!(&d[4..8], &[0x01, 0x03, 0, 1]);
         assert_eq!(&d[16..20], &[0x01, 0x03, 0, 2]);
     }
@@ -176,9 +469,92 @@ mod tests {
     #[test]
     fn extended_header() {
         let g = groups([nexus(5, 9)].iter());
-        let d = report(&g, Optimized::All, true);
+        let d = report(&g, &Optimized::All, true);
         assert_eq!(&d[..8], &[0, 0, 0, 16, 0x10, 0, 0, 0]);
         assert_eq!(&d[8..12], &[0x00, 0x01, 0, 5]);
         assert_eq!(d.len(), 20);
+    }
+
+    #[test]
+    fn explicit_states_reported() {
+        let g = groups([nexus(1, 1), nexus(2, 2)].iter());
+        let d = report(
+            &g,
+            &Optimized::Set(BTreeMap::from([(2, STATE_STANDBY)])),
+            false,
+        );
+        // Group 1 untouched: active/optimized, status none; AO/AN/S/U
+        // supported, T_SUP/O_SUP/LBD_SUP not.
+        assert_eq!(&d[4..12], &[0x00, 0x0F, 0, 1, 0, 0x00, 0, 1]);
+        // Group 2: standby, altered by STPG.
+        assert_eq!(&d[16..24], &[0x02, 0x0F, 0, 2, 0, 0x01, 0, 1]);
+    }
+
+    #[test]
+    fn tpgs_bits() {
+        assert_eq!(AluaMode::Implicit.tpgs(), 0x10);
+        assert_eq!(AluaMode::Explicit.tpgs(), 0x20);
+        assert_eq!(AluaMode::Both.tpgs(), 0x30);
+    }
+
+    #[test]
+    fn stpg_parameter_list() {
+        let known = BTreeSet::from([1u16, 2]);
+        // Header, then group 2 -> standby, group 1 -> active/non-optimized.
+        let data = [0, 0, 0, 0, 0x02, 0, 0, 2, 0x01, 0, 0, 1];
+        assert_eq!(
+            parse_stpg(&data, &known).expect("valid"),
+            vec![(2, STATE_STANDBY), (1, STATE_ACTIVE_NON_OPTIMIZED)]
+        );
+        assert_eq!(parse_stpg(&[], &known).expect("empty"), vec![]);
+        // Unknown group 7: INVALID FIELD IN PARAMETER LIST at byte 6.
+        let e = parse_stpg(&[0, 0, 0, 0, 0x00, 0, 0, 7], &known).expect_err("group");
+        assert_eq!(e.asc, Asc::INVALID_FIELD_IN_PARAMETER_LIST);
+        // Transitioning (Fh) and LBA dependent (4h) cannot be asked for.
+        for state in [0x0F, 0x04, 0x0E] {
+            let e = parse_stpg(&[0, 0, 0, 0, state, 0, 0, 1], &known).expect_err("state");
+            assert_eq!(e.asc, Asc::INVALID_FIELD_IN_PARAMETER_LIST);
+        }
+        // A torn descriptor.
+        let e = parse_stpg(&[0, 0, 0, 0, 0x00, 0, 0], &known).expect_err("length");
+        assert_eq!(e.asc, Asc::PARAMETER_LIST_LENGTH_ERROR);
+    }
+
+    #[test]
+    fn standby_and_unavailable_gate_commands() {
+        let a = AluaStates::new(AluaMode::Explicit);
+        a.lock().states.insert(1, STATE_STANDBY);
+        a.lock().states.insert(2, STATE_UNAVAILABLE);
+        let read10 = [0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        let tur = [0x00, 0, 0, 0, 0, 0];
+        let rtpg = [0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
+        let stpg = [0xA4, 0x0A, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let pr_in = [0x5E, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        let e = a.check(1, &read10).expect_err("standby read");
+        assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, Asc::new(0x04, 0x0B)));
+        assert!(a.check(1, &tur).is_err());
+        for ok in [&rtpg[..], &stpg, &pr_in, &[0x12, 0, 0, 0, 96, 0]] {
+            assert!(a.check(1, ok).is_ok(), "{ok:02x?}");
+        }
+        let e = a.check(2, &read10).expect_err("unavailable read");
+        assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, Asc::new(0x04, 0x0C)));
+        assert!(
+            a.check(2, &pr_in).is_err(),
+            "PR IN is refused when unavailable"
+        );
+        assert!(a.check(2, &rtpg).is_ok() && a.check(2, &stpg).is_ok());
+        // Group 3 was never set: active/optimized.
+        assert!(a.check(3, &read10).is_ok());
+        // Back to implicit: states cleared, nothing gated.
+        let c = a.set_mode(AluaMode::Implicit);
+        assert_eq!(
+            c,
+            ModeChange {
+                tpgs: true,
+                states: true
+            }
+        );
+        assert!(a.check(1, &read10).is_ok());
+        assert_eq!(a.state_name(1), "active/optimized");
     }
 }

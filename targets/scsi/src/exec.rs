@@ -9,6 +9,8 @@
 //!    unknown opcode), oldest first;
 //! 3. unknown opcode / service action;
 //! 4. CDB length and reserved bits against the table's usage data;
+//!    then the access state of the nexus's target port group (`alua`:
+//!    standby and unavailable take only a few commands);
 //! 5. reservation conflicts (`pr`), answered with RESERVATION CONFLICT;
 //! 6. readiness: a sanitize in progress or failed, an ejected medium;
 //! 7. write protection for commands that modify the medium;
@@ -104,6 +106,9 @@ pub(crate) fn admit(cmd: &Command, lu: Option<&LogicalUnit>) -> Result<Admit, Se
     };
     check_usage(&cmd.cdb, desc.usage, desc.sa_mask())?;
     if let Some(lu) = lu {
+        // Access state of the port group the command came through (SPC-4
+        // §5.16.2.4): standby and unavailable take only a few commands.
+        lu.alua.check(cmd.nexus.port_group, &cmd.cdb)?;
         // Reservations (SPC-4 §5.13.1): after unit attentions and CDB
         // checks, before the medium is looked at.
         if lu.pr.conflicts(&cmd.nexus, pr_cmd::access(&cmd.cdb)) {

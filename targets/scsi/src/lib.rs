@@ -108,6 +108,7 @@ mod workers;
 mod xcopy;
 mod xcopy_param;
 
+pub use alua::AluaMode;
 pub use cmd::*;
 pub use error::ScsiError;
 pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS};

@@ -92,6 +92,8 @@ pub struct LunConfig {
     /// IOPS and bandwidth limits ([`crate::qos`]); change them live with
     /// [`crate::ScsiTarget::set_lun_qos`].
     pub qos: crate::qos::LunQos,
+    /// Implicit and/or explicit ALUA ([`crate::AluaMode`]).
+    pub alua: crate::alua::AluaMode,
 }
 
 impl LunConfig {
@@ -115,6 +117,7 @@ impl LunConfig {
             removable: false,
             sanitize_rate: None,
             qos: crate::qos::LunQos::default(),
+            alua: crate::alua::AluaMode::default(),
         }
     }
 }
@@ -223,6 +226,8 @@ pub(crate) struct LogicalUnit {
     ua: Mutex<UnitAttentions>,
     /// The task set: queued and running tasks, in execution order.
     pub tasks: Tasks,
+    /// Access states set by SET TARGET PORT GROUPS.
+    pub alua: crate::alua::AluaStates,
     /// The worker threads ([`crate::workers`]).
     pub workers: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -250,6 +255,7 @@ impl LogicalUnit {
                 naa: cfg.naa,
                 removable: cfg.removable,
             },
+            alua: crate::alua::AluaStates::new(cfg.alua),
             stats: Stats::default(),
             thin: cfg.thin,
             phys_exp: cfg.physical_block_exponent().unwrap_or(0),

@@ -70,6 +70,10 @@ impl Asc {
     pub const LOGICAL_UNIT_NOT_READY: Asc = Asc::new(0x04, 0x00);
     /// LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION.
     pub const ASYMMETRIC_ACCESS_STATE_TRANSITION: Asc = Asc::new(0x04, 0x0A);
+    /// LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE.
+    pub const TARGET_PORT_IN_STANDBY_STATE: Asc = Asc::new(0x04, 0x0B);
+    /// LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE.
+    pub const TARGET_PORT_IN_UNAVAILABLE_STATE: Asc = Asc::new(0x04, 0x0C);
     /// 0Ch/00h: WRITE ERROR, with MEDIUM ERROR: a backstore write or flush
     /// failed with an I/O error other than out of space.
     pub const WRITE_ERROR: Asc = Asc::new(0x0C, 0x00);
@@ -130,6 +134,8 @@ impl Asc {
     /// 2Ah/01h: MODE PARAMETERS CHANGED: unit attention for the other known
     /// nexuses after a MODE SELECT changed the LU's mode parameters.
     pub const MODE_PARAMETERS_CHANGED: Asc = Asc::new(0x2A, 0x01);
+    /// ASYMMETRIC ACCESS STATE CHANGED (SPC-4 §5.16.2.5).
+    pub const ASYMMETRIC_ACCESS_STATE_CHANGED: Asc = Asc::new(0x2A, 0x06);
     /// 2Ah/09h: CAPACITY DATA HAS CHANGED: unit attention for every known
     /// nexus when the LU's store changed size
     /// ([`ScsiTarget::capacity_changed`](crate::ScsiTarget::capacity_changed)).
@@ -151,6 +157,8 @@ impl Asc {
     /// 39h/00h: SAVING PARAMETERS NOT SUPPORTED: MODE SENSE asked for saved
     /// values (PC=3); this core keeps no saved pages.
     pub const SAVING_PARAMETERS_NOT_SUPPORTED: Asc = Asc::new(0x39, 0x00);
+    /// INQUIRY DATA HAS CHANGED (a LUN's `alua` setting changed TPGS).
+    pub const INQUIRY_DATA_HAS_CHANGED: Asc = Asc::new(0x3F, 0x03);
     /// 3Fh/0Eh: REPORTED LUNS DATA HAS CHANGED: unit attention after a LUN was
     /// added to or removed from the target.
     pub const REPORTED_LUNS_DATA_HAS_CHANGED: Asc = Asc::new(0x3F, 0x0E);

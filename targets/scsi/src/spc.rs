@@ -58,7 +58,10 @@ pub(crate) fn inquiry(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
         if page_code != 0 {
             return Err(Sense::invalid_cdb_field(2, None));
         }
-        vpd::standard_inquiry(ctx.lu.map(|lu| &lu.ident))
+        let tpgs = ctx
+            .lu
+            .map_or(vpd::TPGS_IMPLICIT, |lu| lu.alua.mode().tpgs());
+        vpd::standard_inquiry(ctx.lu.map(|lu| &lu.ident), tpgs)
     };
     Ok(Outcome::alloc(data, alloc_len))
 }

@@ -270,6 +270,10 @@ pub(crate) static COMMANDS: &[CmdDesc] = &[
     cmd!(0xA3, Some(0x0C), "REPORT SUPPORTED OPERATION CODES", In, 0, CTL_TIMEOUT,
          report_supported_opcodes,
          [0xA3, 0x0C, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
+    // SPC-4 §6.42 (refused unless the LUN's `alua` allows explicit)
+    cmd!(0xA4, Some(0x0A), "SET TARGET PORT GROUPS", Out, 0, CTL_TIMEOUT,
+         alua::set_target_port_groups,
+         [0xA4, 0x0A, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0]),
     // SBC-3 §5.12
     cmd!(0xA8, None, "READ(12)", In, 0, IO_TIMEOUT, sbc::read,
          [0xA8, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0]),
@@ -320,13 +324,15 @@ pub(crate) fn lookup(cdb: &[u8]) -> Lookup {
 }
 
 /// Whether `lu` offers `desc`: BLOCK ERASE and CRYPTOGRAPHIC ERASE exist
-/// only where a sanitize can deallocate. REPORT SUPPORTED OPERATION CODES
-/// lists only what is offered.
+/// only where a sanitize can deallocate, SET TARGET PORT GROUPS only
+/// with explicit ALUA. REPORT SUPPORTED OPERATION CODES lists only what
+/// is offered.
 pub(crate) fn available(desc: &CmdDesc, lu: &LogicalUnit) -> bool {
     match (desc.opcode, desc.service_action) {
         (0x48, Some(sanitize::SA_BLOCK_ERASE | sanitize::SA_CRYPTO_ERASE)) => {
             sanitize_cmd::erase_supported(lu)
         }
+        (0xA4, Some(0x0A)) => alua::explicit_supported(lu),
         _ => true,
     }
 }

@@ -281,6 +281,30 @@ impl ScsiTarget {
         }
     }
 
+    /// Sets a LUN's `alua` setting, live: INQUIRY DATA HAS CHANGED when
+    /// TPGS changes, ASYMMETRIC ACCESS STATE CHANGED when leaving explicit
+    /// ALUA put groups back to active/optimized.
+    pub fn set_lun_alua(&self, lun: u64, mode: crate::AluaMode) -> Result<(), ScsiError> {
+        let lu = self.shared.lu(lun).ok_or(ScsiError::NoSuchLun(lun))?;
+        let change = lu.alua.set_mode(mode);
+        let nexuses = self.shared.known_nexuses();
+        if change.tpgs {
+            lu.establish_ua(nexuses.iter().copied(), Asc::INQUIRY_DATA_HAS_CHANGED, None);
+        }
+        if change.states {
+            lu.establish_ua(nexuses, Asc::ASYMMETRIC_ACCESS_STATE_CHANGED, None);
+        }
+        Ok(())
+    }
+
+    /// A LUN's `alua` setting and the access state of this daemon's target
+    /// port group `group` ("active/optimized", "standby", ...).
+    pub fn lun_alua(&self, lun: u64, group: u16) -> Option<(crate::AluaMode, &'static str)> {
+        self.shared
+            .lu(lun)
+            .map(|lu| (lu.alua.mode(), lu.alua.state_name(group)))
+    }
+
     /// Sets a LUN's QoS limits (its own and its initiators'), live.
     pub fn set_lun_qos(&self, lun: u64, qos: &crate::qos::LunQos) -> Result<(), ScsiError> {
         let lu = self.shared.lu(lun).ok_or(ScsiError::NoSuchLun(lun))?;

@@ -23,8 +23,9 @@ const PROTOCOL_ISCSI: u8 = 0x5;
 /// Version descriptors (SPC-4 table 141): SAM-5, SPC-4, SBC-3.
 const VERSION_DESCRIPTORS: [u16; 3] = [0x00A0, 0x0460, 0x04C0];
 
-/// Standard INQUIRY byte 5 TPGS=01b: implicit ALUA only, see `alua`.
-const TPGS_IMPLICIT: u8 = 0b01 << 4;
+/// Standard INQUIRY byte 5 TPGS=01b (implicit ALUA) for a LUN that is not
+/// there; a logical unit reports its own `alua` setting.
+pub(crate) const TPGS_IMPLICIT: u8 = 0b01 << 4;
 
 /// Length of the standard INQUIRY data we return.
 pub(crate) const STANDARD_LEN: usize = 96;
@@ -56,7 +57,7 @@ fn revision() -> Vec<u8> {
 
 /// Standard INQUIRY data (SPC-4 table 136); `None` describes a LUN with no
 /// logical unit (peripheral qualifier 011b, device type 1Fh).
-pub(crate) fn standard_inquiry(ident: Option<&Identity>) -> Vec<u8> {
+pub(crate) fn standard_inquiry(ident: Option<&Identity>, tpgs: u8) -> Vec<u8> {
     let mut d = vec![0u8; STANDARD_LEN];
     d[0] = if ident.is_some() { TYPE_DISK } else { NO_LUN };
     // RMB: removable medium.
@@ -68,7 +69,7 @@ pub(crate) fn standard_inquiry(ident: Option<&Identity>) -> Vec<u8> {
     d[2] = 0x06; // VERSION: SPC-4
     d[3] = 0x12; // HISUP=1, RESPONSE DATA FORMAT=2
     d[4] = (STANDARD_LEN - 5) as u8; // ADDITIONAL LENGTH
-    d[5] = TPGS_IMPLICIT; // PROTECT=0
+    d[5] = tpgs; // PROTECT=0
     if ident.is_some() {
         d[5] |= 0x08; // 3PC: EXTENDED COPY is supported
     }
@@ -229,7 +230,7 @@ mod tests {
 
     #[test]
     fn standard_inquiry_layout() {
-        let d = standard_inquiry(Some(&ident()));
+        let d = standard_inquiry(Some(&ident()), TPGS_IMPLICIT);
         assert_eq!(d.len(), 96);
         assert_eq!(&d[..8], &[0x00, 0x00, 0x06, 0x12, 91, 0x18, 0x00, 0x02]);
         assert_eq!(&d[8..16], b"RUSTGT  ");
@@ -237,7 +238,7 @@ mod tests {
         assert_eq!(&d[32..36], b"0.1 ");
         assert_eq!(&d[58..64], &[0x00, 0xA0, 0x04, 0x60, 0x04, 0xC0]);
         assert!(d[64..].iter().all(|&b| b == 0));
-        let none = standard_inquiry(None);
+        let none = standard_inquiry(None, TPGS_IMPLICIT);
         assert_eq!(none[0], 0x7F);
         assert_eq!(none[4], 91);
         assert_eq!(none[5] & 0x08, 0, "no copy manager without a unit");
@@ -245,7 +246,7 @@ mod tests {
             removable: true,
             ..ident()
         };
-        assert_eq!(standard_inquiry(Some(&removable))[1], 0x80);
+        assert_eq!(standard_inquiry(Some(&removable), TPGS_IMPLICIT)[1], 0x80);
     }
 
     #[test]
