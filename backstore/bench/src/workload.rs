@@ -218,11 +218,11 @@ pub const MIX_FILE: (&str, &str) = (
     include_str!("../../../docs/readahead/workloads/mix.toml"),
 );
 
-/// Workloads the policies were not tuned on (issue 13), shipped beside
-/// the standard set but not part of it: the mix of [`MIX_FILE`], strided
-/// and reverse readers, many streams, and caches smaller than streams x
-/// window.
-pub const UNTUNED_FILES: [(&str, &str); 4] = [
+/// Workloads the policies were not tuned on (issues 13 and 35), shipped
+/// beside the standard set but not part of it: the mix of [`MIX_FILE`],
+/// strided and reverse readers, many streams, caches smaller than streams
+/// x window, and strides with gaps of 4x to 64x the request.
+pub const UNTUNED_FILES: [(&str, &str); 5] = [
     MIX_FILE,
     (
         "docs/readahead/workloads/stride.toml",
@@ -235,6 +235,10 @@ pub const UNTUNED_FILES: [(&str, &str); 4] = [
     (
         "docs/readahead/workloads/small-cache.toml",
         include_str!("../../../docs/readahead/workloads/small-cache.toml"),
+    ),
+    (
+        "docs/readahead/workloads/stride-wide.toml",
+        include_str!("../../../docs/readahead/workloads/stride-wide.toml"),
     ),
 ];
 

@@ -192,8 +192,9 @@ fn sequential_streams_beside_random_readers_keep_their_readahead() {
     }
 }
 
-/// The standard set and the workloads of issue 13 the policies were not
-/// tuned on (docs/readahead/workloads/*.toml), every policy, shared mode.
+/// The standard set and the workloads the policies were not tuned on
+/// (issues 13 and 35, docs/readahead/workloads/*.toml), every policy,
+/// shared mode.
 fn everything(seconds: f64) -> BenchReport {
     use rustgt_rabench::{parse_workloads, standard, UNTUNED_FILES};
     let mut o = options(&[], &ReadaheadPolicy::ALL, &[ContextMode::Shared]);
@@ -214,10 +215,18 @@ fn default_policy() -> ReadaheadPolicy {
     auto_policy(&EngineKind::HddSim, &engine)
 }
 
-/// Issue 13: on every workload, standard and new, the default policy is
-/// within 5% of the best policy, and never below `none` in aggregate or
-/// for any sequential stream; random readers beside sequential streams
-/// (W5, M-*) keep 90% of their `none` figure.
+/// Issues 13 and 35: on every workload, standard and new, the default
+/// policy is within 5% of the best policy that keeps every stream at its
+/// `none` figure, and never below `none` in aggregate or for any
+/// sequential stream; random readers beside sequential streams (W5, M-*)
+/// keep 90% of their `none` figure.
+///
+/// The best is taken among the policies that meet that floor, as the
+/// default must: on stride-wide.toml's strided readers beside a
+/// sequential stream (X-*-seq) `context` reaches 76-95 MB/s by leaving
+/// the strided reader 2.3-2.9 MB/s, under the 3.9-5.9 it gets under
+/// `none`. Everywhere else the best policy meets the floor (asserted: the
+/// exception stays confined to those six).
 #[test]
 fn the_default_policy_is_near_the_best_and_never_below_none() {
     let rep = everything(8.0);
@@ -225,16 +234,37 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
     let shared = ContextMode::Shared;
     let mut ids: Vec<&str> = rep.rows.iter().map(|r| r.workload.id.as_str()).collect();
     ids.dedup();
-    assert!(ids.len() >= 30, "{ids:?}");
+    assert!(ids.len() >= 40, "{ids:?}");
+    let mut below_floor = Vec::new();
     for id in ids {
         let d = rep.get(id, default, shared).expect("default row");
         let none = rep
             .get(id, ReadaheadPolicy::None, shared)
             .expect("none row");
-        let (best, best_policy) = ReadaheadPolicy::ALL
-            .iter()
-            .filter_map(|&p| rep.get(id, p, shared).map(|r| (r.aggregate_mb_s(), p)))
-            .fold((0.0, default), |a, b| if b.0 > a.0 { b } else { a });
+        // Random readers may lose 10% (M-mix 95%, M-alone's QD4 reader
+        // 119%, W5's QD1 reader 92%), sequential and strided streams
+        // nothing.
+        let floor = |i: usize| if d.sequential[i] { 0.995 } else { 0.9 };
+        let keeps_none = |r: &rustgt_rabench::SimResult| {
+            (0..r.stream_bytes.len()).all(|i| r.stream_mb_s(i) >= floor(i) * none.stream_mb_s(i))
+        };
+        let best_of = |admissible: bool| {
+            ReadaheadPolicy::ALL
+                .iter()
+                .filter_map(|&p| rep.get(id, p, shared).map(|r| (r, p)))
+                .filter(|(r, _)| !admissible || keeps_none(r))
+                .map(|(r, p)| (r.aggregate_mb_s(), p))
+                .fold((0.0, default), |a, b| if b.0 > a.0 { b } else { a })
+        };
+        let (best, best_policy) = best_of(true);
+        let (any, any_policy) = best_of(false);
+        if any_policy != best_policy {
+            println!(
+                "{id}: {any_policy} {any:.1} MB/s leaves a stream under none; \
+                 best that does not: {best_policy} {best:.1}"
+            );
+            below_floor.push(id);
+        }
         assert!(
             d.aggregate_mb_s() >= 0.95 * best,
             "{id}: {default} {:.1} MB/s vs {best_policy} {best:.1}",
@@ -250,15 +280,18 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
         );
         for i in 0..d.stream_bytes.len() {
             let (mine, theirs) = (d.stream_mb_s(i), none.stream_mb_s(i));
-            // Random readers lose at most 10% (M-mix 95%, M-alone's QD4
-            // reader 119%, W5's QD1 reader 92%).
-            let floor = if d.sequential[i] { 0.995 } else { 0.9 };
             assert!(
-                mine >= floor * theirs,
+                mine >= floor(i) * theirs,
                 "{id} stream {i}: {mine:.2} MB/s vs {theirs:.2} under none"
             );
         }
     }
+    assert!(
+        below_floor
+            .iter()
+            .all(|id| id.starts_with("X-") && id.ends_with("-seq")),
+        "{below_floor:?}"
+    );
     // W5's two streams beside a QD1 random reader: 16 MB/s each when
     // readahead beside one reader went in reads of one backing read, 26-28
     // since they may transfer for one positioning time.
@@ -321,7 +354,7 @@ fn many_streams_and_small_caches_degrade_gracefully() {
         .into_iter()
         .filter(|w| w.id == "W1-qd1")
         .collect();
-    for (name, text) in &UNTUNED_FILES[2..] {
+    for (name, text) in &UNTUNED_FILES[2..4] {
         all.extend(parse_workloads(text, name, &o.array, o.workers).expect(name));
     }
     o.custom = Some(all);
@@ -406,34 +439,37 @@ fn the_seed_over_loopback_nears_its_no_seek_ceiling() {
     }
 }
 
-/// Issue 35 (the part met): strided readers of
-/// `docs/readahead/workloads/stride-wide.toml` forward at gaps of 16x and
-/// 64x the request gain at least 2x over `none` alone (reverse, at every
-/// gap, 1.96-1.97x: asserted at 1.9x, short of the issue's 2x), waste under 10% of what they read from the device, and a
-/// sequential stream beside any of them keeps at least 90% of what it gets
-/// beside a `none` reader. (A forward gap of 4x is still read through.)
+/// Issue 35: every strided reader of
+/// `docs/readahead/workloads/stride-wide.toml`, forward and reverse, gaps
+/// of 4x, 16x and 64x the request, gains at least 2x over `none` alone
+/// (2.2x: its pieces go to both disks at once), wastes under 10% of what
+/// is read from the device (1.1-3.2%, alone and beside the sequential
+/// stream: only its pieces are read, the gaps are wider than a short skip
+/// costs), and a sequential stream beside
+/// any of them keeps at least 90% of what it gets beside a `none` reader.
+/// Before, a forward gap of 4x was read through (3,326 MiB wasted in 20
+/// s) and reverse readers gained 1.96x.
 #[test]
 fn wide_and_reverse_strides_get_only_their_pieces() {
     use ReadaheadPolicy::{None, Streams};
     let shared = ContextMode::Shared;
     let mut o = options(&[], &[None, Streams], &[shared]);
     o.seconds = 20.0;
-    let name = "docs/readahead/workloads/stride-wide.toml";
-    let text = include_str!("../../../docs/readahead/workloads/stride-wide.toml");
+    let (name, text) = rustgt_rabench::UNTUNED_FILES[4];
     o.custom = Some(rustgt_rabench::parse_workloads(text, name, &o.array, o.workers).expect(name));
     let rep = run_readahead(&o);
     let get = |id: &str, p| rep.get(id, p, shared).expect(id);
     for id in [
+        "X-for-4x",
         "X-rev-4x",
-        "X-rev-16x",
-        "X-rev-64x",
         "X-for-16x",
+        "X-rev-16x",
         "X-for-64x",
+        "X-rev-64x",
     ] {
         let (s, n) = (get(id, Streams), get(id, None));
-        let gain = if id.starts_with("X-rev") { 1.9 } else { 2.0 };
         assert!(
-            s.stream_mb_s(0) >= gain * n.stream_mb_s(0),
+            s.stream_mb_s(0) >= 2.0 * n.stream_mb_s(0),
             "{id}: {:.1} vs {:.1} MB/s",
             s.stream_mb_s(0),
             n.stream_mb_s(0)
@@ -454,6 +490,12 @@ fn wide_and_reverse_strides_get_only_their_pieces() {
                 "{id}: {:.1} vs {:.1} MB/s",
                 s.stream_mb_s(1),
                 n.stream_mb_s(1)
+            );
+            assert!(
+                s.wasted_bytes * 10 < s.backing_bytes,
+                "{id}: {} of {} bytes wasted",
+                s.wasted_bytes,
+                s.backing_bytes
             );
         }
     }

@@ -85,6 +85,17 @@ impl DiskParams {
         ms_to_ns(self.seek_base_ms + self.seek_stroke_ms * 8.0 / 15.0 + self.rotation_ms / 2.0)
     }
 
+    /// What skipping a short gap forward costs a disk beyond the time the
+    /// gap takes to pass under the head: the command overhead and the
+    /// seek's fixed part (head switch and settle), ns. The rotation is no
+    /// part of it: a disk with the next piece queued waits for the gap to
+    /// pass whether it reads it or not (this model charges half a rotation
+    /// on every access that does not continue the previous one, so a
+    /// skip costs more here than on a disk).
+    pub fn skip_ns(&self) -> u64 {
+        ms_to_ns(self.overhead_ms + self.seek_base_ms)
+    }
+
     /// Service time of one request given where the head is, ns.
     fn service_ns(&self, head: &Head, offset: u64, len: u64) -> u64 {
         let positioning = if head.next == Some(offset) {

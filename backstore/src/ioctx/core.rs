@@ -554,6 +554,7 @@ mod tests {
                 max_pages: 256,
                 cache_pages: 4096,
                 competitive_pages: 256,
+                skip_pages: 32,
                 io_pages: 256,
             },
             max_io_pages: 256,

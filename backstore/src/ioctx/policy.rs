@@ -213,6 +213,11 @@ pub struct PolicyParams {
     /// One seek plus rotation worth of transfer on the backing device: the
     /// competitive rule's lower bound for `streams`' maximum distance.
     pub competitive_pages: u64,
+    /// What a short forward skip costs the backing device beyond passing
+    /// the gap (command overhead and the seek's fixed part), in pages of
+    /// transfer: `streams` reads a stride's gaps through up to this size
+    /// and skips wider ones.
+    pub skip_pages: u64,
     /// The largest backing read: `streams` ends its top-ups on multiples
     /// of it, so that they split into whole backing reads.
     pub io_pages: u64,
