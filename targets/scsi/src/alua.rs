@@ -221,6 +221,10 @@ impl AluaMode {
 #[derive(Debug, Default)]
 pub(crate) struct AluaStates {
     inner: std::sync::Mutex<AluaInner>,
+    /// Some group is in a state that refuses commands (standby,
+    /// unavailable) under explicit ALUA: only then does a command's
+    /// check take the lock.
+    gated: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -246,7 +250,18 @@ impl AluaStates {
                 mode,
                 states: BTreeMap::new(),
             }),
+            gated: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Recomputes [`AluaStates::gated`] from the states under the lock.
+    fn regate(&self, g: &AluaInner) {
+        let gated = g.mode.explicit()
+            && g.states
+                .values()
+                .any(|&s| s == STATE_STANDBY || s == STATE_UNAVAILABLE);
+        self.gated
+            .store(gated, std::sync::atomic::Ordering::Release);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, AluaInner> {
@@ -269,6 +284,7 @@ impl AluaStates {
         if states {
             g.states.clear();
         }
+        self.regate(&g);
         ModeChange { tpgs, states }
     }
 
@@ -291,6 +307,9 @@ impl AluaStates {
     /// (SPC-4 §5.16.2.4.4 standby, §5.16.2.4.5 unavailable): `Err` carries
     /// NOT READY with the state's additional sense code.
     pub(crate) fn check(&self, group: u16, cdb: &[u8]) -> Result<(), Sense> {
+        if !self.gated.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let state = {
             let g = self.lock();
             if !g.mode.explicit() {
@@ -381,6 +400,7 @@ pub(crate) fn set_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
                 .unwrap_or(STATE_ACTIVE_OPTIMIZED);
             changed |= was != state;
         }
+        lu.alua.regate(&g);
     }
     if changed {
         lu.establish_ua(
@@ -523,8 +543,12 @@ mod tests {
     #[test]
     fn standby_and_unavailable_gate_commands() {
         let a = AluaStates::new(AluaMode::Explicit);
-        a.lock().states.insert(1, STATE_STANDBY);
-        a.lock().states.insert(2, STATE_UNAVAILABLE);
+        {
+            let mut g = a.lock();
+            g.states.insert(1, STATE_STANDBY);
+            g.states.insert(2, STATE_UNAVAILABLE);
+            a.regate(&g);
+        }
         let read10 = [0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
         let tur = [0x00, 0, 0, 0, 0, 0];
         let rtpg = [0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
