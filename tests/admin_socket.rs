@@ -627,14 +627,34 @@ fn prometheus_metrics_carry_the_stats_figures() {
         .expect("metrics address")
         .to_owned();
 
-    let get = |path: &str| {
+    let request = |method: &str, path: &str| {
         let mut sock = std::net::TcpStream::connect(&addr).expect("connect metrics");
-        write!(sock, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+        write!(sock, "{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
         let mut text = String::new();
         sock.read_to_string(&mut text).expect("read");
         text
     };
+    let get = |path: &str| request("GET", path);
     let text = get("/metrics");
+    // The build, always 1.
+    assert!(
+        text.contains(&format!(
+            "rustgt_build_info{{version=\"{}\",features=\"",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+    // HEAD: the headers of a GET, with its Content-Length, and no body.
+    let head = request("HEAD", "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let (headers, body) = head.split_once("\r\n\r\n").expect("end of headers");
+    assert!(body.is_empty(), "HEAD answered with a body: {body}");
+    let length: usize = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Content-Length");
+    assert!(length > 0, "{headers}");
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
     assert!(text.contains("text/plain; version=0.0.4"));
     let stats = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}));

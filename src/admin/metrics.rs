@@ -41,8 +41,25 @@ pub struct Gauges {
 }
 
 /// Renders the exposition.
+/// The optional cargo features of this build, for `rustgt_build_info`.
+const BUILD_FEATURES: &[&str] = &[
+    #[cfg(feature = "iser")]
+    "iser",
+    #[cfg(feature = "rbd")]
+    "rbd",
+];
+
 pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) -> String {
     let mut out = Exposition::default();
+    out.gauge(
+        "rustgt_build_info",
+        "Always 1: the daemon's version and the optional features it was built with.",
+        &[
+            ("version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("features", BUILD_FEATURES.join(",")),
+        ],
+        1,
+    );
     out.gauge(
         "rustgt_uptime_seconds",
         "Seconds since the daemon started.",
@@ -590,6 +607,8 @@ async fn serve_one(mut sock: TcpStream, control: ControlTx) {
         Ok(Some(h)) => h,
         _ => return,
     };
+    // HEAD: the same status and headers, no body (RFC 9110 §9.3.2).
+    let head_only = head.starts_with(b"HEAD ");
     let (status, body) = match route(&head) {
         Route::Metrics => match fetch(&control).await {
             Ok(text) => ("200 OK", text),
@@ -601,8 +620,9 @@ async fn serve_one(mut sock: TcpStream, control: ControlTx) {
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+         Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+        body.len(),
+        if head_only { "" } else { body.as_str() }
     );
     let _ = sock.write_all(response.as_bytes()).await;
     let _ = sock.shutdown().await;
