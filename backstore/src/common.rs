@@ -9,6 +9,19 @@ use crate::{error::BackstoreError, error::Result, geometry::Extent, geometry::Ge
 /// Batch size for pattern writes, bounce buffers and the RAM engine's chunks.
 pub(crate) const BATCH: usize = 1 << 20;
 
+/// The kernel's page size (4096 when it cannot be read).
+pub(crate) fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf only reads its scalar argument.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(page)
+            .ok()
+            .filter(|&p| p > 0)
+            .unwrap_or(4096)
+    })
+}
+
 /// `len` as a byte count; `usize` never exceeds 64 bits on supported targets.
 pub(crate) fn len_u64(len: usize) -> u64 {
     len as u64

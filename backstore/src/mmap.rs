@@ -265,9 +265,8 @@ impl MmapBackstore {
         let Ok(start) = self.map_index(offset, len) else {
             return false;
         };
-        // SAFETY: sysconf only reads its argument.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0);
-        if page == 0 || len == 0 {
+        let page = crate::common::page_size();
+        if len == 0 {
             return len == 0;
         }
         let base = self.map.as_ptr() as usize;

@@ -375,6 +375,106 @@ pub fn has_room() -> bool {
     })
 }
 
+/// Buffered writes at most this long may run on the reactor thread
+/// ([`write_now`]); longer ones go to the LUN's workers.
+pub const INLINE_WRITE_MAX: usize = 128 * 1024;
+
+/// An inline write that slept and took longer than this (the kernel
+/// throttled the writer, or waited for a lock or a page under writeback)
+/// stops inline writes on this thread for [`INLINE_WRITE_PAUSE`].
+const INLINE_WRITE_SLOW: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// How long a slow inline write sends this thread's buffered writes back
+/// to the workers.
+const INLINE_WRITE_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+static INLINE_WRITES: AtomicBool = AtomicBool::new(true);
+
+thread_local! {
+    /// Until when this thread's buffered writes go to the workers.
+    static INLINE_PAUSED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Whether reactors may write buffered data themselves (`[reactor]
+/// inline_writes`, default on).
+pub fn set_inline_writes(on: bool) {
+    INLINE_WRITES.store(on, Ordering::Relaxed);
+}
+
+/// Whether a buffered, non-FUA write of `len` bytes at `offset` may run
+/// on this thread now ([`write_now`]): a reactor with a ring, inline
+/// writes on, not too long, whole pages only (a partial page not in the
+/// cache would be read from the disk first), and no slow inline write in
+/// the last [`INLINE_WRITE_PAUSE`].
+pub fn may_write_now(offset: u64, len: usize) -> bool {
+    let page = crate::common::page_size();
+    if len == 0
+        || len > INLINE_WRITE_MAX
+        || len % page != 0
+        || offset % page as u64 != 0
+        || !INLINE_WRITES.load(Ordering::Relaxed)
+        || !active()
+    {
+        return false;
+    }
+    INLINE_PAUSED.with(|p| match p.get() {
+        None => true,
+        Some(until) if Instant::now() >= until => {
+            p.set(None);
+            true
+        }
+        Some(_) => false,
+    })
+}
+
+/// Writes `data` at `offset` of a buffered file on this thread, with
+/// `pwrite`: a buffered write only copies into the page cache, a few
+/// microseconds for 4 KiB, cheaper than handing it to another thread and
+/// back (two context switches each way). The kernel may still make it
+/// wait (dirty-page throttling, a lock held by writeback): a write that
+/// slept (a voluntary context switch of this thread, `getrusage`) and
+/// took longer than [`INLINE_WRITE_SLOW`] pauses inline writes on this
+/// thread for [`INLINE_WRITE_PAUSE`], so a throttled file costs the
+/// reactor at most one such wait per pause.
+pub fn write_now(file: &UringFile, offset: u64, data: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let slept_before = voluntary_switches();
+    let started = Instant::now();
+    let r = file.file.write_all_at(data, offset);
+    let took = started.elapsed();
+    // Only a write that slept counts: one that was merely preempted on a
+    // busy CPU would have taken as long on a worker.
+    if took > INLINE_WRITE_SLOW && voluntary_switches() != slept_before {
+        note_inline_write(took);
+    }
+    r
+}
+
+/// This thread's voluntary context switches (it slept), 0 if unknown.
+fn voluntary_switches() -> i64 {
+    // SAFETY: getrusage writes one `rusage` (plain old data, all-zero is
+    // valid) through the pointer, which is valid for the call.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return 0;
+        }
+        usage.ru_nvcsw
+    }
+}
+
+/// Pauses this thread's inline writes after one that slept for `took`,
+/// longer than [`INLINE_WRITE_SLOW`].
+fn note_inline_write(took: std::time::Duration) {
+    if took > INLINE_WRITE_SLOW {
+        INLINE_PAUSED.with(|p| p.set(Some(Instant::now() + INLINE_WRITE_PAUSE)));
+        tracing::debug!(
+            ?took,
+            "slow inline write: buffered writes go to the workers for a while"
+        );
+    }
+}
+
 /// Ops submitted on this thread and not yet reaped.
 pub fn in_flight() -> usize {
     RING.with(|r| {
@@ -899,6 +999,42 @@ mod tests {
         let (r, _) = run(&f, Op::Fsync, RingBuf::Empty);
         assert_eq!(r.expect("fsync"), 0);
         assert!(!active(), "stop_thread freed the ring");
+    }
+
+    #[test]
+    fn inline_writes_take_whole_short_pages_on_a_reactor_until_one_is_slow() {
+        assert!(!may_write_now(0, 4096), "no ring on this thread: never");
+        if !ring_or_skip() {
+            return;
+        }
+        assert!(start_thread().expect("ring").is_some());
+        let page = crate::common::page_size();
+        assert!(may_write_now(0, page));
+        assert!(may_write_now(page as u64 * 3, INLINE_WRITE_MAX));
+        assert!(!may_write_now(0, INLINE_WRITE_MAX + page), "too long");
+        assert!(!may_write_now(512, page), "starts inside a page");
+        assert!(!may_write_now(0, 512), "ends inside a page");
+        assert!(!may_write_now(0, 0));
+
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&vec![0u8; page * 2]).expect("fill");
+        let f = uring_file(tmp);
+        let data = vec![0x5a_u8; page];
+        write_now(&f, page as u64, &data).expect("inline write");
+        let mut check = vec![0u8; page];
+        f.file
+            .read_exact_at(&mut check, page as u64)
+            .expect("pread");
+        assert_eq!(check, data, "the inline write is in the file");
+
+        note_inline_write(INLINE_WRITE_SLOW / 2);
+        assert!(may_write_now(0, page), "a quick write changes nothing");
+        note_inline_write(INLINE_WRITE_SLOW * 2);
+        assert!(!may_write_now(0, page), "a slow write pauses inline writes");
+        INLINE_PAUSED.with(|p| p.set(Some(Instant::now())));
+        assert!(may_write_now(0, page), "the pause ends");
+        stop_thread();
+        assert!(!may_write_now(0, page));
     }
 
     #[test]

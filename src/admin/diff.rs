@@ -18,7 +18,7 @@
 //!   LUN is replaced (removed, then added again);
 //! - `data_dir`, `admin_socket`, `admin_socket_group`, `metrics_listen` and `[reactor]`
 //!   (`threads`, `run_to_completion`, `io_uring`, `busy_poll_us`,
-//!   `slice_us`): only
+//!   `slice_us`, `inline_writes`): only
 //!   after a restart.
 
 use std::collections::BTreeMap;

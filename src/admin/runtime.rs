@@ -142,6 +142,7 @@ impl Runtime {
         }
         // Before any LUN or reactor starts: both read it.
         rustgt_backstore::uring::set_enabled(cfg.reactor.io_uring_enabled());
+        rustgt_backstore::uring::set_inline_writes(cfg.reactor.inline_writes);
         match rustgt_backstore::uring::probe() {
             _ if !cfg.reactor.io_uring_enabled() => {
                 tracing::info!("io_uring off ([reactor] io_uring = \"off\"): blocking I/O on the LUNs' workers");

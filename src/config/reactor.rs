@@ -33,6 +33,12 @@ pub struct ReactorSettings {
     /// preempting it mid-turn (Linux 6.12 and later; older kernels ignore
     /// it).
     pub slice_us: u64,
+    /// A reactor writes a short (at most 128 KiB), non-FUA write to a
+    /// buffered file or block device itself, into the page cache, instead
+    /// of handing it to the LUN's workers; a write the kernel made wait
+    /// (over 500 µs) sends that reactor's writes to the workers for a
+    /// second. `false`: every such write goes to the workers.
+    pub inline_writes: bool,
 }
 
 /// `[reactor] busy_poll_us` when not set.
@@ -49,6 +55,7 @@ impl Default for ReactorSettings {
             io_uring: Setting::new(IoUringMode::Auto, "auto"),
             busy_poll_us: DEFAULT_BUSY_POLL_US,
             slice_us: DEFAULT_SLICE_US,
+            inline_writes: true,
         }
     }
 }

@@ -933,6 +933,15 @@ fn reactor_settings_load_from_file_and_environment() {
             let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
             assert_eq!(keys, ["reactor.slice_us"]);
         }
+
+        let (_, res) = load_str("");
+        assert!(res.expect("default").reactor.inline_writes);
+        let (_, res) = load_str("[reactor]\ninline_writes = false\n");
+        assert!(!res.expect("off").reactor.inline_writes);
+        let (_, res) = load_str("[reactor]\ninline_writes = \"yes\"\n");
+        let err = res.expect_err("not a boolean");
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["reactor.inline_writes"]);
     });
 }
 

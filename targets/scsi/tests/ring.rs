@@ -102,23 +102,50 @@ fn write_read_sync(direct: bool) {
 
     let data = pattern(8, 0x5A);
     let fua = pattern(2, 0xA5);
-    // A write: on the ring with O_DIRECT; buffered ones stay with the
-    // workers (the ring gives them back untouched).
-    let write = |c: Command| {
-        if direct {
-            on_ring(&h, c)
-        } else {
-            let Err((c, _)) = h.target.run_on_ring(c, Box::new(|_| {})) else {
-                panic!("a buffered write is given back");
-            };
-            h.exec(c)
-        }
+    // A write: on the ring with O_DIRECT. Buffered ones never go to the
+    // ring: whole pages without FUA are written on this thread at once
+    // (`inline_writes`), the rest are given back untouched for the workers.
+    let given_back = |c: Command| {
+        let Err((c, _)) = h.target.run_on_ring(c, Box::new(|_| {})) else {
+            panic!("a buffered FUA or partial-page write is given back");
+        };
+        h.exec(c)
     };
-    let w = write(cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()));
+    let now = |c: Command| {
+        let (tx, rx) = mpsc::channel();
+        let taken = h.target.run_on_ring(
+            c,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        assert!(taken.is_ok(), "a buffered whole-page write is taken");
+        assert_eq!(
+            uring::in_flight(),
+            0,
+            "written on this thread, not the ring"
+        );
+        rx.try_recv().expect("completed before returning")
+    };
+    // 8 blocks of 512 bytes at LBA 16: one whole page.
+    let w = if direct {
+        on_ring(&h, cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()))
+    } else {
+        now(cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()))
+    };
     assert_eq!(w.status, Status::GOOD, "{w:?}");
     // FUA, with a WRITE(16).
-    let w = write(cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()));
+    let w = if direct {
+        on_ring(&h, cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()))
+    } else {
+        given_back(cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()))
+    };
     assert_eq!(w.status, Status::GOOD, "{w:?}");
+    if !direct {
+        // Part of a page, without FUA: to the workers too.
+        let w = given_back(cmd(&cdb10(0x2A, 0, 60, 2), 0, pattern(2, 0x11)));
+        assert_eq!(w.status, Status::GOOD, "{w:?}");
+    }
 
     let r = on_ring(&h, cmd(&cdb10(0x28, 0, 16, 8), 8 * BS, vec![]));
     assert_eq!(r.status, Status::GOOD);
@@ -135,8 +162,9 @@ fn write_read_sync(direct: bool) {
     assert_eq!(back, data);
 
     let stats = h.target.lun_stats(1).unwrap();
-    assert_eq!((stats.read_commands, stats.write_commands), (2, 2));
-    assert_eq!(stats.write_bytes, 10 * u64::from(BS));
+    let (writes, blocks) = if direct { (2, 10) } else { (3, 12) };
+    assert_eq!((stats.read_commands, stats.write_commands), (2, writes));
+    assert_eq!(stats.write_bytes, blocks * u64::from(BS));
     uring::stop_thread();
 }
 
