@@ -128,7 +128,7 @@ fn qos_metrics(out: &mut Exposition, luns: &[LunStatsView], sessions: &[SessionS
         vec![
             ("target", s.target.clone()),
             ("initiator", s.initiator.clone()),
-            ("tsih", s.tsih.to_string()),
+            ("isid", s.isid.clone()),
             ("transport", s.transport.clone()),
         ]
     };
@@ -462,7 +462,7 @@ fn session_metrics(out: &mut Exposition, sessions: &[SessionStatsView]) {
         vec![
             ("target", s.target.clone()),
             ("initiator", s.initiator.clone()),
-            ("tsih", s.tsih.to_string()),
+            ("isid", s.isid.clone()),
             ("transport", s.transport.clone()),
         ]
     };
@@ -766,6 +766,7 @@ mod tests {
         };
         let session = SessionStatsView {
             tsih: 7,
+            isid: "023d00000001".into(),
             transport: "iser".into(),
             target: "iqn.2026-11.org.rustgt:t".into(),
             initiator: "iqn.2026-11.org.rustgt:i".into(),
@@ -789,7 +790,7 @@ mod tests {
         assert!(text.contains("rustgt_transport_connections{transport=\"tcp\"} 2\n"));
         assert!(text.contains("rustgt_transport_connections{transport=\"iser\"} 1\n"));
         assert!(text.contains(
-            "rustgt_session_commands_total{target=\"iqn.2026-11.org.rustgt:t\",initiator=\"iqn.2026-11.org.rustgt:i\",tsih=\"7\",transport=\"iser\"} 4\n"
+            "rustgt_session_commands_total{target=\"iqn.2026-11.org.rustgt:t\",initiator=\"iqn.2026-11.org.rustgt:i\",isid=\"023d00000001\",transport=\"iser\"} 4\n"
         ), "{text}");
     }
 

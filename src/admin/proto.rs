@@ -977,6 +977,11 @@ pub struct LunStatsView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionStatsView {
     pub tsih: u16,
+    /// The initiator's session ID, 12 hex digits: with the initiator name
+    /// it names the session across re-logins (a reinstated session keeps
+    /// it, and gets a new TSIH), so the metrics label sessions by it.
+    #[serde(default)]
+    pub isid: String,
     /// "tcp" or "iser" (empty from a daemon that did not say).
     #[serde(default)]
     pub transport: String,

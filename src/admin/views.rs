@@ -387,6 +387,7 @@ fn session_stats_view(tsih: u16, conns: &[&ConnSummary]) -> Option<SessionStatsV
     let s = conns.first()?.session.as_ref()?;
     let mut v = SessionStatsView {
         tsih,
+        isid: s.isid.iter().map(|b| format!("{b:02x}")).collect(),
         transport: conns
             .first()
             .map_or("", |c| transport_name(c.transport))
