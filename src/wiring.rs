@@ -317,6 +317,16 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
             acl: t.acl.clone(),
             chap: chap_policy(t.chap.as_ref()),
             groups: crate::config::initiator_groups(&t.groups, |c| chap_policy(Some(c))),
+            redirect: t
+                .redirect
+                .as_ref()
+                .map(|r: &crate::config::RedirectSettings| {
+                    rustgt_iscsi::Redirect::new(
+                        r.to.clone(),
+                        r.from.iter().map(SocketAddr::to_string).collect(),
+                        r.permanent,
+                    )
+                }),
         })
         .collect();
     let nop = cfg.iscsi.nop_in_interval_secs;

@@ -39,6 +39,7 @@ fn config() -> Arc<PortalConfig> {
             acl: vec![],
             chap: ChapPolicy::default(),
             groups: Vec::new(),
+            redirect: None,
         }],
         limits: Limits {
             max_recv_data_segment_length: 8192,

@@ -6,7 +6,7 @@
 //!
 //! What can change live and how:
 //! - target settings seen at login and discovery (alias, TPGT, ACL, CHAP,
-//!   portals), `[iscsi]` and `[discovery]`: a new portal configuration,
+//!   initiator groups, redirect, portals), `[iscsi]` and `[discovery]`: a new portal configuration,
 //!   which new logins see; sessions already running keep what they
 //!   negotiated;
 //! - `[limits]`: new connections and logins meet the new caps and login
@@ -46,7 +46,7 @@ pub struct LunUpdate {
 pub struct TargetPlan {
     pub iqn: String,
     /// Changed login/discovery settings: "alias", "tpgt", "acl", "chap",
-    /// "portals", "iser_portals".
+    /// "groups", "redirect", "portals", "iser_portals".
     pub settings: Vec<&'static str>,
     pub added_luns: Vec<LunSettings>,
     pub removed_luns: Vec<u64>,
@@ -241,6 +241,9 @@ fn target_plan(a: &TargetSettings, b: &TargetSettings, ca: &Config, cb: &Config)
     }
     if a.groups != b.groups {
         tp.settings.push("groups");
+    }
+    if a.redirect != b.redirect {
+        tp.settings.push("redirect");
     }
     let mut pa = a.portals.clone();
     let mut pb = b.portals.clone();
@@ -460,12 +463,17 @@ mod tests {
                 mutual_secret: None,
             });
             t.luns.push(lun(5));
+            t.redirect = Some(crate::config::RedirectSettings {
+                to: vec!["192.0.2.1:3260,1".into()],
+                from: Vec::new(),
+                permanent: false,
+            });
         }
         let p = plan(&a, &b);
         assert_eq!(p.changed_targets.len(), 1);
         let t = &p.changed_targets[0];
         assert_eq!(t.iqn, "iqn.2026-11.org.rustgt:a");
-        assert_eq!(t.settings, vec!["acl", "chap"]);
+        assert_eq!(t.settings, vec!["acl", "chap", "redirect"]);
         assert_eq!(t.added_luns.iter().map(|l| l.id).collect::<Vec<_>>(), [5]);
         assert!(p.lun_removals().is_empty());
         assert_eq!(
@@ -473,6 +481,7 @@ mod tests {
             vec![
                 "target iqn.2026-11.org.rustgt:a: acl changed",
                 "target iqn.2026-11.org.rustgt:a: chap changed",
+                "target iqn.2026-11.org.rustgt:a: redirect changed",
                 "target iqn.2026-11.org.rustgt:a: LUN 5 added",
             ]
         );

@@ -60,7 +60,7 @@ pub use iscsi::IscsiSettings;
 pub use load::{admin_socket_of, load, load_text};
 pub use luns::LunSettings;
 pub use qos::QosSettings;
-pub use targets::TargetSettings;
+pub use targets::{RedirectSettings, TargetSettings};
 pub use top::{Config, Overrides, DATA_DIR_CONFIG};
 pub use values::{ByteSize, Naa, Wwn};
 

@@ -68,6 +68,86 @@ pub struct TargetSettings {
     /// ([`super::groups`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<super::groups::GroupSettings>,
+    /// `[targets.redirect]`: Normal logins answered with TARGET MOVED and
+    /// an address elsewhere instead of being served ([`RedirectSettings`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<RedirectSettings>,
+}
+
+/// Login redirection (RFC 7143 §11.13.5): where a target's Normal logins
+/// are sent instead of being served here. Discovery is not redirected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectSettings {
+    /// TargetAddress values, `HOST:PORT` or `HOST:PORT,TPGT` (HOST an
+    /// IPv4 address, a bracketed IPv6 address or a DNS name): one or more,
+    /// given to new logins in turn.
+    pub to: Vec<String>,
+    /// The target's portals whose logins are redirected; empty: all of
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<SocketAddr>,
+    /// TARGET MOVED PERMANENTLY (0x0102) instead of TEMPORARILY (0x0101).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
+}
+
+/// Why `addr` is not a TargetAddress value (`HOST:PORT[,TPGT]`).
+fn target_address_problem(addr: &str) -> Option<&'static str> {
+    if addr.is_empty() || addr.len() > 255 {
+        return Some("must be 1..=255 bytes long");
+    }
+    let (hostport, tpgt) = match addr.rsplit_once(',') {
+        Some((hp, tag)) => (hp, Some(tag)),
+        None => (addr, None),
+    };
+    if tpgt.is_some_and(|t| t.parse::<u16>().is_err()) {
+        return Some("the portal group tag after ',' must be 0..=65535");
+    }
+    if hostport.parse::<SocketAddr>().is_ok() {
+        return None;
+    }
+    let Some((host, port)) = hostport.rsplit_once(':') else {
+        return Some("must be HOST:PORT or HOST:PORT,TPGT");
+    };
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Some("needs a port, 1..=65535");
+    }
+    let dns = !host.is_empty()
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if !dns {
+        return Some("HOST must be an IPv4 address, a bracketed IPv6 address or a DNS name");
+    }
+    None
+}
+
+fn check_redirect(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
+    let Some(r) = &t.redirect else { return };
+    let key = key.key("redirect");
+    if r.to.is_empty() {
+        c.fail(key.key("to"), "must list at least one HOST:PORT[,TPGT]");
+    }
+    for (i, addr) in r.to.iter().enumerate() {
+        if let Some(why) = target_address_problem(addr) {
+            c.fail(key.key("to").index(i), format!("{addr:?}: {why}"));
+        }
+    }
+    for (i, p) in r.from.iter().enumerate() {
+        if !t.portals.contains(p) && !t.iser_portals.contains(p) {
+            c.fail(
+                key.key("from").index(i),
+                format!("{p} is not one of the target's portals"),
+            );
+        }
+    }
 }
 
 pub(super) fn check_target(
@@ -118,6 +198,7 @@ pub(super) fn check_target(
         check_chap(c, &key.key("chap"), chap);
     }
     check_port_groups(c, key, t);
+    check_redirect(c, key, t);
     if let Some(q) = &t.qos {
         check_qos(c, &key.key("qos"), q, false, false);
     }

@@ -1097,3 +1097,47 @@ fn admin_socket_of_reads_the_data_directory_file_without_config() {
         );
     });
 }
+
+#[test]
+fn redirect_addresses_and_portals_are_checked() {
+    let target = |redirect: &str| {
+        format!(
+            "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:moved\"\nportals = [\"127.0.0.1:3260\"]\n\
+             [targets.redirect]\n{redirect}\n"
+        )
+    };
+    let (_, res) = load_str(&target(
+        "to = [\"192.0.2.1:3260,1\", \"[2001:db8::1]:3260\", \"gw-2.example.net:3261,2\"]\n\
+         from = [\"127.0.0.1:3260\"]\npermanent = true",
+    ));
+    let cfg = res.expect("valid redirect");
+    let r = cfg.targets[0].redirect.as_ref().expect("redirect");
+    assert_eq!(r.to.len(), 3);
+    assert!(r.permanent);
+    assert_problem(&target("to = []"), "targets[0].redirect.to", "at least one");
+    assert_problem(
+        &target("to = [\"192.0.2.1\"]"),
+        "targets[0].redirect.to[0]",
+        "HOST:PORT",
+    );
+    assert_problem(
+        &target("to = [\"192.0.2.1:3260,70000\"]"),
+        "targets[0].redirect.to[0]",
+        "portal group tag",
+    );
+    assert_problem(
+        &target("to = [\"bad host:3260\"]"),
+        "targets[0].redirect.to[0]",
+        "DNS name",
+    );
+    assert_problem(
+        &target("to = [\"192.0.2.1:3260\"]\nfrom = [\"127.0.0.9:3260\"]"),
+        "targets[0].redirect.from[0]",
+        "not one of the target's portals",
+    );
+    assert_problem(
+        &target("to = [\"192.0.2.1:3260\"]\nwhere = 1"),
+        "targets[0].redirect.where",
+        "",
+    );
+}

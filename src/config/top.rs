@@ -99,6 +99,7 @@ impl Config {
             acl: Vec::new(),
             chap: None,
             groups: Vec::new(),
+            redirect: None,
             luns: vec![LunSettings {
                 id: 0,
                 backstore: Setting::new(EngineKind::File, EngineKind::File.as_str()),

@@ -4,6 +4,7 @@
 //! snapshot they started with.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +35,63 @@ pub struct TargetInfo {
     /// ([`crate::groups`]); members of a group may log in whatever `acl`
     /// says.
     pub groups: Vec<crate::groups::InitiatorGroup>,
+    /// Login redirection (RFC 7143 §11.13.5, status class 1): Normal
+    /// logins at the portals it covers are answered with TARGET MOVED
+    /// and a TargetAddress instead of being served.
+    pub redirect: Option<Redirect>,
+}
+
+/// Where a target's Normal logins are sent instead of being served.
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    /// TargetAddress values (`host:port` or `host:port,tpgt`), taken in
+    /// turn: the n-th redirected login gets entry n modulo their number.
+    pub to: Vec<String>,
+    /// The target's portals whose logins are redirected (`host:port`,
+    /// covering as [`TargetInfo::served_at`] does); empty: all of them.
+    pub from: Vec<String>,
+    /// TARGET MOVED PERMANENTLY (0x0102) rather than TEMPORARILY (0x0101):
+    /// the initiator may forget this address.
+    pub permanent: bool,
+    /// Redirected logins so far (shared by the clones of one snapshot).
+    pub turn: Arc<AtomicUsize>,
+}
+
+impl Redirect {
+    /// Redirection to `to` (in turn) from `from` (empty: every portal).
+    pub fn new(to: Vec<String>, from: Vec<String>, permanent: bool) -> Redirect {
+        Redirect {
+            to,
+            from,
+            permanent,
+            turn: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Whether a login that arrived at `local` is redirected.
+    pub fn covers(&self, local: &str) -> bool {
+        if self.from.is_empty() {
+            return true;
+        }
+        let Ok(local) = local.parse::<SocketAddr>() else {
+            return false;
+        };
+        let local = unmapped(local);
+        self.from
+            .iter()
+            .filter_map(|p| p.parse::<SocketAddr>().ok())
+            .any(|p| covers(unmapped(p), local))
+    }
+
+    /// The TargetAddress for the next redirected login.
+    pub fn next_address(&self) -> Option<&str> {
+        let n = self.to.len();
+        if n == 0 {
+            return None;
+        }
+        let i = self.turn.fetch_add(1, Ordering::Relaxed) % n;
+        self.to.get(i).map(String::as_str)
+    }
 }
 
 impl TargetInfo {
@@ -177,6 +235,7 @@ mod tests {
             acl: Vec::new(),
             chap: ChapPolicy::default(),
             groups: Vec::new(),
+            redirect: None,
         }
     }
 

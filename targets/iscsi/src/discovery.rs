@@ -72,6 +72,7 @@ mod tests {
             acl,
             chap: Default::default(),
             groups: Vec::new(),
+            redirect: None,
         };
         PortalConfig {
             targets: vec![
@@ -131,6 +132,7 @@ mod tests {
             acl: vec![],
             chap: Default::default(),
             groups: Vec::new(),
+            redirect: None,
         };
         let c = PortalConfig {
             targets: vec![

@@ -160,6 +160,7 @@ mod tests {
             iser_portals: Vec::new(),
             acl: Vec::new(),
             chap: ChapPolicy::default(),
+            redirect: None,
         };
         let of = |n: &str| t.group_of(n).map(|g| g.name.as_str());
         assert_eq!(of("iqn.2026-11.org.example:DB"), Some("db"));

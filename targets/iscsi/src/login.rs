@@ -315,6 +315,19 @@ impl LoginState {
             if !t.allows(&initiator) {
                 return Err(LoginFailure::NotInAcl);
             }
+            // Redirected only after the ACL check, so that an initiator
+            // the target refuses learns no other address of it.
+            if let Some(address) = t
+                .redirect
+                .as_ref()
+                .filter(|r| r.covers(local))
+                .and_then(|r| Some((r.next_address()?, r.permanent)))
+            {
+                return Err(LoginFailure::Moved {
+                    address: address.0.to_owned(),
+                    permanent: address.1,
+                });
+            }
             self.target = Some(t.clone());
         }
         self.initiator = Some(initiator);

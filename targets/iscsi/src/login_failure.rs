@@ -50,6 +50,14 @@ pub(crate) enum LoginFailure {
     SessionHasConnection,
     /// A login to add a connection to a session that does not exist.
     UnknownTsih,
+    /// Not a failure: the target's logins at this portal are redirected
+    /// (status class 1, with a TargetAddress).
+    Moved {
+        /// The TargetAddress value.
+        address: String,
+        /// 0x0102 rather than 0x0101.
+        permanent: bool,
+    },
     /// The session could not be registered.
     Register(RegisterError),
 }
@@ -81,6 +89,10 @@ impl LoginFailure {
             LoginFailure::SessionHasConnection => LoginStatus::TOO_MANY_CONNECTIONS,
             LoginFailure::UnknownTsih => LoginStatus::SESSION_DOES_NOT_EXIST,
             LoginFailure::Register(_) => LoginStatus::OUT_OF_RESOURCES,
+            LoginFailure::Moved {
+                permanent: true, ..
+            } => LoginStatus::TARGET_MOVED_PERMANENTLY,
+            LoginFailure::Moved { .. } => LoginStatus::TARGET_MOVED_TEMPORARILY,
         }
     }
 
@@ -107,6 +119,7 @@ impl LoginFailure {
             LoginFailure::SessionHasConnection => "session has its connection",
             LoginFailure::UnknownTsih => "unknown TSIH",
             LoginFailure::Register(e) => e.reason(),
+            LoginFailure::Moved { .. } => "target moved",
         }
     }
 

@@ -35,6 +35,7 @@ on_both_transports!(
     login_negotiates_and_reports_tpgt,
     unknown_target_and_missing_initiator_name_are_refused,
     a_target_is_not_found_through_another_portal,
+    logins_are_redirected_in_turn_after_the_acl,
     libiscsi_offering_chap_to_a_target_without_it_logs_in,
     acl_refuses_other_initiators,
     chap_and_mutual_chap,
@@ -163,6 +164,78 @@ fn a_target_is_not_found_through_another_portal(mode: Mode) {
         let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first);
         assert_eq!(lr.status, LoginStatus::SUCCESS, "{portals:?} {iser:?}");
     }
+}
+
+/// A target with a redirect answers a Normal login at a portal it covers
+/// with TARGET MOVED (0x0101, or 0x0102 when permanent) and a
+/// TargetAddress, the addresses taken in turn, and closes the
+/// connection; an initiator outside the ACL is refused without learning
+/// an address; a portal the redirect does not cover serves the target;
+/// a Discovery session is never redirected.
+fn logins_are_redirected_in_turn_after_the_acl(mode: Mode) {
+    let with_redirect = |from: &[&str], permanent: bool| {
+        let mut cfg = portal_config(limits(), ChapPolicy::default());
+        for t in &mut cfg.targets {
+            t.acl = vec![INITIATOR.into()];
+            t.redirect = Some(rustgt_iscsi::Redirect::new(
+                vec!["192.0.2.10:3260,1".into(), "[2001:db8::2]:3261,2".into()],
+                from.iter().map(|p| (*p).to_owned()).collect(),
+                permanent,
+            ));
+        }
+        cfg
+    };
+    let first = |initiator: &'static str| {
+        [
+            ("InitiatorName", initiator),
+            ("TargetName", TARGET),
+            ("SessionType", "Normal"),
+            ("AuthMethod", "None"),
+        ]
+    };
+    // Every portal (the pair arrives at 127.0.0.1:3260), in turn.
+    let cfg = with_redirect(&[], false);
+    for want in [
+        "192.0.2.10:3260,1",
+        "[2001:db8::2]:3261,2",
+        "192.0.2.10:3260,1",
+    ] {
+        let mut p = Pair::with_mode(cfg.clone(), mode);
+        let (lr, kv) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first(INITIATOR));
+        assert_eq!(lr.status, LoginStatus::TARGET_MOVED_TEMPORARILY);
+        assert_eq!(kv, vec![("TargetAddress".to_owned(), want.to_owned())]);
+        assert!(p.conn.is_closing(), "closed after the redirect");
+    }
+    let mut p = Pair::with_mode(with_redirect(&["127.0.0.1:3260"], true), mode);
+    let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first(INITIATOR));
+    assert_eq!(lr.status, LoginStatus::TARGET_MOVED_PERMANENTLY);
+    // Outside the ACL: refused, no address.
+    let mut p = Pair::with_mode(with_redirect(&[], false), mode);
+    let (lr, kv) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &first("iqn.2026-11.org.rustgt.test:stranger"),
+    );
+    assert_eq!(lr.status, LoginStatus::AUTHORIZATION_FAILURE);
+    assert!(kv.is_empty(), "{kv:?}");
+    // Another portal redirects; this one serves.
+    let mut p = Pair::with_mode(with_redirect(&["127.0.0.1:3401"], false), mode);
+    let (lr, _) = p.login_step(Stage::SECURITY, Stage::OPERATIONAL, true, &first(INITIATOR));
+    assert_eq!(lr.status, LoginStatus::SUCCESS);
+    // Discovery is served where it arrives.
+    let mut p = Pair::with_mode(with_redirect(&[], false), mode);
+    let (lr, kv) = p.login_step(
+        Stage::SECURITY,
+        Stage::OPERATIONAL,
+        true,
+        &[
+            ("InitiatorName", INITIATOR),
+            ("SessionType", "Discovery"),
+            ("AuthMethod", "None"),
+        ],
+    );
+    assert_eq!(lr.status, LoginStatus::SUCCESS, "{kv:?}");
 }
 
 /// libiscsi with credentials, against a target that needs none: it

@@ -35,6 +35,7 @@ fn port() -> Arc<Port> {
             acl: vec![],
             chap: Default::default(),
             groups: Vec::new(),
+            redirect: None,
         }],
         queue_depth: 16,
         ..PortalConfig::default()

@@ -120,6 +120,7 @@ fn session(store: Arc<dyn Backstore>) -> (Arc<Port>, PortConn, Arc<Nexus>) {
             acl: vec![],
             chap: Default::default(),
             groups: Vec::new(),
+            redirect: None,
         }],
         ..PortalConfig::default()
     });

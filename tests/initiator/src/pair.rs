@@ -44,6 +44,7 @@ pub fn portal_config(limits: Limits, chap: ChapPolicy) -> PortalConfig {
             acl: vec![],
             chap,
             groups: vec![],
+            redirect: None,
         }],
         limits,
         queue_depth: 16,

@@ -84,6 +84,27 @@ impl Connection {
         };
         match st.step(&ctx, req, data) {
             Ok(step) => self.login_answer(req, step),
+            Err(crate::login_failure::LoginFailure::Moved { address, permanent }) => {
+                let status = if permanent {
+                    LoginStatus::TARGET_MOVED_PERMANENTLY
+                } else {
+                    LoginStatus::TARGET_MOVED_TEMPORARILY
+                };
+                let initiator = match &self.phase {
+                    Phase::Login(st) => st.who().0,
+                    _ => None,
+                };
+                tracing::info!(
+                    initiator = ?initiator,
+                    portal = %self.setup.local_addr,
+                    to = %address,
+                    permanent,
+                    "login redirected"
+                );
+                let data = crate::text::encode_text(&[("TargetAddress".to_owned(), address)]);
+                self.send_login_response(req, status, false, Stage(0), Stage(0), 0, data);
+                self.set_closing();
+            }
             Err(failure) => {
                 let status = failure.status();
                 let (initiator, chap_user) = match &self.phase {
