@@ -21,6 +21,7 @@ CHECKS=(
     refuse-mutual-bad-target-secret:120
     login-acl-allowed:120
     refuse-acl-initiator:120
+    login-redirect:120
     fs-ext4:600
     fs-xfs:600
     fs-ext4-4k-blocks:300
@@ -259,6 +260,25 @@ check_refuse_acl_initiator() {
     node_new "$T_ACL" "$IFACE_B"
     expect_refused "$T_ACL" "$IFACE_B" "initiator $INITIATOR_B outside the ACL"
     pass "$INITIATOR_B (not in the ACL) refused"
+}
+
+# Login redirection: the node's portal ($PORTAL) answers TARGET MOVED
+# TEMPORARILY with $REDIRECT_PORTAL (rustgt.toml); open-iscsi logs in
+# there and keeps $PORTAL as the node's persistent portal.
+check_login_redirect() {
+    local dev sid info
+    node_new "$T_REDIRECT"
+    login_ok "$T_REDIRECT"
+    sid=$(session_id "$T_REDIRECT") || fail "no session id for $T_REDIRECT"
+    info=$(iscsiadm -m session -r "$sid" -P 3 2>&1) || fail "iscsiadm -m session -r $sid -P 3 failed: $info"
+    grep -qF "Current Portal: $REDIRECT_PORTAL,1" <<<"$info" ||
+        fail "the session is not on the portal it was sent to: $(grep -F Portal <<<"$info" | tr '\n' ' ')"
+    grep -qF "Persistent Portal: $PORTAL,1" <<<"$info" ||
+        fail "the node's portal changed: $(grep -F Portal <<<"$info" | tr '\n' ' ')"
+    dev=$(dev_of "$T_REDIRECT" 0) || exit 1
+    probe_io "$dev" || fail "reads on $dev failed"
+    logout "$T_REDIRECT" || fail "logout failed"
+    pass "login at $PORTAL redirected to $REDIRECT_PORTAL (TARGET MOVED TEMPORARILY); the session reads there"
 }
 
 # --- 2. filesystems -----------------------------------------------------------

@@ -29,7 +29,10 @@ readonly T_SHARED=iqn.2026-11.org.rustgt:vm-shared
 readonly T_THIN=iqn.2026-11.org.rustgt:vm-thin
 readonly T_SEED_FILE=iqn.2026-11.org.rustgt:vm-seed-file
 readonly T_SEED_DEV=iqn.2026-11.org.rustgt:vm-seed-dev
-readonly ALL_TARGETS="$T_OPEN $T_ACL $T_CHAP $T_MUTUAL $T_FIO $T_SHARED $T_THIN $T_SEED_FILE $T_SEED_DEV"
+readonly T_REDIRECT=iqn.2026-11.org.rustgt:vm-redirect
+# Where rustgt.toml redirects T_REDIRECT's logins at $PORTAL.
+readonly REDIRECT_PORTAL=127.0.0.1:3264
+readonly ALL_TARGETS="$T_OPEN $T_ACL $T_CHAP $T_MUTUAL $T_FIO $T_SHARED $T_THIN $T_SEED_FILE $T_SEED_DEV $T_REDIRECT"
 
 readonly CHAP_USER=vm-initiator
 readonly CHAP_SECRET=vm-chap-secret-0001
