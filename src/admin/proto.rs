@@ -567,6 +567,13 @@ pub const TARGET_KEYS: &[SettableKey] = &[
         KeyRule::Refused("use `rustgt admin group add` and `group remove`"),
         &[],
     ),
+    key(
+        "redirect",
+        KeyRule::Refused(
+            "it is a table; edit [targets.redirect] in the file and `rustgt admin config apply` it (or SIGHUP)",
+        ),
+        &[],
+    ),
 ];
 
 /// The entry of `name` in `keys`.
