@@ -54,10 +54,13 @@ const PING_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often a gateway that does not own the image's exclusive lock
 /// checks whether the owner is a gateway that still answers.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
-/// How long the owner has to answer one heartbeat ping.
-const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long the owner has to answer one heartbeat ping. librados hands
+/// the OSD notify timeouts in whole seconds (rounded down; 0 would mean
+/// the OSD's default, 30 s), so this is whole seconds, at least one.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
+const _: () = assert!(HEARTBEAT_TIMEOUT.as_secs() >= 1 && HEARTBEAT_TIMEOUT.subsec_nanos() == 0);
 /// Consecutive heartbeats the owner must miss before its lock is broken.
-const HEARTBEAT_MISSES: u32 = 2;
+const HEARTBEAT_MISSES: u32 = 3;
 /// Name of the RADOS lock that [`SharedState::exclude`] takes.
 const LOCK_NAME: &CStr = c"rustgt-exclusive";
 
