@@ -43,6 +43,13 @@
 //! - failover: a WRITE with FUA and a WRITE followed by SYNCHRONIZE CACHE,
 //!   acknowledged by A, read back through B after A got SIGKILL; B then
 //!   writes; A started again serves A's and B's data and can write.
+//! - fast failover: with A owning the image's exclusive lock, A gets
+//!   SIGKILL; B's WRITE completes within 10 s of the kill (B's heartbeat
+//!   finds A silent, B blocklists A's client and breaks its lock), A's
+//!   client address is on the OSD blocklist, everything A and B wrote
+//!   reads back through both; A started again does not take the lock from
+//!   B by itself (B goes on writing), gets it by librbd's hand-over for
+//!   its own write, and no live gateway ever breaks a lock.
 //!
 //! Every cross-gateway effect is asserted on the very next command, with
 //! no wait or poll: the implementation completes a PERSISTENT RESERVE OUT
@@ -64,7 +71,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ceph::{gateway, gateway_with, Image};
+use ceph::{ceph, gateway, gateway_with, Image};
 use common::{Daemon, DEFAULT_IQN};
 use initiator::{
     rw16, CmdResult, Session, CHECK_CONDITION, GOOD, MISCOMPARE, READ_16, RESERVATION_CONFLICT,
@@ -1141,10 +1148,11 @@ fn on_ceph_failover_after_sigkill_keeps_fua_and_flushed_writes() {
         "the flushed write acknowledged by A is not there through B"
     );
 
-    // The dead A still holds the image's exclusive lock until its watch
-    // times out and librbd on B breaks the lock (blocklisting A), by
-    // default within about 30 s; meanwhile B's writes get the transition
-    // sense. Bounded: at most 180 tries half a second apart (90 s).
+    // The dead A still holds the image's exclusive lock until B's
+    // heartbeat finds it silent and B breaks the lock (blocklisting A),
+    // within a few seconds (the test below times it); B's writes may get
+    // the transition sense meanwhile. Bounded: at most 180 tries half a
+    // second apart (90 s).
     let (r, waited) = retry_transition(
         &mut sb,
         &rw16(WRITE_16, b_lba, 16),
@@ -1180,6 +1188,153 @@ fn on_ceph_failover_after_sigkill_keeps_fua_and_flushed_writes() {
     assert!(
         read(&mut sb, b_lba, 16) == b_data,
         "B's write after the restarted A wrote"
+    );
+    sa.logout();
+    sb.logout();
+}
+
+/// The RADOS client address gateway `d` logged when it joined.
+fn logged_address(d: &Daemon) -> String {
+    let log = d.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("rbd gateway mode"))
+        .expect("the gateway logged its mode");
+    let at = line.find("address=").expect("the line names the address") + "address=".len();
+    line[at..]
+        .split_whitespace()
+        .next()
+        .expect("an address")
+        .to_owned()
+}
+
+#[test]
+fn on_ceph_failover_after_sigkill_writes_through_the_other_within_10_s() {
+    // The dead owner of the image's exclusive lock misses the gateways'
+    // heartbeat; B blocklists it and breaks its lock at once instead of
+    // waiting for its watch to expire (30 s), so B writes within 10 s.
+    let image = Image::create("gwraw-fast-failover", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let a_address = logged_address(&a);
+    let initiator = "iqn.2026-12.test:gw-fast-failover";
+    let mut sa = login(&a, initiator, 1);
+    let mut sb = login(&b, initiator, 2);
+    // B reads first (no lock needed), then A writes: A owns the lock.
+    let _ = read(&mut sb, 0, 1);
+    let before: Vec<(u64, Vec<u8>)> = (0..32u64)
+        .map(|i| (i * 64, pattern(0x50 + i as u8, 8)))
+        .collect();
+    for (lba, data) in &before {
+        write(&mut sa, *lba, data, "WRITE through A before the kill");
+    }
+    // In-flight writes through A up to the kill: acknowledged or not,
+    // each block holds either the old or this whole value afterwards.
+    kill(&a, "gateway A");
+    let killed = Instant::now();
+    drop(sa);
+    drop(a);
+
+    let b_lba = 40_000u64;
+    let b_data = pattern(0x77, 16);
+    let (r, waited) = retry_transition(
+        &mut sb,
+        &rw16(WRITE_16, b_lba, 16),
+        &b_data,
+        300,
+        Duration::from_millis(100),
+    );
+    let took = killed.elapsed();
+    assert_eq!(
+        r.status,
+        GOOD,
+        "B's write after A's kill ({waited} transition answers, {took:?}): {r}\n{}",
+        b.stderr_tail(20)
+    );
+    println!("B's write completed {took:.2?} after A's SIGKILL ({waited} transition answers)");
+    assert!(
+        took <= Duration::from_secs(10),
+        "B's write completed {took:?} after A's SIGKILL, over 10 s\n{}",
+        b.stderr_tail(20)
+    );
+    assert!(
+        b.stderr().contains("broke its lock"),
+        "B did not break the dead owner's lock: {}",
+        b.stderr_tail(20)
+    );
+    // The old A's client is fenced: its writes still on the way can no
+    // longer land.
+    let blocklist = ceph(&["osd", "blocklist", "ls"]);
+    let bare = a_address
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|a| {
+            a.trim_start_matches("v2:")
+                .trim_start_matches("v1:")
+                .to_owned()
+        })
+        .filter(|a| a.contains('/'))
+        .collect::<Vec<_>>();
+    assert!(!bare.is_empty(), "A's logged address {a_address:?}");
+    assert!(
+        bare.iter().any(|a| blocklist.contains(a.as_str())),
+        "A's address {a_address} is not blocklisted: {blocklist}"
+    );
+    for (lba, data) in &before {
+        assert!(
+            read(&mut sb, *lba, 8) == *data,
+            "A's write at {lba} through B"
+        );
+    }
+    assert!(read(&mut sb, b_lba, 16) == b_data, "B's write through B");
+
+    // A started again is a new client. It is not the owner: B still
+    // writes without a transition, and A's own write waits for librbd's
+    // hand-over of the lock from B and never corrupts B's data.
+    let a = gateway(&image, 1);
+    let mut sa = login(&a, initiator, 1);
+    let b2_data = pattern(0x78, 16);
+    let r = sb.command(LUN, &rw16(WRITE_16, b_lba + 16, 16), &b2_data, 0);
+    assert_eq!(
+        r.status, GOOD,
+        "B still owns the lock after A restarted: {r}"
+    );
+    for (lba, data) in &before {
+        assert!(
+            read(&mut sa, *lba, 8) == *data,
+            "A's write at {lba} through A restarted"
+        );
+    }
+    assert!(
+        read(&mut sa, b_lba, 16) == b_data,
+        "B's write through A restarted"
+    );
+    let a2_data = pattern(0x79, 8);
+    write(&mut sa, 50_000, &a2_data, "WRITE through A restarted");
+    assert!(
+        read(&mut sb, 50_000, 8) == a2_data,
+        "A's new write through B"
+    );
+    assert!(
+        read(&mut sb, b_lba, 16) == b_data,
+        "B's write after A wrote again"
+    );
+    assert!(
+        read(&mut sb, b_lba + 16, 16) == b2_data,
+        "B's second write after A wrote again"
+    );
+    // Neither live gateway was ever taken for dead.
+    assert!(
+        !a.stderr().contains("broke its lock"),
+        "the restarted A broke a lock: {}",
+        a.stderr_tail(20)
+    );
+    assert_eq!(
+        b.stderr().matches("broke its lock").count(),
+        1,
+        "B broke a lock more than once: {}",
+        b.stderr_tail(20)
     );
     sa.logout();
     sb.logout();

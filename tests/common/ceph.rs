@@ -107,3 +107,12 @@ pub fn gateway_with(image: &Image, tpgt: u16, rbd_extra: &str) -> Daemon {
     );
     d
 }
+
+/// Runs the `ceph` tool against the test cluster and asserts it succeeded.
+pub fn ceph(args: &[&str]) -> String {
+    let mut all = vec!["--conf".to_owned(), ceph_conf()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    let out = run_tool("ceph", &all, TOOL);
+    out.assert_success();
+    out.stdout
+}

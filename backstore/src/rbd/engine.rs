@@ -213,6 +213,7 @@ impl RbdBackstore {
                 opts.op_timeout,
                 &spec,
                 Arc::clone(&shared) as Arc<dyn Send + Sync>,
+                !opts.read_only,
             )
             .map_err(|e| BackstoreError::Config(format!("rbd image {spec}: gateway mode: {e}")))?;
             store.gateway = Some(Arc::new(gw));

@@ -16,7 +16,15 @@
 //!   blocks the others for one lease at most;
 //! - each gateway writes its RADOS client address to the xattr
 //!   `gw.<port group>`, which maps the image's exclusive-lock owner (an
-//!   address, from `rbd_lock_get_owners`) to a target port group.
+//!   address, from `rbd_lock_get_owners`) to a target port group, and its
+//!   RADOS instance id (the notifier id of its watch) to `id.<port group>`;
+//! - fast failover: a writable gateway that does not own the image's
+//!   exclusive lock pings the gateways every [`HEARTBEAT_INTERVAL`] while
+//!   another gateway owns it; when the owner's watch misses
+//!   [`HEARTBEAT_MISSES`] pings in a row (each [`HEARTBEAT_TIMEOUT`]), it
+//!   breaks the owner's lock with `rbd_lock_break`, which blocklists the
+//!   owner's client first, so librbd here takes the lock without waiting
+//!   for the dead owner's watch to expire (osd_client_watch_timeout).
 
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -43,6 +51,16 @@ const EVENT: u8 = 1;
 const PING: u8 = 0;
 /// How long a ping waits for answers.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a gateway that does not own the image's exclusive lock
+/// checks whether the owner is a gateway that still answers.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the owner has to answer one heartbeat ping. librados hands
+/// the OSD notify timeouts in whole seconds (rounded down; 0 would mean
+/// the OSD's default, 30 s), so this is whole seconds, at least one.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
+const _: () = assert!(HEARTBEAT_TIMEOUT.as_secs() >= 1 && HEARTBEAT_TIMEOUT.subsec_nanos() == 0);
+/// Consecutive heartbeats the owner must miss before its lock is broken.
+const HEARTBEAT_MISSES: u32 = 3;
 /// Name of the RADOS lock that [`SharedState::exclude`] takes.
 const LOCK_NAME: &CStr = c"rustgt-exclusive";
 
@@ -81,6 +99,9 @@ struct Core {
     hook: Mutex<Option<EventHook>>,
     lock_seq: AtomicU64,
     spec: String,
+    /// Set to stop the failover thread; `heartbeat` wakes it.
+    stop_heartbeat: Mutex<bool>,
+    heartbeat: Condvar,
     /// Keeps the cluster and image handles open while this state lives.
     _handles: Arc<dyn Send + Sync>,
 }
@@ -106,6 +127,15 @@ pub(crate) struct Gateway {
     core: Arc<Core>,
     watch: Option<u64>,
     events: Option<JoinHandle<()>>,
+    failover: Option<JoinHandle<()>>,
+}
+
+/// What a notify got back: the notifier (RADOS instance) ids of the
+/// watchers that acknowledged it and of those that did not in time.
+#[derive(Debug, Default)]
+struct NotifyReply {
+    acked: Vec<u64>,
+    timed_out: Vec<u64>,
 }
 
 impl fmt::Debug for Gateway {
@@ -216,8 +246,8 @@ impl Core {
         }
     }
 
-    /// Sends a framed notify; returns (acks from other clients, timeouts).
-    fn notify(&self, framed: &[u8], timeout: Duration) -> Result<(usize, usize)> {
+    /// Sends a framed notify; returns who acknowledged it and who not.
+    fn notify(&self, framed: &[u8], timeout: Duration) -> Result<NotifyReply> {
         let len = c_int::try_from(framed.len())
             .map_err(|_| rados_error("notify", -i64::from(libc::EMSGSIZE)))?;
         let mut reply: *mut c_char = ptr::null_mut();
@@ -242,16 +272,19 @@ impl Core {
             if r < 0 {
                 return Err(rados_error("notify", i64::from(r)));
             }
-            return Ok((0, 0));
+            return Ok(NotifyReply::default());
         }
         let mut acks: *mut rados::notify_ack_t = ptr::null_mut();
         let mut nr_acks = 0usize;
         let mut timeouts: *mut rados::notify_timeout_t = ptr::null_mut();
         let mut nr_timeouts = 0usize;
+        let mut out = NotifyReply::default();
         // SAFETY: `reply` is the buffer librados returned with its length;
-        // the decoded arrays are freed with rados_free_notify_response and
-        // the buffer with rados_buffer_free, once each.
-        let others = unsafe {
+        // on success the decoded arrays hold `nr_acks` and `nr_timeouts`
+        // entries (or are null when empty), are freed with
+        // rados_free_notify_response and the buffer with
+        // rados_buffer_free, once each.
+        unsafe {
             let d = rados::rados_decode_notify_response(
                 reply,
                 reply_len,
@@ -260,24 +293,27 @@ impl Core {
                 &mut timeouts,
                 &mut nr_timeouts,
             );
-            let mut others = 0usize;
-            if d == 0 && !acks.is_null() {
-                for a in std::slice::from_raw_parts(acks, nr_acks) {
-                    if a.notifier_id != self.instance {
-                        others += 1;
-                    }
+            if d == 0 {
+                if !acks.is_null() {
+                    out.acked = std::slice::from_raw_parts(acks, nr_acks)
+                        .iter()
+                        .map(|a| a.notifier_id)
+                        .collect();
+                }
+                if !timeouts.is_null() {
+                    out.timed_out = std::slice::from_raw_parts(timeouts, nr_timeouts)
+                        .iter()
+                        .map(|t| t.notifier_id)
+                        .collect();
                 }
                 rados::rados_free_notify_response(acks, nr_acks, timeouts);
-            } else {
-                nr_timeouts = 0;
             }
             rados::rados_buffer_free(reply);
-            others
-        };
+        }
         if r < 0 && r != -libc::ETIMEDOUT {
             return Err(rados_error("notify", i64::from(r)));
         }
-        Ok((others, nr_timeouts))
+        Ok(out)
     }
 
     /// `rados_lock_exclusive` of the exclusion's lock with `cookie`, a
@@ -354,6 +390,7 @@ impl Gateway {
         timeout: Duration,
         spec: &str,
         handles: Arc<dyn Send + Sync>,
+        fail_over: bool,
     ) -> Result<Gateway> {
         let mut ioctx: rados::rados_ioctx_t = ptr::null_mut();
         // SAFETY: a connected cluster; `ioctx` receives a new context.
@@ -390,12 +427,15 @@ impl Gateway {
             hook: Mutex::new(None),
             lock_seq: AtomicU64::new(0),
             spec: spec.to_owned(),
+            stop_heartbeat: Mutex::new(false),
+            heartbeat: Condvar::new(),
             _handles: handles,
         });
         let mut gw = Gateway {
             core: Arc::clone(&core),
             watch: None,
             events: None,
+            failover: None,
         };
         gw.create_object()?;
         let name = Core::xattr_name(group);
@@ -407,6 +447,21 @@ impl Gateway {
                 name.as_ptr(),
                 core.address.as_ptr().cast::<c_char>(),
                 core.address.len(),
+            )
+        };
+        if r < 0 {
+            return Err(rados_error("registering this gateway", i64::from(r)));
+        }
+        let id_name = CString::new(format!("id.{group}")).unwrap_or_default();
+        let id_value = instance.to_string();
+        // SAFETY: a live context; the value is valid for its length.
+        let r = unsafe {
+            rados::rados_setxattr(
+                core.ioctx,
+                core.oid.as_ptr(),
+                id_name.as_ptr(),
+                id_value.as_ptr().cast::<c_char>(),
+                id_value.len(),
             )
         };
         if r < 0 {
@@ -436,6 +491,15 @@ impl Gateway {
             return Err(rados_error("watching the shared state", i64::from(r)));
         }
         gw.watch = Some(cookie);
+        if fail_over {
+            let thread_core = Arc::clone(&core);
+            gw.failover = Some(
+                std::thread::Builder::new()
+                    .name("rbd-failover".into())
+                    .spawn(move || thread_core.run_failover())
+                    .map_err(BackstoreError::Io)?,
+            );
+        }
         tracing::info!(image = %spec, port_group = group, address = %core.address,
             object = %core.oid.to_string_lossy(), "rbd gateway mode: state shared in RADOS");
         Ok(gw)
@@ -471,6 +535,15 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        *self
+            .core
+            .stop_heartbeat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+        self.core.heartbeat.notify_all();
+        if let Some(t) = self.failover.take() {
+            let _ = t.join();
+        }
         if let Some(cookie) = self.watch.take() {
             // SAFETY: the cookie came from rados_watch2 on this context;
             // the flush waits for callbacks in progress.
@@ -625,7 +698,11 @@ impl SharedState for Gateway {
         let mut framed = Vec::with_capacity(1 + event.len());
         framed.push(EVENT);
         framed.extend_from_slice(event);
-        let (_, timeouts) = self.core.notify(&framed, self.core.timeout)?;
+        let timeouts = self
+            .core
+            .notify(&framed, self.core.timeout)?
+            .timed_out
+            .len();
         if timeouts > 0 {
             tracing::warn!(image = %self.core.spec, timeouts,
                 "rbd gateway: gateways did not acknowledge an event in time");
@@ -642,8 +719,8 @@ impl SharedState for Gateway {
     }
 
     fn others_alive(&self) -> Result<bool> {
-        let (others, _) = self.core.notify(&[PING], PING_TIMEOUT)?;
-        Ok(others > 0)
+        let reply = self.core.notify(&[PING], PING_TIMEOUT)?;
+        Ok(reply.acked.iter().any(|&id| id != self.core.instance))
     }
 
     fn exclude(&self) -> Result<Exclusion> {
@@ -682,13 +759,23 @@ impl SharedState for Gateway {
         if r == 0 && mine != 0 {
             return Ok(Some(c.group));
         }
+        let Some(owner) = c.owner_address()? else {
+            return Ok(None);
+        };
+        Ok(c.group_of(&owner))
+    }
+}
+
+impl Core {
+    /// The address of the image's exclusive-lock owner, if it has one.
+    fn owner_address(&self) -> Result<Option<String>> {
         let mut mode: rbd::rbd_lock_mode_t = rbd::rbd_lock_mode_t::RBD_LOCK_MODE_EXCLUSIVE;
         let mut owners: [*mut c_char; 8] = [ptr::null_mut(); 8];
         let mut count = owners.len();
         // SAFETY: a live image; `owners` has room for `count` pointers,
         // freed with rbd_lock_get_owners_cleanup.
         let r = unsafe {
-            rbd::rbd_lock_get_owners(c.image, &mut mode, owners.as_mut_ptr(), &mut count)
+            rbd::rbd_lock_get_owners(self.image, &mut mode, owners.as_mut_ptr(), &mut count)
         };
         if r == -libc::ENOENT || r == -libc::EINVAL {
             // No owner now, or no exclusive-lock feature.
@@ -697,6 +784,7 @@ impl SharedState for Gateway {
         if r < 0 {
             return Err(rados_error("reading the lock owner", i64::from(r)));
         }
+        let count = count.min(owners.len());
         let names: Vec<String> = owners
             .iter()
             .take(count)
@@ -706,18 +794,144 @@ impl SharedState for Gateway {
             .collect();
         // SAFETY: the strings librbd allocated, freed once.
         unsafe { rbd::rbd_lock_get_owners_cleanup(owners.as_mut_ptr(), count) };
-        let Some(owner) = names.first() else {
-            return Ok(None);
-        };
-        Ok(self.group_of(owner))
+        Ok(names.into_iter().next())
     }
-}
 
-impl Gateway {
+    /// Whether this client owns the image's exclusive lock.
+    fn owns_lock(&self) -> bool {
+        let mut mine: c_int = 0;
+        // SAFETY: a live image; `mine` receives the answer.
+        let r = unsafe { rbd::rbd_is_exclusive_lock_owner(self.image, &mut mine) };
+        r == 0 && mine != 0
+    }
+
+    /// The RADOS instance id gateway `group` registered (`id.<group>`).
+    fn instance_of(&self, group: u16) -> Option<u64> {
+        let name = CString::new(format!("id.{group}")).ok()?;
+        let mut buf = [0u8; 32];
+        // SAFETY: a live context; `buf` is writable for its length.
+        let r = unsafe {
+            rados::rados_getxattr(
+                self.ioctx,
+                self.oid.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast::<c_char>(),
+                buf.len(),
+            )
+        };
+        let n = usize::try_from(r).ok()?;
+        std::str::from_utf8(buf.get(..n)?).ok()?.trim().parse().ok()
+    }
+
+    /// Waits `d`, or less when told to stop; true when told to stop.
+    fn pause(&self, d: Duration) -> bool {
+        let stop = self
+            .stop_heartbeat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (stop, _) = self
+            .heartbeat
+            .wait_timeout_while(stop, d, |s| !*s)
+            .unwrap_or_else(PoisonError::into_inner);
+        *stop
+    }
+
+    /// The failover thread: while another gateway owns the image's
+    /// exclusive lock, pings the gateways each [`HEARTBEAT_INTERVAL`];
+    /// breaks the owner's lock (blocklisting it) once the owner's own
+    /// watch missed [`HEARTBEAT_MISSES`] pings in a row.
+    fn run_failover(&self) {
+        // (owner address, its instance id, consecutive misses)
+        let mut suspect: Option<(String, u64, u32)> = None;
+        loop {
+            let missed = suspect.as_ref().is_some_and(|s| s.2 > 0);
+            if !missed && self.pause(HEARTBEAT_INTERVAL) {
+                return;
+            }
+            if *self
+                .stop_heartbeat
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+            {
+                return;
+            }
+            suspect = self.heartbeat_once(suspect.take());
+        }
+    }
+
+    /// One heartbeat round; returns the suspect to carry on with.
+    fn heartbeat_once(&self, suspect: Option<(String, u64, u32)>) -> Option<(String, u64, u32)> {
+        if self.owns_lock() {
+            return None;
+        }
+        let owner = match self.owner_address() {
+            Ok(Some(o)) if o != self.address => o,
+            Ok(_) => return None,
+            Err(e) => {
+                tracing::debug!(image = %self.spec, error = %e,
+                    "rbd gateway: heartbeat: reading the lock owner failed");
+                return None;
+            }
+        };
+        // Only a gateway of this image, with its instance id registered,
+        // is ever judged: any other owner is left to librbd.
+        let group = self.group_of(&owner)?;
+        let instance = self.instance_of(group)?;
+        if instance == self.instance {
+            return None;
+        }
+        let reply = match self.notify(&[PING], HEARTBEAT_TIMEOUT) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(image = %self.spec, error = %e,
+                    "rbd gateway: heartbeat ping failed");
+                return None;
+            }
+        };
+        let answered = reply.acked.contains(&instance);
+        let silent = reply.timed_out.contains(&instance);
+        if answered || !silent {
+            // Alive, or its watch is gone already (then librbd breaks
+            // the lock itself, without waiting).
+            return None;
+        }
+        let misses = match suspect {
+            Some((a, i, m)) if a == owner && i == instance => m + 1,
+            _ => 1,
+        };
+        tracing::warn!(image = %self.spec, owner = %owner, port_group = group, misses,
+            "rbd gateway: the exclusive-lock owner did not answer a heartbeat");
+        if misses < HEARTBEAT_MISSES {
+            return Some((owner, instance, misses));
+        }
+        let Ok(name) = CString::new(owner.as_str()) else {
+            return None;
+        };
+        // SAFETY: a live, writable image; the NUL-terminated owner
+        // outlives the call. librbd breaks the lock only while `owner`
+        // still holds it, and blocklists that client first
+        // (rbd_blocklist_on_break_lock).
+        let r = unsafe {
+            rbd::rbd_lock_break(
+                self.image,
+                rbd::rbd_lock_mode_t::RBD_LOCK_MODE_EXCLUSIVE,
+                name.as_ptr(),
+            )
+        };
+        if r < 0 {
+            tracing::warn!(image = %self.spec, owner = %owner, error = %os_error(i64::from(r)),
+                "rbd gateway: breaking the silent owner's lock failed");
+        } else {
+            tracing::warn!(image = %self.spec, owner = %owner, port_group = group,
+                "rbd gateway: blocklisted the silent exclusive-lock owner and broke its lock");
+        }
+        None
+    }
+
     /// The port group whose registered address is `owner`; the groups
     /// are found by the xattrs of the state object.
     fn group_of(&self, owner: &str) -> Option<u16> {
-        let c = &self.core;
+        let c = self;
         let mut iter: rados::rados_xattrs_iter_t = ptr::null_mut();
         // SAFETY: a live context; the iterator is ended below.
         let r = unsafe { rados::rados_getxattrs(c.ioctx, c.oid.as_ptr(), &mut iter) };
