@@ -110,8 +110,10 @@ pub struct Conn {
 }
 
 /// Attempts of [`Conn::login_retrying`] at most.
-pub const LOGIN_TRIES: u64 = 10;
-/// First pause between two attempts (doubling up to 1 s).
+pub const LOGIN_TRIES: u64 = 40;
+/// First bound of the pause between two attempts (doubling up to 1 s);
+/// each pause is drawn uniformly below the bound, so sessions started
+/// together do not come back together.
 pub const LOGIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest [`Conn::login_retrying`] keeps trying.
 pub const LOGIN_RETRY_FOR: Duration = Duration::from_secs(20);
@@ -130,8 +132,8 @@ impl Conn {
     /// closes, resets or refuses the connection before the session is up
     /// or answers with a target error (a target's cap on logins in
     /// progress from one address, for example, when many sessions start at
-    /// once): at most [`LOGIN_TRIES`] attempts, [`LOGIN_BACKOFF`] apart,
-    /// doubling, for at most [`LOGIN_RETRY_FOR`] in all. A login the target
+    /// once): at most [`LOGIN_TRIES`] attempts, pauses drawn below
+    /// [`LOGIN_BACKOFF`], doubling, for at most [`LOGIN_RETRY_FOR`] in all. A login the target
     /// refuses with an initiator error is not tried again. Returns the
     /// connection and how many attempts failed before it.
     pub fn login_retrying(
@@ -144,6 +146,9 @@ impl Conn {
         let started = Instant::now();
         let mut backoff = LOGIN_BACKOFF;
         let mut failed = 0u64;
+        let mut rng = Rng::new(u64::from_be_bytes([
+            0, 0, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5],
+        ]));
         loop {
             match Conn::login(addr, source, target, initiator, isid) {
                 Ok(c) => return Ok((c, failed)),
@@ -152,7 +157,8 @@ impl Conn {
                         && started.elapsed() + backoff < LOGIN_RETRY_FOR =>
                 {
                     failed += 1;
-                    std::thread::sleep(backoff);
+                    let ms = u64::try_from(backoff.as_millis()).unwrap_or(1000);
+                    std::thread::sleep(Duration::from_millis(1 + rng.below(ms)));
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
                 Err(e) => return Err(e),
