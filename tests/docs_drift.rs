@@ -486,3 +486,70 @@ fn every_option_and_subcommand_is_documented() {
     );
     assert!(missing.is_empty(), "undocumented: {missing:#?}");
 }
+
+/// Every path README's feature table cites exists, and every guest check
+/// it names (`guest NAME`, `guest PREFIX*`, `guest PREFIX-*`) is one
+/// tests/vm/guest/checks.sh runs.
+#[test]
+fn feature_table_cites_what_exists() {
+    let readme = repo("README.md");
+    let table = passage(&readme, "## Features", "## Quick start");
+    let checks = repo("tests/vm/guest/checks.sh");
+    let names: Vec<&str> = checks
+        .lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .map(|(name, _)| name)
+        .filter(|n| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+        .collect();
+    let mut rows = 0;
+    let mut missing = Vec::new();
+    for line in table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
+    {
+        let Some(cited) = line.rsplit('|').nth(1) else {
+            continue;
+        };
+        if cited.trim() == "shown by" {
+            continue;
+        }
+        rows += 1;
+        let ticked: Vec<&str> = cited.split('`').skip(1).step_by(2).collect();
+        for path in ticked.iter().filter(|t| {
+            t.starts_with("tests/") || t.starts_with("targets/") || t.starts_with("backstore/")
+        }) {
+            if !Path::new(env!("CARGO_MANIFEST_DIR")).join(path).exists() {
+                missing.push(format!("path {path}"));
+            }
+        }
+        for part in cited.split(',') {
+            let part = part.trim();
+            let Some(check) = part.strip_prefix("guest ") else {
+                continue;
+            };
+            let check = match check.strip_prefix('`') {
+                Some(rest) => rest.split('`').next().unwrap_or(rest),
+                None => check.split_whitespace().next().unwrap_or(check),
+            };
+            let hit = match check.strip_suffix('*') {
+                Some(prefix) => names.iter().any(|n| n.starts_with(prefix)),
+                None => names.contains(&check),
+            };
+            if !hit {
+                missing.push(format!("guest check {check}"));
+            }
+        }
+    }
+    assert!(
+        rows >= 15,
+        "README's feature table has {rows} rows:\n{table}"
+    );
+    assert!(
+        missing.is_empty(),
+        "README's feature table cites what does not exist: {missing:?}"
+    );
+}
