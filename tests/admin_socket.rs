@@ -651,8 +651,11 @@ fn prometheus_metrics_carry_the_stats_figures() {
     assert!(body.is_empty(), "HEAD answered with a body: {body}");
     let length: usize = headers
         .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-        .and_then(|v| v.trim().parse().ok())
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
         .expect("Content-Length");
     assert!(length > 0, "{headers}");
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");

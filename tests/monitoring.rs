@@ -2,7 +2,8 @@
 //! rules and the Grafana dashboard query is one a live daemon exports
 //! (after it served reads and writes on a LUN with readahead of its own);
 //! promtool (Debian's `prometheus` package, installed by tests/run)
-//! accepts the rules file and lints the daemon's exposition clean.
+//! accepts the rules file and lints the daemon's exposition clean; and
+//! Debian's Prometheus server scrapes a live daemon with the rules loaded.
 
 mod admin_common;
 mod common;
@@ -168,4 +169,130 @@ fn rules_and_dashboard_query_exported_metrics() {
     assert!(ok, "promtool check rules: {out}");
     let (ok, out) = promtool(&["check", "metrics"], Some(&exposition));
     assert!(ok, "promtool check metrics: {out}");
+}
+
+/// `GET path` over HTTP/1.0 (so the answer is not chunked): status line
+/// and body.
+fn http_get(addr: &str, path: &str) -> Option<(String, String)> {
+    let mut sock = std::net::TcpStream::connect(addr).ok()?;
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(sock, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    sock.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_owned(), body.to_owned()))
+}
+
+/// A Prometheus server (Debian's) scrapes the daemon every second with the
+/// alert rules loaded: the scrape is healthy, a counter it stored equals
+/// what the admin socket reports, and every alert rule evaluates without
+/// error against the live series.
+#[test]
+fn a_prometheus_server_scrapes_the_daemon_and_evaluates_the_rules() {
+    let cfg = format!(
+        "metrics_listen = \"127.0.0.1:0\"\n\
+         [[targets]]\niqn = \"{TARGET}\"\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"16M\"\nreadahead = \"streams\"\n"
+    );
+    let d = Daemon::start_with_config(&cfg, 1);
+    let mut s = Session::login(d.portal, TARGET, INITIATOR, 11);
+    s.settle(0);
+    for lba in (0..256).step_by(32) {
+        assert!(s.read(0, lba, 32).is_good());
+    }
+    let mut a = Admin::connect(&d);
+    let metrics = a.ok(json!({"cmd": "status"}))["metrics"]
+        .as_str()
+        .expect("metrics address")
+        .to_owned();
+    let reads = a.ok(json!({"cmd": "lun_stats", "target": TARGET, "lun": 0}))[0]["read_commands"]
+        .as_u64()
+        .expect("reads");
+    assert!(reads >= 8);
+
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let web = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr").to_string()
+    };
+    let rules = etc("rustgt-alerts.yml");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: rustgt\n    static_configs:\n      - targets: ['{metrics}']\n",
+            rules.display()
+        ),
+    )
+    .expect("write prometheus.yml");
+    let mut server = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus (Debian package prometheus; tests/run installs it)");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(&mut server);
+
+    let query = |q: &str| -> Option<Value> {
+        let (status, body) = http_get(&web, &format!("/api/v1/query?query={q}"))?;
+        if !status.contains(" 200 ") {
+            return None;
+        }
+        let v: Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"].as_array()?.first().cloned()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut stored = None;
+    let mut rules_ok = None;
+    while std::time::Instant::now() < deadline {
+        let up = query("up").and_then(|r| r["value"][1].as_str().map(str::to_owned));
+        stored = query("rustgt_lun_read_commands_total")
+            .and_then(|r| r["value"][1].as_str().and_then(|v| v.parse::<u64>().ok()));
+        rules_ok = http_get(&web, "/api/v1/rules").and_then(|(_, body)| {
+            let v: Value = serde_json::from_str(&body).ok()?;
+            let rules: Vec<Value> = v["data"]["groups"]
+                .as_array()?
+                .iter()
+                .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+                .collect();
+            let evaluated = rules.iter().all(|r| {
+                r["health"] == "ok"
+                    && r["lastEvaluation"]
+                        .as_str()
+                        .is_some_and(|t| !t.starts_with("0001"))
+            });
+            Some((rules.len(), evaluated, body))
+        });
+        if up.as_deref() == Some("1")
+            && stored == Some(reads)
+            && rules_ok.as_ref().is_some_and(|(_, ok, _)| *ok)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(stored, Some(reads), "the counter Prometheus stored");
+    let (count, ok, body) = rules_ok.expect("Prometheus answered /api/v1/rules");
+    let alerts = std::fs::read_to_string(&rules)
+        .expect("rules file")
+        .matches("- alert:")
+        .count();
+    assert!(alerts >= 10);
+    assert_eq!(count, alerts, "the alert rules loaded: {body}");
+    assert!(ok, "every rule evaluated with health ok: {body}");
 }

@@ -1,26 +1,41 @@
-//! Prometheus metrics: the text exposition format (version 0.0.4) of the
-//! same figures as the stats commands, served on `GET /metrics` by a
-//! minimal HTTP/1.1 responder on `metrics_listen`.
+//! Prometheus metrics: the same figures as the stats commands, encoded by
+//! prometheus-client in the Prometheus text format (version 0.0.4) and
+//! served on `GET /metrics` by hyper on `metrics_listen`.
 //!
 //! The figures come from the control task (a `metrics` request), so a
-//! scrape sees one consistent moment; the HTTP side only parses a request
-//! line, bounded in size and time, and never panics on what it reads.
+//! scrape sees one consistent moment: each scrape collects them into
+//! metric families ([`Exposition`]), which a prometheus-client collector
+//! encodes.
 
-use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Semaphore};
 
-use super::proto::{DataBuffersView, LunStatsView, Request, SessionStatsView};
+use super::proto::{DataBuffersView, LunStatsView, Request as AdminRequest, SessionStatsView};
 use super::server::{ControlTx, Envelope};
 use super::stats::Histogram;
 
-/// Longest HTTP request head read.
+/// Largest HTTP request head read (hyper's smallest buffer).
 const MAX_HEAD: usize = 8192;
 /// Time a client gets to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a connection is kept, answer included.
+const CONN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once.
+const MAX_CLIENTS: usize = 16;
 
 /// Daemon-wide gauges.
 #[derive(Debug, Clone, Copy, Default)]
@@ -115,7 +130,7 @@ pub fn render(g: &Gauges, luns: &[LunStatsView], sessions: &[SessionStatsView]) 
     lun_metrics(&mut out, luns);
     session_metrics(&mut out, sessions);
     qos_metrics(&mut out, luns, sessions);
-    out.text
+    out.encode()
 }
 
 /// Throttling counters of LUNs and sessions QoS limits cover.
@@ -184,12 +199,7 @@ fn qos_metrics(out: &mut Exposition, luns: &[LunStatsView], sessions: &[SessionS
             "counter",
         );
         for (labels, q) in rows.iter() {
-            let _ = writeln!(
-                out.text,
-                "{name}{} {}",
-                label_set(labels),
-                q.throttled_us as f64 / 1e6
-            );
+            out.sample_f64(&name, labels, q.throttled_us as f64 / 1e6);
         }
     }
 }
@@ -506,95 +516,193 @@ fn session_metrics(out: &mut Exposition, sessions: &[SessionStatsView]) {
     }
 }
 
-/// Builder of the text format.
-#[derive(Default)]
+/// A metric family as collected: its samples are encoded by
+/// prometheus-client in the Prometheus text format.
+#[derive(Debug)]
+struct Family {
+    /// Without the `_total` a counter's samples carry (the encoder adds
+    /// it).
+    name: String,
+    help: String,
+    kind: MetricType,
+    samples: Vec<(Labels, Value)>,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug)]
+enum Value {
+    Int(u64),
+    Float(f64),
+    /// Per-bucket (not cumulative) counts by upper bound; `+Inf` is
+    /// `count`.
+    Histogram {
+        sum: f64,
+        count: u64,
+        buckets: Vec<(f64, u64)>,
+    },
+}
+
+/// The families of one scrape, in the order written.
+#[derive(Debug, Default)]
 struct Exposition {
-    text: String,
+    families: Vec<Family>,
 }
 
 impl Exposition {
+    /// Starts family `name` (a counter's name ends in `_total`).
     fn header(&mut self, name: &str, help: &str, kind: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}");
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+        let kind = match kind {
+            "counter" => MetricType::Counter,
+            "gauge" => MetricType::Gauge,
+            "histogram" => MetricType::Histogram,
+            _ => MetricType::Unknown,
+        };
+        let name = match kind {
+            MetricType::Counter => name.strip_suffix("_total").unwrap_or(name),
+            _ => name,
+        };
+        self.families.push(Family {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            kind,
+            samples: Vec::new(),
+        });
     }
 
-    fn gauge(&mut self, name: &str, help: &str, labels: &[(&str, String)], v: u64) {
+    fn gauge(&mut self, name: &str, help: &str, labels: &[(&'static str, String)], v: u64) {
         self.header(name, help, "gauge");
         self.sample(name, labels, v);
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, String)], v: u64) {
-        let _ = writeln!(self.text, "{name}{} {v}", label_set(labels));
+    fn push(&mut self, name: &str, labels: &[(&'static str, String)], v: Value) {
+        match self.families.last_mut() {
+            Some(f) => f.samples.push((labels.to_vec(), v)),
+            None => debug_assert!(false, "sample of {name} before its header"),
+        }
     }
 
-    /// Cumulative buckets up to the last non-empty one, then `+Inf`, sum
-    /// and count. Microsecond histograms are exported in seconds.
-    fn histogram(&mut self, name: &str, labels: &[(&str, String)], h: &Histogram, micros: bool) {
-        let mut cumulative = 0;
-        for (le, count) in &h.buckets {
-            if *le == u64::MAX {
-                continue;
-            }
-            cumulative += count;
-            let bound = if micros {
-                format!("{}", (*le as f64 + 1.0) / 1e6)
-            } else {
-                le.to_string()
-            };
-            let mut lb = labels.to_vec();
-            lb.push(("le", bound));
-            let _ = writeln!(self.text, "{name}_bucket{} {cumulative}", label_set(&lb));
-        }
-        let mut lb = labels.to_vec();
-        lb.push(("le", "+Inf".to_owned()));
-        let _ = writeln!(self.text, "{name}_bucket{} {}", label_set(&lb), h.count);
+    fn sample(&mut self, name: &str, labels: &[(&'static str, String)], v: u64) {
+        self.push(name, labels, Value::Int(v));
+    }
+
+    fn sample_f64(&mut self, name: &str, labels: &[(&'static str, String)], v: f64) {
+        self.push(name, labels, Value::Float(v));
+    }
+
+    /// Buckets up to the last non-empty one, then `+Inf`, sum and count.
+    /// Microsecond histograms are exported in seconds.
+    fn histogram(
+        &mut self,
+        name: &str,
+        labels: &[(&'static str, String)],
+        h: &Histogram,
+        micros: bool,
+    ) {
+        let buckets = h
+            .buckets
+            .iter()
+            .filter(|(le, _)| *le != u64::MAX)
+            .map(|(le, count)| {
+                let bound = if micros {
+                    (*le as f64 + 1.0) / 1e6
+                } else {
+                    *le as f64
+                };
+                (bound, *count)
+            })
+            .collect();
         let sum = if micros {
-            format!("{}", h.sum as f64 / 1e6)
+            h.sum as f64 / 1e6
         } else {
-            h.sum.to_string()
+            h.sum as f64
         };
-        let _ = writeln!(self.text, "{name}_sum{} {sum}", label_set(labels));
-        let _ = writeln!(self.text, "{name}_count{} {}", label_set(labels), h.count);
+        self.push(
+            name,
+            labels,
+            Value::Histogram {
+                sum,
+                count: h.count,
+                buckets,
+            },
+        );
+    }
+
+    /// The Prometheus text format (version 0.0.4) of every family.
+    fn encode(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut text = String::new();
+        // Writing to a String cannot fail; the encoder fails only on that.
+        let _ = prometheus_text::encode(&mut text, &registry);
+        text
     }
 }
 
-fn label_set(labels: &[(&str, String)]) -> String {
-    if labels.is_empty() {
-        return String::new();
+fn encode_value(m: &mut MetricEncoder<'_>, kind: MetricType, v: &Value) -> std::fmt::Result {
+    match (kind, v) {
+        (MetricType::Counter, Value::Int(v)) => m.encode_counter::<NoLabelSet, _, u64>(v, None),
+        (MetricType::Counter, Value::Float(v)) => m.encode_counter::<NoLabelSet, _, f64>(v, None),
+        (_, Value::Int(v)) => m.encode_gauge(v),
+        (_, Value::Float(v)) => m.encode_gauge(v),
+        (
+            _,
+            Value::Histogram {
+                sum,
+                count,
+                buckets,
+            },
+        ) => m.encode_histogram::<NoLabelSet>(*sum, *count, buckets, None),
     }
-    let inner: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
 }
 
-/// Label value escaping of the text format: backslash, quote, newline.
-fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        for f in &self.families {
+            let mut m = encoder.encode_descriptor(&f.name, &f.help, None, f.kind)?;
+            for (labels, v) in &f.samples {
+                if labels.is_empty() {
+                    encode_value(&mut m, f.kind, v)?;
+                } else {
+                    encode_value(&mut m.encode_family(labels)?, f.kind, v)?;
+                }
+            }
         }
+        Ok(())
     }
-    s
 }
 
 // ---------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------
 
-/// Serves `GET /metrics` on `listener` until the task is dropped.
+/// Serves `GET /metrics` (and `HEAD`) on `listener` until the task is
+/// dropped: HTTP/1.1 by hyper, one request per connection, the head read
+/// within [`HEAD_TIMEOUT`], at most [`MAX_CLIENTS`] connections at once
+/// (more wait in the listen backlog).
 pub async fn serve(listener: TcpListener, control: ControlTx) {
+    let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
     loop {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((sock, _)) => {
-                tokio::spawn(serve_one(sock, control.clone()));
+                let control = control.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| respond(req, control.clone()));
+                    let conn = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEAD_TIMEOUT)
+                        .max_buf_size(MAX_HEAD)
+                        .keep_alive(false)
+                        .serve_connection(TokioIo::new(sock), svc);
+                    let _ = tokio::time::timeout(CONN_TIMEOUT, conn).await;
+                    drop(permit);
+                });
             }
             Err(e) => {
+                drop(permit);
                 tracing::warn!(error = %e, "metrics accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -602,37 +710,43 @@ pub async fn serve(listener: TcpListener, control: ControlTx) {
     }
 }
 
-async fn serve_one(mut sock: TcpStream, control: ControlTx) {
-    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut sock)).await {
-        Ok(Some(h)) => h,
-        _ => return,
-    };
-    // HEAD: the same status and headers, no body (RFC 9110 §9.3.2).
-    let head_only = head.starts_with(b"HEAD ");
-    let (status, body) = match route(&head) {
-        Route::Metrics => match fetch(&control).await {
-            Ok(text) => ("200 OK", text),
-            Err(e) => ("503 Service Unavailable", format!("{e}\n")),
-        },
-        Route::NotFound => ("404 Not Found", "try /metrics\n".to_owned()),
-        Route::BadMethod => ("405 Method Not Allowed", "only GET\n".to_owned()),
-        Route::Bad => ("400 Bad Request", "bad request\n".to_owned()),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{}",
-        body.len(),
-        if head_only { "" } else { body.as_str() }
-    );
-    let _ = sock.write_all(response.as_bytes()).await;
-    let _ = sock.shutdown().await;
+/// The answer to one request: the exposition on `GET`/`HEAD /metrics`
+/// (hyper sends no body for `HEAD`), 404 elsewhere, 405 for other methods.
+async fn respond(
+    req: Request<Incoming>,
+    control: ControlTx,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let plain = "text/plain; charset=utf-8";
+    let (status, content_type, body) =
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                plain,
+                "only GET\n".to_owned(),
+            )
+        } else if req.uri().path() != "/metrics" {
+            (StatusCode::NOT_FOUND, plain, "try /metrics\n".to_owned())
+        } else {
+            match fetch(&control).await {
+                Ok(text) => (StatusCode::OK, prometheus_text::CONTENT_TYPE, text),
+                Err(e) => (StatusCode::SERVICE_UNAVAILABLE, plain, format!("{e}\n")),
+            }
+        };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
+    Ok(response)
 }
 
 async fn fetch(control: &ControlTx) -> Result<String, String> {
     let (tx, rx) = oneshot::channel();
     control
         .send(Envelope {
-            request: Request::Metrics,
+            request: AdminRequest::Metrics,
             reply: tx,
             caller: None,
         })
@@ -648,55 +762,6 @@ async fn fetch(control: &ControlTx) -> Result<String, String> {
             .map(str::to_owned)
             .ok_or_else(|| "malformed metrics result".to_owned()),
         (_, _, e) => Err(e.unwrap_or_else(|| "metrics failed".to_owned())),
-    }
-}
-
-/// Reads up to the blank line ending the head (or `MAX_HEAD` bytes).
-async fn read_head(sock: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
-        if buf.len() >= MAX_HEAD {
-            break;
-        }
-        let n = sock.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(chunk.get(..n)?);
-    }
-    Some(buf)
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Route {
-    Metrics,
-    NotFound,
-    BadMethod,
-    Bad,
-}
-
-fn route(head: &[u8]) -> Route {
-    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let Ok(line) = std::str::from_utf8(first) else {
-        return Route::Bad;
-    };
-    let mut parts = line.trim_end().split(' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Route::Bad;
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Route::Bad;
-    }
-    if method != "GET" && method != "HEAD" {
-        return Route::BadMethod;
-    }
-    let path = target.split('?').next().unwrap_or_default();
-    if path == "/metrics" {
-        Route::Metrics
-    } else {
-        Route::NotFound
     }
 }
 
@@ -794,16 +859,70 @@ mod tests {
         ), "{text}");
     }
 
-    #[test]
-    fn only_get_metrics_is_served() {
-        assert_eq!(
-            route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Route::Metrics
+    /// One HTTP exchange with `serve` on 127.0.0.1: what came back before
+    /// the server closed the connection.
+    async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        sock.write_all(request).await.expect("send");
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut out))
+            .await
+            .expect("the server closes the connection")
+            .expect("read");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn get_and_head_of_metrics_are_served_the_rest_refused() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Envelope>(4);
+        tokio::spawn(async move {
+            while let Some(e) = rx.recv().await {
+                assert!(matches!(e.request, AdminRequest::Metrics));
+                let _ = e.reply.send(crate::admin::proto::Reply::success(
+                    serde_json::json!({ "text": "rustgt_up 1\n" }),
+                ));
+            }
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(serve(listener, tx));
+
+        let get = exchange(addr, b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
+        assert!(
+            get.contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            "{get}"
         );
-        assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"), Route::Metrics);
-        assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), Route::NotFound);
-        assert_eq!(route(b"POST /metrics HTTP/1.1\r\n\r\n"), Route::BadMethod);
-        assert_eq!(route(b"\xff\xfe garbage"), Route::Bad);
-        assert_eq!(route(b""), Route::Bad);
+        assert!(get.contains("content-length: 12\r\n"), "{get}");
+        assert!(get.ends_with("\r\n\r\nrustgt_up 1\n"), "{get}");
+
+        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+        assert!(head.contains("content-length: 12\r\n"), "{head}");
+
+        let post = exchange(
+            addr,
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
+        assert!(post.contains("allow: GET, HEAD\r\n"), "{post}");
+
+        let other = exchange(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(other.starts_with("HTTP/1.1 404 "), "{other}");
+
+        let garbage = exchange(addr, b"\xff\xfe garbage\r\n\r\n").await;
+        assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
+
+        let mut long = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 64 * 1024));
+        long.extend_from_slice(b"\r\n\r\n");
+        let long = exchange(addr, &long).await;
+        assert!(
+            long.starts_with("HTTP/1.1 431 "),
+            "a head over {MAX_HEAD} bytes: {long}"
+        );
     }
 }
