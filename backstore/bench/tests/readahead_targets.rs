@@ -216,17 +216,16 @@ fn default_policy() -> ReadaheadPolicy {
 }
 
 /// Issues 13 and 35: on every workload, standard and new, the default
-/// policy is within 5% of the best policy that keeps every stream at its
-/// `none` figure, and never below `none` in aggregate or for any
-/// sequential stream; random readers beside sequential streams (W5, M-*)
-/// keep 90% of their `none` figure.
+/// policy is within 5% of the best policy's aggregate, and never below
+/// `none` in aggregate or for any sequential or strided stream; random
+/// readers beside sequential streams (W5, M-*) keep 90% of their `none`
+/// figure.
 ///
-/// The best is taken among the policies that meet that floor, as the
-/// default must: on stride-wide.toml's strided readers beside a
-/// sequential stream (X-*-seq) `context` reaches 76-95 MB/s by leaving
-/// the strided reader 2.3-2.9 MB/s, under the 3.9-5.9 it gets under
-/// `none`. Everywhere else the best policy meets the floor (asserted: the
-/// exception stays confined to those six).
+/// On stride-wide.toml's strided readers beside a sequential stream
+/// (X-*-seq) `context` reaches 76-94 MB/s by leaving the strided reader
+/// under its `none` figure; the default gets there too, with the strided
+/// reader above it, by keeping few pieces ahead while the other stream is
+/// live.
 #[test]
 fn the_default_policy_is_near_the_best_and_never_below_none() {
     let rep = everything(8.0);
@@ -235,7 +234,6 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
     let mut ids: Vec<&str> = rep.rows.iter().map(|r| r.workload.id.as_str()).collect();
     ids.dedup();
     assert!(ids.len() >= 40, "{ids:?}");
-    let mut below_floor = Vec::new();
     for id in ids {
         let d = rep.get(id, default, shared).expect("default row");
         let none = rep
@@ -245,26 +243,10 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
         // 119%, W5's QD1 reader 92%), sequential and strided streams
         // nothing.
         let floor = |i: usize| if d.sequential[i] { 0.995 } else { 0.9 };
-        let keeps_none = |r: &rustgt_rabench::SimResult| {
-            (0..r.stream_bytes.len()).all(|i| r.stream_mb_s(i) >= floor(i) * none.stream_mb_s(i))
-        };
-        let best_of = |admissible: bool| {
-            ReadaheadPolicy::ALL
-                .iter()
-                .filter_map(|&p| rep.get(id, p, shared).map(|r| (r, p)))
-                .filter(|(r, _)| !admissible || keeps_none(r))
-                .map(|(r, p)| (r.aggregate_mb_s(), p))
-                .fold((0.0, default), |a, b| if b.0 > a.0 { b } else { a })
-        };
-        let (best, best_policy) = best_of(true);
-        let (any, any_policy) = best_of(false);
-        if any_policy != best_policy {
-            println!(
-                "{id}: {any_policy} {any:.1} MB/s leaves a stream under none; \
-                 best that does not: {best_policy} {best:.1}"
-            );
-            below_floor.push(id);
-        }
+        let (best, best_policy) = ReadaheadPolicy::ALL
+            .iter()
+            .filter_map(|&p| rep.get(id, p, shared).map(|r| (r.aggregate_mb_s(), p)))
+            .fold((0.0, default), |a, b| if b.0 > a.0 { b } else { a });
         assert!(
             d.aggregate_mb_s() >= 0.95 * best,
             "{id}: {default} {:.1} MB/s vs {best_policy} {best:.1}",
@@ -286,12 +268,6 @@ fn the_default_policy_is_near_the_best_and_never_below_none() {
             );
         }
     }
-    assert!(
-        below_floor
-            .iter()
-            .all(|id| id.starts_with("X-") && id.ends_with("-seq")),
-        "{below_floor:?}"
-    );
     // W5's two streams beside a QD1 random reader: 16 MB/s each when
     // readahead beside one reader went in reads of one backing read, 26-28
     // since they may transfer for one positioning time.

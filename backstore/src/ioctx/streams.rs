@@ -58,6 +58,18 @@ const REVERSE_READS: u32 = 3;
 /// a strided stream (three equal steps: a random reader repeats a step by
 /// chance, three times in a row hardly ever).
 const STRIDE_READS: u32 = 4;
+/// Pieces ahead a wide-strided stream keeps at most while other streams
+/// are live: each piece costs the disks a positioning for little
+/// transfer, so beyond a few the strided reader takes disk time that a
+/// stream beside it would turn into far more bytes. Forward pieces are
+/// topped up when a third of them is left, reverse ones when two thirds
+/// are ([`Streams::pieces_down`]), hence the larger reverse figure. Set on
+/// `docs/readahead/workloads/stride-wide.toml` (X-*-seq): the strided
+/// reader stays above its `none` figure and the pair near the best
+/// aggregate of any policy (docs/readahead.md, "Wide and reverse strides").
+const PIECES_BESIDE_OTHERS: u64 = 9;
+/// [`PIECES_BESIDE_OTHERS`] for a reverse strided stream.
+const PIECES_DOWN_BESIDE_OTHERS: u64 = 20;
 
 /// Tunables of the stream table, in pages and ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,6 +390,14 @@ impl Readahead for Streams {
                     Shape::Forward { .. } | Shape::Pieces { .. } => end,
                 };
             }
+        }
+        if let (Some(Shape::Pieces { count, down, .. }), true) = (shape, live_streams > 1) {
+            let n = if down {
+                PIECES_DOWN_BESIDE_OTHERS
+            } else {
+                PIECES_BESIDE_OTHERS
+            };
+            s.distance = s.distance.min(n * count);
         }
         s.shape = shape;
         self.streamed = shape.is_some();
