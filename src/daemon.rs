@@ -110,7 +110,8 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let socket_path = cfg.admin_socket_path();
     let socket_group = cfg.admin_socket_group.clone();
     let metrics_addr = cfg.metrics_listen;
-    let mut rt = Runtime::start(cfg, source)
+    let (fenced_tx, mut fenced) = mpsc::unbounded_channel::<(String, u64)>();
+    let mut rt = Runtime::start(cfg, source, fenced_tx)
         .await
         .map_err(DaemonError::Start)?;
     // iSER portals serve the same port: targets and settings changed at
@@ -163,6 +164,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
                 }
                 let _ = env.reply.send(reply);
             }
+            Some((iqn, lun)) = fenced.recv() => rt.reopen_fenced(&iqn, lun).await,
             _ = hup.recv() => {
                 reloading();
                 match rt.reload(false).await {

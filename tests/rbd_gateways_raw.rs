@@ -1339,3 +1339,89 @@ fn on_ceph_failover_after_sigkill_writes_through_the_other_within_10_s() {
     sa.logout();
     sb.logout();
 }
+
+/// The bare `IP:PORT/NONCE` forms of a logged RADOS client address
+/// (`[v2:IP:PORT/NONCE,v1:...]`), as `ceph osd blocklist` lists them.
+fn bare_addresses(logged: &str) -> Vec<String> {
+    logged
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|a| {
+            a.trim_start_matches("v2:")
+                .trim_start_matches("v1:")
+                .to_owned()
+        })
+        .filter(|a| a.contains('/'))
+        .collect()
+}
+
+#[test]
+fn on_ceph_a_live_gateway_blocklisted_by_mistake_reopens_its_image() {
+    // A false "dead" verdict (the owner cut off from the OSDs for a few
+    // seconds) blocklists a live gateway: its client stays fenced, so the
+    // gateway must reopen the LUN with a new client to serve again.
+    let image = Image::create("gwraw-blocklisted-live", 64);
+    let a = gateway(&image, 1);
+    let b = gateway(&image, 2);
+    let a_address = logged_address(&a);
+    let initiator = "iqn.2026-12.test:gw-blocklisted";
+    let mut sa = login(&a, initiator, 1);
+    let mut sb = login(&b, initiator, 2);
+    let first = pattern(0x31, 8);
+    write(&mut sa, 0, &first, "WRITE through A before the blocklist");
+    let bare = bare_addresses(&a_address);
+    assert!(!bare.is_empty(), "A's logged address {a_address:?}");
+    for addr in &bare {
+        ceph(&["osd", "blocklist", "add", addr]);
+    }
+    let blocklisted = Instant::now();
+
+    // A's commands fail (fenced: the transition sense, then the unit
+    // attention of the replaced LUN) until A serves with a new client.
+    let data = pattern(0x32, 8);
+    let deadline = blocklisted + Duration::from_secs(60);
+    let mut answers = Vec::new();
+    let r = loop {
+        let r = sa.command(LUN, &rw16(WRITE_16, 64, 8), &data, 0);
+        if r.status == GOOD || Instant::now() > deadline {
+            break r;
+        }
+        let allowed = in_transition(&r)
+            || (r.status == CHECK_CONDITION && r.sense_code().is_some_and(|(k, _, _)| k == 0x06));
+        assert!(
+            allowed,
+            "A's write while blocklisted: {r}\n{}",
+            a.stderr_tail(20)
+        );
+        if answers.last() != Some(&r.sense_code()) {
+            answers.push(r.sense_code());
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    let took = blocklisted.elapsed();
+    assert_eq!(
+        r.status,
+        GOOD,
+        "A never wrote again after its client was blocklisted ({took:?}, answers {answers:?})\n{}",
+        a.stderr_tail(30)
+    );
+    println!("A wrote again {took:.2?} after its client was blocklisted (answers {answers:?})");
+    assert!(
+        a.stderr().contains("LUN reopened with a new RADOS client"),
+        "{}",
+        a.stderr_tail(30)
+    );
+    assert!(
+        took <= Duration::from_secs(20),
+        "A wrote again only {took:?} after the blocklist"
+    );
+    // Both writes read back through both gateways.
+    for s in [&mut sa, &mut sb] {
+        s.clear_unit_attentions(LUN);
+        assert!(read(s, 0, 8) == first, "the write before the blocklist");
+        assert!(read(s, 64, 8) == data, "the write after the reopen");
+    }
+    sa.logout();
+    sb.logout();
+}

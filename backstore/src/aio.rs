@@ -63,6 +63,13 @@ impl AsyncStore {
             m.io_done(kind, len, started, ok);
         }
     }
+
+    /// Tells every meter what error the op just recorded ended with.
+    pub fn failed(&self, error: &crate::BackstoreError) {
+        for m in &self.meters {
+            m.io_failed(error);
+        }
+    }
 }
 
 impl Debug for AsyncStore {

@@ -134,6 +134,13 @@ impl UringFile {
         }
     }
 
+    /// Tells every meter what error the op just recorded ended with.
+    pub fn failed(&self, error: &crate::BackstoreError) {
+        for m in &self.meters {
+            m.io_failed(error);
+        }
+    }
+
     /// A buffer of `len` bytes fit for this file (aligned for O_DIRECT):
     /// a pooled one, whose start is aligned to [`crate::buf::ALIGN`], when
     /// that is enough.
@@ -165,6 +172,11 @@ pub trait IoMeter: Send + Sync + fmt::Debug {
     /// that completed it (a reactor reaping its ring, or the store's own
     /// thread for [`crate::aio`]); must not block.
     fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool);
+
+    /// The op just reported with `ok` false ended with `error`: for a
+    /// layer that acts on some errors (the daemon reopens an RBD LUN whose
+    /// client was blocklisted). Same thread and rules as [`Self::io_done`].
+    fn io_failed(&self, _error: &crate::BackstoreError) {}
 }
 
 /// The memory of one op, owned by the ring until the op completes.

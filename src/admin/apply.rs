@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use super::diff::{plan, Plan, TargetPlan};
 use super::lunstore::{Current, LunStore};
 use super::proto::ChangeReport;
-use super::runtime::{AdminError, Listener, Runtime, TargetRt};
+use super::runtime::{AdminError, FencedTx, Listener, Runtime, TargetRt};
 use crate::config::{ByteSize, Config, LunSettings, TargetSettings};
 
 /// What the prepare step built; dropped (with its files) if anything fails.
@@ -280,7 +280,7 @@ impl Runtime {
                     return Err(e);
                 }
             };
-            if let Err(e) = add_lun(&rt.scsi, cfg, &t.iqn, l, &store) {
+            if let Err(e) = add_lun(&rt.scsi, cfg, &t.iqn, l, &store, &self.fenced) {
                 rt.scsi.shutdown();
                 return Err(e);
             }
@@ -365,7 +365,7 @@ impl Runtime {
                     };
                     let store = LunStore::new(cur);
                     let rt = self.rt_of(&tp.iqn)?;
-                    add_lun(&rt.scsi, &wanted, &tp.iqn, l, &store)?;
+                    add_lun(&rt.scsi, &wanted, &tp.iqn, l, &store, &self.fenced)?;
                     added.push((k.clone(), l.id));
                     if let Some(rt) = self.targets.get_mut(&k) {
                         rt.luns.insert(l.id, store);
@@ -552,7 +552,7 @@ impl Runtime {
             }
             let old_store = rt.luns.remove(&l.id);
             let store = LunStore::new(cur);
-            match add_lun(&rt.scsi, &self.cfg, &tp.iqn, l, &store) {
+            match add_lun(&rt.scsi, &self.cfg, &tp.iqn, l, &store, &self.fenced) {
                 Ok(()) => {
                     rt.luns.insert(l.id, store);
                 }
@@ -564,7 +564,7 @@ impl Runtime {
                         .find(|t| t.iqn.eq_ignore_ascii_case(&tp.iqn))
                         .and_then(|t| t.luns.iter().find(|x| x.id == l.id));
                     if let (Some(s), Some(old)) = (old_store, old_settings) {
-                        if add_lun(&rt.scsi, old_cfg, &tp.iqn, old, &s).is_ok() {
+                        if add_lun(&rt.scsi, old_cfg, &tp.iqn, old, &s, &self.fenced).is_ok() {
                             rt.luns.insert(l.id, s);
                             replace_lun_settings(&mut self.cfg, &tp.iqn, old.clone());
                         }
@@ -698,6 +698,7 @@ fn add_lun(
     iqn: &str,
     l: &LunSettings,
     store: &Arc<LunStore>,
+    fenced: &FencedTx,
 ) -> Result<(), AdminError> {
     let backstore: Arc<dyn Backstore> = store.clone();
     let lc = crate::wiring::lun_config(cfg, iqn, l, backstore);
@@ -714,6 +715,75 @@ fn add_lun(
             }
         }
     }));
+    // An RBD image's client fenced by another gateway's lock break
+    // stays fenced: the LUN is reopened with a new client.
+    if l.kind() == Some(EngineKind::Rbd) {
+        let (tx, name) = (fenced.clone(), iqn.to_owned());
+        store.on_fenced(Box::new(move || {
+            let _ = tx.send((name.clone(), lun));
+        }));
+    }
     tracing::info!(target = %iqn, lun = l.id, backstore = %l.backstore, "LUN ready");
     Ok(())
+}
+
+impl Runtime {
+    /// Reopens LUN `lun` of `iqn` whose RADOS client was blocklisted (a
+    /// gateway that took it for dead broke its lock): a new store with a
+    /// new client replaces the LUN, whose sessions see REPORTED LUNS DATA
+    /// HAS CHANGED. If the store cannot be opened, the LUN stays as it is
+    /// and its next fenced op asks again (at most every
+    /// [`super::lunstore::FENCED_EVERY`]).
+    pub async fn reopen_fenced(&mut self, iqn: &str, lun: u64) {
+        let Some(l) = self
+            .cfg
+            .targets
+            .iter()
+            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+            .and_then(|t| t.luns.iter().find(|x| x.id == lun))
+            .cloned()
+        else {
+            return;
+        };
+        tracing::warn!(target = %iqn, lun, "the LUN's RADOS client was blocklisted (another gateway broke its lock): reopening the LUN with a new client");
+        let cfg = self.cfg.clone();
+        let mut created = Vec::new();
+        let next = match tokio::task::block_in_place(|| open_store(&cfg, iqn, &l, &mut created)) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(target = %iqn, lun, error = %e, "blocklisted LUN not reopened; its next fenced I/O asks again");
+                return;
+            }
+        };
+        let k = key(iqn);
+        let Some(rt) = self.targets.get_mut(&k) else {
+            return;
+        };
+        if let Err(e) = rt.scsi.remove_lun(lun) {
+            tracing::warn!(target = %iqn, lun, error = %e, "LUN removal");
+        }
+        let old = rt.luns.remove(&lun);
+        let store = LunStore::new(next);
+        match add_lun(&rt.scsi, &self.cfg, iqn, &l, &store, &self.fenced) {
+            Ok(()) => {
+                rt.luns.insert(lun, store);
+                tracing::info!(target = %iqn, lun, "LUN reopened with a new RADOS client");
+            }
+            Err(e) => {
+                tracing::error!(target = %iqn, lun, error = %e, "reopened LUN failed to start; the old one is put back");
+                if let Some(s) = &old {
+                    if add_lun(&rt.scsi, &self.cfg, iqn, &l, s, &self.fenced).is_ok() {
+                        rt.luns.insert(lun, Arc::clone(s));
+                    }
+                }
+                return;
+            }
+        }
+        // Closing a fenced client waits for its timeouts: not here.
+        if let Some(old) = old {
+            let _ = std::thread::Builder::new()
+                .name("rustgt-close".into())
+                .spawn(move || drop(old));
+        }
+    }
 }

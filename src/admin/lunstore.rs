@@ -57,6 +57,8 @@ pub struct LunStore {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// Tells the control plane when the store's client was blocklisted.
+    fenced: FenceWatch,
     reads: AtomicU64,
     writes: AtomicU64,
     read_bytes: AtomicU64,
@@ -66,6 +68,48 @@ struct Counters {
     read_latency_us: AtomicLog2,
     write_latency_us: AtomicLog2,
     sizes: AtomicLog2,
+}
+
+/// Hook called when the store reports that its client was blocklisted.
+pub type FencedHook = Box<dyn Fn() + Send + Sync>;
+
+/// Least time between two calls of a [`FencedHook`].
+pub const FENCED_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Calls its hook, at most once per [`FENCED_EVERY`], when an op fails
+/// because the store's client was blocklisted: an RBD image's RADOS
+/// client whose lock another gateway broke (Ceph's EBLOCKLISTED is
+/// ESHUTDOWN on Linux). Such a client stays fenced until it is replaced,
+/// so the hook asks the control plane to reopen the LUN. Other errors,
+/// and a lock merely held elsewhere (EROFS), do nothing.
+#[derive(Default)]
+struct FenceWatch {
+    hook: std::sync::Mutex<Option<FencedHook>>,
+    last: std::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for FenceWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceWatch").finish_non_exhaustive()
+    }
+}
+
+impl FenceWatch {
+    fn saw(&self, e: &BackstoreError) {
+        if !matches!(e, BackstoreError::Fenced(io) if io.raw_os_error() == Some(libc::ESHUTDOWN)) {
+            return;
+        }
+        {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.is_some_and(|t| t.elapsed() < FENCED_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        if let Some(hook) = &*self.hook.lock().unwrap_or_else(PoisonError::into_inner) {
+            hook();
+        }
+    }
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -201,10 +245,22 @@ impl LunStore {
     }
 
     fn count<T>(&self, r: Result<T>) -> Result<T> {
-        if r.is_err() {
+        if let Err(e) = &r {
             add(&self.counters.errors, 1);
+            self.counters.fenced.saw(e);
         }
         r
+    }
+
+    /// Calls `hook` (at most once per [`FENCED_EVERY`]) when an op fails
+    /// because the store's client was blocklisted ([`FenceWatch`]).
+    pub fn on_fenced(&self, hook: FencedHook) {
+        *self
+            .counters
+            .fenced
+            .hook
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(hook);
     }
 
     fn count_write(&self, len: u64, started: Instant) {
@@ -369,6 +425,10 @@ impl IoMeter for Counters {
             add(&self.errors, 1);
         }
     }
+
+    fn io_failed(&self, error: &BackstoreError) {
+        self.fenced.saw(error);
+    }
 }
 
 #[cfg(test)]
@@ -421,5 +481,30 @@ mod tests {
         let mut buf = [0u8; 512];
         s.read_at(&mut buf, (2 << 20) - 512)
             .expect("new end readable");
+    }
+
+    #[test]
+    fn only_a_blocklisted_client_calls_the_fenced_hook_at_most_every_few_seconds() {
+        use std::sync::atomic::AtomicUsize;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let w = FenceWatch::default();
+        let c = Arc::clone(&calls);
+        *w.hook.lock().expect("hook") = Some(Box::new(move || {
+            c.fetch_add(1, Ordering::Relaxed);
+        }));
+        let fenced = |errno| BackstoreError::Fenced(std::io::Error::from_raw_os_error(errno));
+        // A lock held elsewhere, or another error: nothing to reopen.
+        w.saw(&fenced(libc::EROFS));
+        w.saw(&BackstoreError::Read(std::io::Error::from_raw_os_error(
+            libc::EIO,
+        )));
+        assert_eq!(calls.load(Ordering::Relaxed), 0);
+        // Blocklisted: once, then not again within FENCED_EVERY.
+        w.saw(&fenced(libc::ESHUTDOWN));
+        w.saw(&fenced(libc::ESHUTDOWN));
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        *w.last.lock().expect("last") = Instant::now().checked_sub(FENCED_EVERY);
+        w.saw(&fenced(libc::ESHUTDOWN));
+        assert_eq!(calls.load(Ordering::Relaxed), 2);
     }
 }

@@ -106,7 +106,14 @@ pub struct Runtime {
     pub(super) metrics: Option<SocketAddr>,
     /// The running state has changes `source.file` lacks.
     pub(super) unsaved: bool,
+    /// Where RBD LUNs whose client was blocklisted ask to be reopened
+    /// (target, LUN): the daemon's loop calls [`Runtime::reopen_fenced`].
+    pub(super) fenced: FencedTx,
 }
+
+/// The sender of [`Runtime::fenced`]; unbounded, as each LUN sends at
+/// most once per [`super::lunstore::FENCED_EVERY`].
+pub type FencedTx = tokio::sync::mpsc::UnboundedSender<(String, u64)>;
 
 fn json<T: Serialize>(v: T) -> Result<Value, AdminError> {
     serde_json::to_value(v)
@@ -120,7 +127,11 @@ pub(super) fn key(iqn: &str) -> String {
 impl Runtime {
     /// Builds everything `cfg` describes: the running state starts empty
     /// and `cfg` is applied to it like any later change.
-    pub async fn start(cfg: Config, source: ConfigSource) -> Result<Runtime, AdminError> {
+    pub async fn start(
+        cfg: Config,
+        source: ConfigSource,
+        fenced: FencedTx,
+    ) -> Result<Runtime, AdminError> {
         let mut empty = cfg.clone();
         empty.targets.clear();
         let port = Port::new(crate::wiring::portal_config(&empty));
@@ -167,6 +178,7 @@ impl Runtime {
             admin_socket: None,
             metrics: None,
             unsaved: false,
+            fenced,
         };
         // Every existing image a LUN will open is locked for it before
         // anything is bound: a second daemon, or two LUNs on one image,

@@ -107,6 +107,13 @@ impl Via {
             Via::Store(a) => a.record(kind, len, started, ok),
         }
     }
+
+    fn failed(&self, error: &BackstoreError) {
+        match self {
+            Via::Ring(f) => f.failed(error),
+            Via::Store(a) => a.failed(error),
+        }
+    }
 }
 
 /// An LBA range held until dropped.
@@ -511,6 +518,9 @@ fn finish(
         Class::Sync => IoKind::Flush,
     };
     via.record(kind, len, started, result.is_ok());
+    if let Err(e) = &result {
+        via.failed(e);
+    }
     let format = lu.sense_format();
     let response = catch_unwind(AssertUnwindSafe(|| match (class, result) {
         (Class::Read, Ok(_)) => {
