@@ -1208,6 +1208,22 @@ fn logged_address(d: &Daemon) -> String {
         .to_owned()
 }
 
+/// The bare `IP:PORT/NONCE` forms of a logged RADOS client address
+/// (`[v2:IP:PORT/NONCE,v1:...]`), as `ceph osd blocklist` lists them.
+fn bare_addresses(logged: &str) -> Vec<String> {
+    logged
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|a| {
+            a.trim_start_matches("v2:")
+                .trim_start_matches("v1:")
+                .to_owned()
+        })
+        .filter(|a| a.contains('/'))
+        .collect()
+}
+
 #[test]
 fn on_ceph_failover_after_sigkill_writes_through_the_other_within_10_s() {
     // The dead owner of the image's exclusive lock misses the gateways'
@@ -1265,17 +1281,7 @@ fn on_ceph_failover_after_sigkill_writes_through_the_other_within_10_s() {
     // The old A's client is fenced: its writes still on the way can no
     // longer land.
     let blocklist = ceph(&["osd", "blocklist", "ls"]);
-    let bare = a_address
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .split(',')
-        .map(|a| {
-            a.trim_start_matches("v2:")
-                .trim_start_matches("v1:")
-                .to_owned()
-        })
-        .filter(|a| a.contains('/'))
-        .collect::<Vec<_>>();
+    let bare = bare_addresses(&a_address);
     assert!(!bare.is_empty(), "A's logged address {a_address:?}");
     assert!(
         bare.iter().any(|a| blocklist.contains(a.as_str())),
@@ -1338,22 +1344,6 @@ fn on_ceph_failover_after_sigkill_writes_through_the_other_within_10_s() {
     );
     sa.logout();
     sb.logout();
-}
-
-/// The bare `IP:PORT/NONCE` forms of a logged RADOS client address
-/// (`[v2:IP:PORT/NONCE,v1:...]`), as `ceph osd blocklist` lists them.
-fn bare_addresses(logged: &str) -> Vec<String> {
-    logged
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .split(',')
-        .map(|a| {
-            a.trim_start_matches("v2:")
-                .trim_start_matches("v1:")
-                .to_owned()
-        })
-        .filter(|a| a.contains('/'))
-        .collect()
 }
 
 #[test]

@@ -56,5 +56,15 @@ pub enum BackstoreError {
     WouldBlock,
 }
 
+impl BackstoreError {
+    /// The store's client was fenced for good (an RBD client blocklisted
+    /// by another gateway's lock break: Ceph's EBLOCKLISTED, ESHUTDOWN on
+    /// Linux), not merely refused a lock another client holds (EROFS):
+    /// only a new client, a reopened store, can serve again.
+    pub fn client_blocklisted(&self) -> bool {
+        matches!(self, BackstoreError::Fenced(e) if e.raw_os_error() == Some(libc::ESHUTDOWN))
+    }
+}
+
 /// The result of a backstore operation.
 pub type Result<T> = std::result::Result<T, BackstoreError>;

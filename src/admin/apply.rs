@@ -547,27 +547,18 @@ impl Runtime {
             let Some(cur) = prepared.stores.remove(&(k.clone(), l.id)) else {
                 continue;
             };
-            if let Err(e) = rt.scsi.remove_lun(l.id) {
-                tracing::warn!(target = %tp.iqn, lun = l.id, error = %e, "LUN removal");
-            }
-            let old_store = rt.luns.remove(&l.id);
-            let store = LunStore::new(cur);
-            match add_lun(&rt.scsi, &self.cfg, &tp.iqn, l, &store, &self.fenced) {
-                Ok(()) => {
-                    rt.luns.insert(l.id, store);
-                }
-                Err(e) => {
-                    tracing::error!(target = %tp.iqn, lun = l.id, error = %e, "replacement LUN failed; restoring the old one");
-                    let old_settings = old_cfg
-                        .targets
-                        .iter()
-                        .find(|t| t.iqn.eq_ignore_ascii_case(&tp.iqn))
-                        .and_then(|t| t.luns.iter().find(|x| x.id == l.id));
-                    if let (Some(s), Some(old)) = (old_store, old_settings) {
-                        if add_lun(&rt.scsi, old_cfg, &tp.iqn, old, &s, &self.fenced).is_ok() {
-                            rt.luns.insert(l.id, s);
-                            replace_lun_settings(&mut self.cfg, &tp.iqn, old.clone());
-                        }
+            let (result, old_store) = swap_lun(rt, &self.cfg, &tp.iqn, l, cur, &self.fenced);
+            if let Err(e) = result {
+                tracing::error!(target = %tp.iqn, lun = l.id, error = %e, "replacement LUN failed; restoring the old one");
+                let old_settings = old_cfg
+                    .targets
+                    .iter()
+                    .find(|t| t.iqn.eq_ignore_ascii_case(&tp.iqn))
+                    .and_then(|t| t.luns.iter().find(|x| x.id == l.id));
+                if let (Some(s), Some(old)) = (old_store, old_settings) {
+                    if add_lun(&rt.scsi, old_cfg, &tp.iqn, old, &s, &self.fenced).is_ok() {
+                        rt.luns.insert(l.id, s);
+                        replace_lun_settings(&mut self.cfg, &tp.iqn, old.clone());
                     }
                 }
             }
@@ -690,6 +681,29 @@ fn open_store(
     Ok(cur)
 }
 
+/// Replaces LUN `l.id` of `rt` by one on `next` (its sessions see
+/// REPORTED LUNS DATA HAS CHANGED). Returns how adding the new one went
+/// and the old store, which the caller puts back if that failed.
+fn swap_lun(
+    rt: &mut TargetRt,
+    cfg: &Config,
+    iqn: &str,
+    l: &LunSettings,
+    next: Current,
+    fenced: &FencedTx,
+) -> (Result<(), AdminError>, Option<Arc<LunStore>>) {
+    if let Err(e) = rt.scsi.remove_lun(l.id) {
+        tracing::warn!(target = %iqn, lun = l.id, error = %e, "LUN removal");
+    }
+    let old = rt.luns.remove(&l.id);
+    let store = LunStore::new(next);
+    let result = add_lun(&rt.scsi, cfg, iqn, l, &store, fenced);
+    if result.is_ok() {
+        rt.luns.insert(l.id, store);
+    }
+    (result, old)
+}
+
 /// Exports `store` as LUN `l.id` of `scsi` (raises REPORTED LUNS DATA HAS
 /// CHANGED for the target's sessions).
 fn add_lun(
@@ -759,14 +773,9 @@ impl Runtime {
         let Some(rt) = self.targets.get_mut(&k) else {
             return;
         };
-        if let Err(e) = rt.scsi.remove_lun(lun) {
-            tracing::warn!(target = %iqn, lun, error = %e, "LUN removal");
-        }
-        let old = rt.luns.remove(&lun);
-        let store = LunStore::new(next);
-        match add_lun(&rt.scsi, &self.cfg, iqn, &l, &store, &self.fenced) {
+        let (result, old) = swap_lun(rt, &self.cfg, iqn, &l, next, &self.fenced);
+        match result {
             Ok(()) => {
-                rt.luns.insert(lun, store);
                 tracing::info!(target = %iqn, lun, "LUN reopened with a new RADOS client");
             }
             Err(e) => {

@@ -77,11 +77,10 @@ pub type FencedHook = Box<dyn Fn() + Send + Sync>;
 pub const FENCED_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Calls its hook, at most once per [`FENCED_EVERY`], when an op fails
-/// because the store's client was blocklisted: an RBD image's RADOS
-/// client whose lock another gateway broke (Ceph's EBLOCKLISTED is
-/// ESHUTDOWN on Linux). Such a client stays fenced until it is replaced,
-/// so the hook asks the control plane to reopen the LUN. Other errors,
-/// and a lock merely held elsewhere (EROFS), do nothing.
+/// because the store's client was blocklisted
+/// ([`BackstoreError::client_blocklisted`]): such a client stays fenced
+/// until it is replaced, so the hook asks the control plane to reopen the
+/// LUN. Other errors do nothing.
 #[derive(Default)]
 struct FenceWatch {
     hook: std::sync::Mutex<Option<FencedHook>>,
@@ -96,7 +95,7 @@ impl std::fmt::Debug for FenceWatch {
 
 impl FenceWatch {
     fn saw(&self, e: &BackstoreError) {
-        if !matches!(e, BackstoreError::Fenced(io) if io.raw_os_error() == Some(libc::ESHUTDOWN)) {
+        if !e.client_blocklisted() {
             return;
         }
         {
