@@ -49,6 +49,15 @@ const MAX_RECORD: usize = 4 << 20;
 const EVENT: u8 = 1;
 /// First framing byte of a notify payload: "who is there?".
 const PING: u8 = 0;
+/// First framing byte of a notify payload: "give the image's exclusive
+/// lock up" (explicit ALUA: another gateway was asked to be the owner).
+/// Acknowledged once released.
+const RELEASE: u8 = 2;
+/// How long a release request waits for the owner's answer (whole
+/// seconds, as for [`HEARTBEAT_TIMEOUT`]).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause between attempts to take the image's exclusive lock.
+const ACQUIRE_PAUSE: Duration = Duration::from_millis(100);
 /// How long a ping waits for answers.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often a gateway that does not own the image's exclusive lock
@@ -172,7 +181,8 @@ unsafe extern "C" fn on_notify(
         // duration of the callback.
         unsafe { std::slice::from_raw_parts(data as *const u8, len) }.to_vec()
     };
-    if notifier == core.instance || payload.first() != Some(&EVENT) {
+    let queued = matches!(payload.first(), Some(&EVENT) | Some(&RELEASE));
+    if notifier == core.instance || !queued {
         // Our own event (already applied), or a ping: answer now.
         core.ack(notify_id, cookie);
         return;
@@ -233,7 +243,9 @@ impl Core {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            if let Some(event) = payload.get(1..) {
+            if payload.first() == Some(&RELEASE) {
+                self.release_lock();
+            } else if let Some(event) = payload.get(1..) {
                 let hook = self.hook.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(hook) = hook.as_ref() {
                     let call = std::panic::AssertUnwindSafe(|| hook(event));
@@ -335,6 +347,23 @@ impl Core {
                 &mut tv,
                 flags,
             )
+        }
+    }
+
+    /// Gives the image's exclusive lock up if this client holds it
+    /// (librbd first blocks new writes and completes those in flight).
+    fn release_lock(&self) {
+        if !self.owns_lock() {
+            return;
+        }
+        // SAFETY: a live image handle.
+        let r = unsafe { rbd::rbd_lock_release(self.image) };
+        if r < 0 {
+            tracing::warn!(image = %self.spec, error = %os_error(i64::from(r)),
+                "rbd gateway: giving the exclusive lock up for another gateway failed");
+        } else {
+            tracing::info!(image = %self.spec, port_group = self.group,
+                "rbd gateway: gave the exclusive lock up: another gateway was made active (SET TARGET PORT GROUPS)");
         }
     }
 
@@ -763,6 +792,63 @@ impl SharedState for Gateway {
             return Ok(None);
         };
         Ok(c.group_of(&owner))
+    }
+
+    fn owns(&self) -> bool {
+        self.core.owns_lock()
+    }
+
+    fn take_ownership(&self, deadline: Instant) -> Result<bool> {
+        let c = &self.core;
+        loop {
+            if c.owns_lock() {
+                return Ok(true);
+            }
+            // SAFETY: a live image handle. Taking the lock this way
+            // switches librbd to the standard lock policy: it no longer
+            // gives the lock up when another client asks for it (their
+            // writes fail instead) until rbd_lock_release.
+            let r = unsafe {
+                rbd::rbd_lock_acquire(c.image, rbd::rbd_lock_mode_t::RBD_LOCK_MODE_EXCLUSIVE)
+            };
+            if r == 0 && c.owns_lock() {
+                tracing::info!(image = %c.spec, port_group = c.group,
+                    "rbd gateway: took the exclusive lock (SET TARGET PORT GROUPS)");
+                return Ok(true);
+            }
+            if r == -libc::EINVAL || r == -libc::EOPNOTSUPP {
+                return Err(rados_error("taking the exclusive lock", i64::from(r)));
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            // Another gateway holds it: ask it to give it up (it answers
+            // once it did). A dead one does not answer; the failover
+            // thread breaks its lock after its missed heartbeats.
+            if let Ok(Some(owner)) = c.owner_address() {
+                if owner != c.address {
+                    if let Err(e) = c.notify(&[RELEASE], RELEASE_TIMEOUT) {
+                        tracing::debug!(image = %c.spec, error = %e,
+                            "rbd gateway: asking the owner to give the lock up failed");
+                    }
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            std::thread::sleep(ACQUIRE_PAUSE.min(left));
+        }
+    }
+
+    fn give_up_ownership(&self) -> Result<()> {
+        self.core.release_lock();
+        Ok(())
+    }
+
+    fn announce_within(&self, event: &[u8], within: Duration) -> Result<usize> {
+        let mut framed = Vec::with_capacity(1 + event.len());
+        framed.push(EVENT);
+        framed.extend_from_slice(event);
+        let within = Duration::from_secs(within.as_secs().max(1));
+        Ok(self.core.notify(&framed, within)?.timed_out.len())
     }
 }
 
