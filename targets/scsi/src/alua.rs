@@ -20,9 +20,17 @@
 //! both) and VPD page 83h carries the group number in its target port
 //! group designator.
 //!
-//! Explicit ALUA, on a logical unit this daemon alone serves (the
-//! configuration refuses it on gateways' LUNs for now): SET TARGET PORT
-//! GROUPS moves the groups it names to active/optimized, active/non-
+//! Explicit ALUA on a unit several gateways serve: the owner's group is
+//! active/optimized, every other group standby (none owning: all
+//! standby); SET TARGET PORT GROUPS through a gateway asking its own group
+//! active/optimized makes it take the ownership
+//! ([`rustgt_backstore::shared::SharedState::take_ownership`]), its own
+//! group standby gives it up; anything else is refused. Each owner change
+//! raises ASYMMETRIC ACCESS STATE CHANGED once on every nexus of every
+//! gateway but the sender's ([`owner_seen`], the `owner` event).
+//!
+//! Explicit ALUA, on a logical unit this daemon alone serves: SET TARGET
+//! PORT GROUPS moves the groups it names to active/optimized, active/non-
 //! optimized, standby or unavailable (never transitioning, so T_SUP is
 //! 0; no offline or LBA dependent state either), held in the daemon
 //! ([`AluaStates`]; a group never named is active/optimized; the states
