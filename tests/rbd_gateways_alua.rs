@@ -19,7 +19,9 @@
 //!   group, or for a state the model cannot give, gets INVALID FIELD IN
 //!   PARAMETER LIST and changes nothing; STPG back through A moves
 //!   everything back (B's session sees 2A/06 once, B's data reads through
-//!   A);
+//!   A); `admin ls` shows `explicit, active/optimized` on the owner and
+//!   `explicit, standby` on the other; `admin lun set ... alua=implicit`
+//!   is refused naming `alua`, and nothing changes;
 //! - failover: the owner A gets SIGKILL; STPG through B succeeds within
 //!   10 s of the kill (retried while it answers ASYMMETRIC ACCESS STATE
 //!   TRANSITION) and B writes; A started again reports B active/optimized
@@ -28,6 +30,7 @@
 
 #![cfg(feature = "rbd")]
 
+mod admin_common;
 #[path = "common/ceph.rs"]
 mod ceph;
 mod common;
@@ -36,6 +39,7 @@ use rustgt_test_initiator as initiator;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use admin_common::cli;
 use ceph::{gateway_lun, Image};
 use common::{Daemon, DEFAULT_IQN};
 use initiator::{rw16, CmdResult, Session, CHECK_CONDITION, GOOD, READ_16, WRITE_16};
@@ -259,6 +263,32 @@ fn on_ceph_explicit_alua_stpg_moves_the_active_gateway() {
     assert_eq!(r.status, GOOD, "STPG for the active group: {r}");
     let r = sb.command(LUN, &[0x00, 0, 0, 0, 0, 0], &[], 0);
     assert_eq!(sense(&r), Some(STANDBY_SENSE), "no new 2A/06 on B: {r}");
+
+    // The admin interface shows each gateway's state; `alua` cannot
+    // change live on a gateway LUN, and nothing changes.
+    let ls = cli(&a, &["--json", "ls"]);
+    ls.assert_success();
+    assert!(
+        ls.stdout.contains("explicit, active/optimized"),
+        "admin ls on A: {}",
+        ls.stdout
+    );
+    let ls = cli(&b, &["--json", "ls"]);
+    ls.assert_success();
+    assert!(
+        ls.stdout.contains("explicit, standby"),
+        "admin ls on B: {}",
+        ls.stdout
+    );
+    let out = cli(&a, &["lun", "set", DEFAULT_IQN, "0", "alua=implicit"]);
+    out.assert_failure();
+    assert!(
+        out.stderr.contains("`alua` cannot change live") && out.stderr.contains("LUN 0"),
+        "the refusal names the key: {out}"
+    );
+    assert_eq!(tpgs(&mut sa), 0b10, "TPGS through A after the refusal");
+    let r = write(&mut sa, 24, &data_a);
+    assert_eq!(r.status, GOOD, "A still writes after the refusal: {r}");
     sa.logout();
     sb.logout();
 }
