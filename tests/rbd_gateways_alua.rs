@@ -24,7 +24,8 @@
 //!   is refused naming `alua`, and nothing changes;
 //! - failover: the owner A gets SIGKILL; STPG through B succeeds within
 //!   10 s of the kill (retried while it answers ASYMMETRIC ACCESS STATE
-//!   TRANSITION) and B writes; A started again reports B active/optimized
+//!   TRANSITION; B's heartbeat breaks A's lock) and B writes; another
+//!   session on B gets 2Ah/06h once for each owner change; A started again reports B active/optimized
 //!   and itself standby, cannot write until an STPG through A gives it
 //!   the lock, then writes, and B no longer can.
 
@@ -316,8 +317,11 @@ fn on_ceph_explicit_alua_failover_by_stpg_after_sigkill_within_10_s() {
     let initiator = "iqn.2026-12.test:gw-alua-failover";
     let mut sa = login(&a, initiator, 1);
     let mut sb = login(&b, initiator, 2);
+    // A second initiator's session on B, which sends no STPG.
+    let mut sb2 = login(&b, "iqn.2026-12.test:gw-alua-failover-2", 3);
     make_active(&mut sa, 1, &a);
     assert_state_changed_once(&mut sb, false, "B after STPG through A");
+    assert_state_changed_once(&mut sb2, false, "B's other session after STPG through A");
     let data_a = pattern(0x51, 8);
     let r = write(&mut sa, 0, &data_a);
     assert_eq!(r.status, GOOD, "WRITE through A: {r}");
@@ -335,6 +339,19 @@ fn on_ceph_explicit_alua_failover_by_stpg_after_sigkill_within_10_s() {
         "STPG through B completed {since_kill:?} after A's SIGKILL, over 10 s\n{}",
         b.stderr_tail(20)
     );
+    // B's other session: the owner changed (A's lock broken by B's
+    // heartbeat, then B's STPG), told once, and B is active for it too.
+    assert_state_changed_once(&mut sb2, true, "B's other session after the failover");
+    // B's own session may have been told of the lock break (A's group no
+    // longer active) before its STPG took the lock; once at most.
+    let tur = [0x00, 0, 0, 0, 0, 0];
+    let r = sb.command(LUN, &tur, &[], 0);
+    if sense(&r) == Some(STATE_CHANGED) {
+        let r = sb.command(LUN, &tur, &[], 0);
+        assert_eq!(r.status, GOOD, "B's session after one 2A/06: {r}");
+    } else {
+        assert_eq!(r.status, GOOD, "B's session after the failover: {r}");
+    }
     let data_b = pattern(0x62, 8);
     let r = write(&mut sb, 8, &data_b);
     assert_eq!(r.status, GOOD, "WRITE through B after failover: {r}");
@@ -367,6 +384,13 @@ fn on_ceph_explicit_alua_failover_by_stpg_after_sigkill_within_10_s() {
     assert_state_changed_once(&mut sb, false, "B after STPG through restarted A");
     let r = write(&mut sb, 32, &data_b);
     assert_eq!(sense(&r), Some(STANDBY_SENSE), "WRITE through B: {r}");
+    assert_state_changed_once(&mut sb2, false, "B's other session after STPG through A");
+    assert!(
+        b.stderr().contains("broke its lock"),
+        "B broke the dead A's lock: {}",
+        b.stderr_tail(20)
+    );
     sa.logout();
     sb.logout();
+    sb2.logout();
 }

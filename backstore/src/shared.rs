@@ -117,6 +117,13 @@ pub trait SharedState: Send + Sync + Debug {
         Ok(false)
     }
 
+    /// Sets what runs (on a thread of the store's) after this gateway
+    /// broke the ownership of a dead owner: the owner changed without any
+    /// gateway announcing it.
+    fn on_owner_broken(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = hook;
+    }
+
     /// Explicit ALUA: gives the backing up, if this gateway owns it.
     fn give_up_ownership(&self) -> Result<()> {
         Ok(())

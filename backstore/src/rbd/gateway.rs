@@ -106,6 +106,8 @@ struct Core {
     inbox: Mutex<Inbox>,
     wake: Condvar,
     hook: Mutex<Option<EventHook>>,
+    /// Runs after the failover thread broke a dead owner's lock.
+    broken_hook: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     lock_seq: AtomicU64,
     spec: String,
     /// Set to stop the failover thread; `heartbeat` wakes it.
@@ -454,6 +456,7 @@ impl Gateway {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
             hook: Mutex::new(None),
+            broken_hook: Mutex::new(None),
             lock_seq: AtomicU64::new(0),
             spec: spec.to_owned(),
             stop_heartbeat: Mutex::new(false),
@@ -593,9 +596,14 @@ impl Drop for Gateway {
         if let Some(t) = self.events.take() {
             let _ = t.join();
         }
-        // The hook may hold references to layers above.
+        // The hooks may hold references to layers above.
         self.core
             .hook
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        self.core
+            .broken_hook
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
@@ -838,6 +846,14 @@ impl SharedState for Gateway {
         }
     }
 
+    fn on_owner_broken(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        *self
+            .core
+            .broken_hook
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
     fn give_up_ownership(&self) -> Result<()> {
         self.core.release_lock();
         Ok(())
@@ -1010,6 +1026,16 @@ impl Core {
         } else {
             tracing::warn!(image = %self.spec, owner = %owner, port_group = group,
                 "rbd gateway: blocklisted the silent exclusive-lock owner and broke its lock");
+            let hook = self
+                .broken_hook
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(hook) = hook.as_ref() {
+                let call = std::panic::AssertUnwindSafe(hook);
+                if std::panic::catch_unwind(call).is_err() {
+                    tracing::error!(image = %self.spec, "rbd gateway: lock-break hook panicked");
+                }
+            }
         }
         None
     }

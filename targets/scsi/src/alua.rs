@@ -44,6 +44,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::cluster::OWNER_EVENT_WAIT;
 use crate::cmd::Nexus;
 use crate::ctx::Ctx;
 use crate::outcome::Outcome;
@@ -448,9 +449,6 @@ pub(crate) fn explicit_supported(lu: &crate::lun::LogicalUnit) -> bool {
 /// ownership: a live owner gives it up within a second or so; a dead one
 /// loses it when the failover heartbeat breaks its lock (about 3 s).
 const TAKE_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
-/// How long the gateway that took the ownership waits for the others to
-/// hear of it (a dead gateway does not answer).
-const OWNER_EVENT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The owner's group as seen now on a gateway under explicit ALUA: a
 /// change from what this daemon's nexuses were last told raises

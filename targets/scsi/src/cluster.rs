@@ -285,6 +285,31 @@ pub(crate) fn on_event(target: &Weak<TargetShared>, lu: &Weak<LogicalUnit>, data
     }
 }
 
+/// This gateway broke a dead owner's ownership (failover heartbeat):
+/// under explicit ALUA the owner changed with nobody announcing it, so
+/// this gateway's nexuses and the other gateways learn of it now.
+pub(crate) fn on_owner_broken(target: &Weak<TargetShared>, lu: &Weak<LogicalUnit>) {
+    let (Some(target), Some(lu)) = (target.upgrade(), lu.upgrade()) else {
+        return;
+    };
+    if !lu.alua.gateway_explicit() {
+        return;
+    }
+    let Some(sh) = lu.backstore.shared_state() else {
+        return;
+    };
+    let owner = sh.owner().unwrap_or_else(|e| {
+        tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
+        None
+    });
+    crate::alua::owner_seen(&target, &lu, owner, None, true);
+    announce_owner(&lu, owner, OWNER_EVENT_WAIT);
+}
+
+/// How long the gateway that saw the ownership move waits for the other
+/// gateways to hear of it (a dead gateway does not answer).
+pub(crate) const OWNER_EVENT_WAIT: Duration = Duration::from_secs(2);
+
 /// Tells the other gateways of `lu` that `owner` owns the backing now,
 /// waiting `within` at most for their answers (a dead gateway does not
 /// answer). Failures are logged: the ownership moved already.

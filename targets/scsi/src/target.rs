@@ -196,6 +196,11 @@ impl ScsiTarget {
             sh.listen(Box::new(move |event| {
                 crate::cluster::on_event(&target, &weak, event)
             }));
+            let target = Arc::downgrade(&self.shared);
+            let weak = Arc::downgrade(&lu);
+            sh.on_owner_broken(Box::new(move || {
+                crate::cluster::on_owner_broken(&target, &weak)
+            }));
         }
         lu.pr.restore().map_err(|e| ScsiError::InvalidConfig {
             lun,
