@@ -21,7 +21,9 @@
 //!   everything back (B's session sees 2A/06 once, B's data reads through
 //!   A); `admin ls` shows `explicit, active/optimized` on the owner and
 //!   `explicit, standby` on the other; `admin lun set ... alua=implicit`
-//!   is refused naming `alua`, and nothing changes;
+//!   is refused naming `alua`, and nothing changes; STPG through A for
+//!   A's own group standby releases the lock (every group standby, B's
+//!   session told once);
 //! - failover: the owner A gets SIGKILL; STPG through B succeeds within
 //!   10 s of the kill (retried while it answers ASYMMETRIC ACCESS STATE
 //!   TRANSITION; B's heartbeat breaks A's lock) and B writes; another
@@ -290,6 +292,20 @@ fn on_ceph_explicit_alua_stpg_moves_the_active_gateway() {
     assert_eq!(tpgs(&mut sa), 0b10, "TPGS through A after the refusal");
     let r = write(&mut sa, 24, &data_a);
     assert_eq!(r.status, GOOD, "A still writes after the refusal: {r}");
+
+    // STPG through A for A's group standby: A gives the lock up, every
+    // group standby, nobody writes; B's session hears it once.
+    let r = stpg(&mut sa, &[(1, STANDBY)]);
+    assert_eq!(r.status, GOOD, "STPG A's group standby: {r}");
+    assert_state_changed_once(&mut sb, false, "B after A gave the lock up");
+    assert_eq!(rtpg(&mut sa), states(STANDBY, STANDBY), "RTPG through A");
+    assert_eq!(rtpg(&mut sb), states(STANDBY, STANDBY), "RTPG through B");
+    let r = write(&mut sa, 24, &data_a);
+    assert_eq!(
+        sense(&r),
+        Some(STANDBY_SENSE),
+        "WRITE through A after giving up: {r}"
+    );
     sa.logout();
     sb.logout();
 }
