@@ -171,14 +171,21 @@ pub(crate) fn report_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense>
         None if lu.alua.mode().explicit() => Optimized::Set(lu.alua.states()),
         None => Optimized::All,
         Some(sh) => {
-            let owner = sh.owner().unwrap_or_else(|e| {
-                tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
-                None
-            });
+            let looked = sh.owner();
+            let owner = match &looked {
+                Ok(o) => *o,
+                Err(e) => {
+                    tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
+                    None
+                }
+            };
             if lu.alua.mode().explicit() {
-                // An owner change nobody announced (a lock broken after
-                // its holder died): the other nexuses learn of it now.
-                owner_seen(ctx.target, lu, owner, Some(ctx.nexus_id()), false);
+                // An owner change nobody announced (a lock broken while
+                // its holder lived): the other nexuses learn of it now;
+                // not when the owner could not be read.
+                if looked.is_ok() {
+                    owner_seen(ctx.target, lu, owner, Some(ctx.nexus_id()), false);
+                }
                 Optimized::Owner(owner)
             } else {
                 Optimized::Only(owner)

@@ -298,9 +298,11 @@ pub(crate) fn on_owner_broken(target: &Weak<TargetShared>, lu: &Weak<LogicalUnit
     let Some(sh) = lu.backstore.shared_state() else {
         return;
     };
+    // The lock was just broken: nobody owns it unless a gateway's STPG
+    // took it meanwhile (this gateway's, when the owner cannot be read).
     let owner = sh.owner().unwrap_or_else(|e| {
         tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
-        None
+        sh.owns().then(|| sh.port_group())
     });
     crate::alua::owner_seen(&target, &lu, owner, None, true);
     announce_owner(&lu, owner, OWNER_EVENT_WAIT);
