@@ -190,11 +190,14 @@ fn alua_unknown_mode() {
 }
 
 #[test]
-fn explicit_alua_on_gateways() {
+fn explicit_alua_on_gateways_read_only() {
+    // Explicit ALUA is accepted on gateways' LUNs; a read-only one still
+    // cannot take part in their shared state.
     assert_rejected(
         "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:t\"\nport_groups = [1, 2]\n\
          [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nalua = \"explicit\"\n\
+         read_only = true\n\
          [targets.luns.rbd]\npool = \"rbd\"\nimage = \"a\"\n",
-        "targets[0].luns[0].alua",
+        "targets[0].luns[0].read_only",
     );
 }

@@ -101,4 +101,38 @@ pub trait SharedState: Send + Sync + Debug {
     /// The target port group of the gateway that owns the backing now
     /// (the one whose writes need no hand-over), if any gateway does.
     fn owner(&self) -> Result<Option<u16>>;
+
+    /// Whether this gateway owns the backing now (a local check, cheap
+    /// enough for every command).
+    fn owns(&self) -> bool {
+        false
+    }
+
+    /// Explicit ALUA: makes this gateway the owner, asking the current
+    /// owner to give the backing up, and holds it (it is not handed over
+    /// on another gateway's write) until another gateway asks for it
+    /// here. `Ok(true)` once owned, `Ok(false)` when `deadline` passed.
+    fn take_ownership(&self, deadline: std::time::Instant) -> Result<bool> {
+        let _ = deadline;
+        Ok(false)
+    }
+
+    /// Sets what runs (on a thread of the store's) after this gateway
+    /// broke the ownership of a dead owner: the owner changed without any
+    /// gateway announcing it.
+    fn on_owner_broken(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = hook;
+    }
+
+    /// Explicit ALUA: gives the backing up, if this gateway owns it.
+    fn give_up_ownership(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// [`SharedState::announce`], waiting `within` at most (whole
+    /// seconds, at least one) instead of the store's timeout.
+    fn announce_within(&self, event: &[u8], within: Duration) -> Result<usize> {
+        let _ = within;
+        self.announce(event)
+    }
 }

@@ -197,6 +197,24 @@ impl Runtime {
             }
         }
         for t in &plan.changed_targets {
+            let rt = self.rt_of(&t.iqn)?;
+            for u in &t.updated_luns {
+                let gateway = rt
+                    .luns
+                    .get(&u.lun.id)
+                    .is_some_and(|s| s.shared_state().is_some());
+                let want = u.lun.alua.as_ref().map(|a| a.get()).unwrap_or_default();
+                let now = rt.scsi.lun_alua(u.lun.id, 0).map(|(m, _)| m);
+                if gateway && now.is_some_and(|m| m != want) {
+                    return Err(AdminError::Refused(format!(
+                        "target {}: LUN {}: `alua` cannot change live on a LUN served by several \
+                         gateways (port_groups): every gateway must use the same mode, and \
+                         librbd keeps an image's lock policy once explicit ALUA took the lock; \
+                         change it in every gateway's configuration and restart them",
+                        t.iqn, u.lun.id
+                    )));
+                }
+            }
             for u in t.updated_luns.iter().filter(|u| u.resized) {
                 check_resizable(&t.iqn, &u.lun)?;
                 let rt = self.rt_of(&t.iqn)?;

@@ -13,7 +13,6 @@ use super::keypath::{Checker, KeyPath};
 use super::luns::{check_lun, LunSettings};
 use super::qos::{check_qos, QosSettings};
 use rustgt_iscsi::IscsiName;
-use rustgt_scsi::AluaMode;
 
 pub(super) fn default_portals() -> Vec<SocketAddr> {
     vec![SocketAddr::from(([127, 0, 0, 1], 3260))]
@@ -246,15 +245,6 @@ fn check_port_groups(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
                         "{:?} cannot be served by several gateways (port_groups); only \"rbd\" can",
                         lun.backstore.text()
                     ),
-                );
-            } else if lun
-                .alua
-                .as_ref()
-                .is_some_and(|a| a.get() != AluaMode::Implicit)
-            {
-                c.fail(
-                    key.key("luns").index(j).key("alua"),
-                    "explicit ALUA is not supported yet on a LUN served by several gateways (port_groups); use \"implicit\"",
                 );
             } else if lun.read_only {
                 c.fail(

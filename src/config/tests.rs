@@ -1141,3 +1141,32 @@ fn redirect_addresses_and_portals_are_checked() {
         "",
     );
 }
+
+#[test]
+fn explicit_alua_on_gateways_is_accepted() {
+    jailed(|jail| {
+        let body = format!(
+            "data_dir = {dir:?}\n\
+             [[targets]]\niqn = \"iqn.2026-11.org.rustgt:t\"\nport_groups = [1, 2]\n\
+             [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nalua = \"explicit\"\n\
+             [targets.luns.rbd]\npool = \"rbd\"\nimage = \"a\"\n\
+             [[targets.luns]]\nid = 1\nbackstore = \"rbd\"\nalua = \"both\"\n\
+             [targets.luns.rbd]\npool = \"rbd\"\nimage = \"b\"\n",
+            dir = jail.directory().display().to_string()
+        );
+        let path = write_config(jail.directory(), &body);
+        let cfg = load(Some(&path), &Overrides::default()).expect("explicit ALUA on gateways");
+        let modes: Vec<_> = cfg.targets[0]
+            .luns
+            .iter()
+            .map(|l| l.alua.as_ref().map(|a| a.get()))
+            .collect();
+        assert_eq!(
+            modes,
+            vec![
+                Some(rustgt_scsi::AluaMode::Explicit),
+                Some(rustgt_scsi::AluaMode::Both)
+            ]
+        );
+    });
+}

@@ -83,10 +83,16 @@ pub fn gateway(image: &Image, tpgt: u16) -> Daemon {
 /// [`gateway`] with `rbd_extra` (TOML lines) added to its
 /// `[targets.luns.rbd]` table.
 pub fn gateway_with(image: &Image, tpgt: u16, rbd_extra: &str) -> Daemon {
+    gateway_lun(image, tpgt, "", rbd_extra)
+}
+
+/// [`gateway_with`] with `lun_extra` (TOML lines) added to the LUN's own
+/// table (`alua = "explicit"`, ...).
+pub fn gateway_lun(image: &Image, tpgt: u16, lun_extra: &str, rbd_extra: &str) -> Daemon {
     let toml = format!(
         "[[targets]]\niqn = \"{DEFAULT_IQN}\"\nportals = [\"127.0.0.1:0\"]\ntpgt = {tpgt}\n\
          port_groups = [1, 2]\n\n\
-         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n\n\
+         [[targets.luns]]\nid = 0\nbackstore = \"rbd\"\nblock_size = 512\n{lun_extra}\n\
          [targets.luns.rbd]\npool = \"rbd\"\nimage = \"{}\"\nceph_conf = \"{}\"\n{rbd_extra}",
         image.name,
         ceph_conf()

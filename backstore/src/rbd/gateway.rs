@@ -49,6 +49,15 @@ const MAX_RECORD: usize = 4 << 20;
 const EVENT: u8 = 1;
 /// First framing byte of a notify payload: "who is there?".
 const PING: u8 = 0;
+/// First framing byte of a notify payload: "give the image's exclusive
+/// lock up" (explicit ALUA: another gateway was asked to be the owner).
+/// Acknowledged once released.
+const RELEASE: u8 = 2;
+/// How long a release request waits for the owner's answer (whole
+/// seconds, as for [`HEARTBEAT_TIMEOUT`]).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause between attempts to take the image's exclusive lock.
+const ACQUIRE_PAUSE: Duration = Duration::from_millis(100);
 /// How long a ping waits for answers.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often a gateway that does not own the image's exclusive lock
@@ -97,6 +106,8 @@ struct Core {
     inbox: Mutex<Inbox>,
     wake: Condvar,
     hook: Mutex<Option<EventHook>>,
+    /// Runs after the failover thread broke a dead owner's lock.
+    broken_hook: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     lock_seq: AtomicU64,
     spec: String,
     /// Set to stop the failover thread; `heartbeat` wakes it.
@@ -172,7 +183,8 @@ unsafe extern "C" fn on_notify(
         // duration of the callback.
         unsafe { std::slice::from_raw_parts(data as *const u8, len) }.to_vec()
     };
-    if notifier == core.instance || payload.first() != Some(&EVENT) {
+    let queued = matches!(payload.first(), Some(&EVENT) | Some(&RELEASE));
+    if notifier == core.instance || !queued {
         // Our own event (already applied), or a ping: answer now.
         core.ack(notify_id, cookie);
         return;
@@ -233,7 +245,9 @@ impl Core {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            if let Some(event) = payload.get(1..) {
+            if payload.first() == Some(&RELEASE) {
+                self.release_lock();
+            } else if let Some(event) = payload.get(1..) {
                 let hook = self.hook.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(hook) = hook.as_ref() {
                     let call = std::panic::AssertUnwindSafe(|| hook(event));
@@ -338,6 +352,23 @@ impl Core {
         }
     }
 
+    /// Gives the image's exclusive lock up if this client holds it
+    /// (librbd first blocks new writes and completes those in flight).
+    fn release_lock(&self) {
+        if !self.owns_lock() {
+            return;
+        }
+        // SAFETY: a live image handle.
+        let r = unsafe { rbd::rbd_lock_release(self.image) };
+        if r < 0 {
+            tracing::warn!(image = %self.spec, error = %os_error(i64::from(r)),
+                "rbd gateway: giving the exclusive lock up for another gateway failed");
+        } else {
+            tracing::info!(image = %self.spec, port_group = self.group,
+                "rbd gateway: gave the exclusive lock up: another gateway was made active (SET TARGET PORT GROUPS)");
+        }
+    }
+
     fn xattr_name(group: u16) -> CString {
         CString::new(format!("gw.{group}")).unwrap_or_default()
     }
@@ -425,6 +456,7 @@ impl Gateway {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
             hook: Mutex::new(None),
+            broken_hook: Mutex::new(None),
             lock_seq: AtomicU64::new(0),
             spec: spec.to_owned(),
             stop_heartbeat: Mutex::new(false),
@@ -564,9 +596,14 @@ impl Drop for Gateway {
         if let Some(t) = self.events.take() {
             let _ = t.join();
         }
-        // The hook may hold references to layers above.
+        // The hooks may hold references to layers above.
         self.core
             .hook
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        self.core
+            .broken_hook
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
@@ -764,6 +801,71 @@ impl SharedState for Gateway {
         };
         Ok(c.group_of(&owner))
     }
+
+    fn owns(&self) -> bool {
+        self.core.owns_lock()
+    }
+
+    fn take_ownership(&self, deadline: Instant) -> Result<bool> {
+        let c = &self.core;
+        loop {
+            if c.owns_lock() {
+                return Ok(true);
+            }
+            // SAFETY: a live image handle. Taking the lock this way
+            // switches librbd to the standard lock policy: it no longer
+            // gives the lock up when another client asks for it (their
+            // writes fail instead) until rbd_lock_release.
+            let r = unsafe {
+                rbd::rbd_lock_acquire(c.image, rbd::rbd_lock_mode_t::RBD_LOCK_MODE_EXCLUSIVE)
+            };
+            if r == 0 && c.owns_lock() {
+                tracing::info!(image = %c.spec, port_group = c.group,
+                    "rbd gateway: took the exclusive lock (SET TARGET PORT GROUPS)");
+                return Ok(true);
+            }
+            if r == -libc::EINVAL || r == -libc::EOPNOTSUPP {
+                return Err(rados_error("taking the exclusive lock", i64::from(r)));
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            // Another gateway holds it: ask it to give it up (it answers
+            // once it did). A dead one does not answer; the failover
+            // thread breaks its lock after its missed heartbeats.
+            if let Ok(Some(owner)) = c.owner_address() {
+                if owner != c.address {
+                    if let Err(e) = c.notify(&[RELEASE], RELEASE_TIMEOUT) {
+                        tracing::debug!(image = %c.spec, error = %e,
+                            "rbd gateway: asking the owner to give the lock up failed");
+                    }
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            std::thread::sleep(ACQUIRE_PAUSE.min(left));
+        }
+    }
+
+    fn on_owner_broken(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        *self
+            .core
+            .broken_hook
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    fn give_up_ownership(&self) -> Result<()> {
+        self.core.release_lock();
+        Ok(())
+    }
+
+    fn announce_within(&self, event: &[u8], within: Duration) -> Result<usize> {
+        let mut framed = Vec::with_capacity(1 + event.len());
+        framed.push(EVENT);
+        framed.extend_from_slice(event);
+        let within = Duration::from_secs(within.as_secs().max(1));
+        Ok(self.core.notify(&framed, within)?.timed_out.len())
+    }
 }
 
 impl Core {
@@ -924,6 +1026,16 @@ impl Core {
         } else {
             tracing::warn!(image = %self.spec, owner = %owner, port_group = group,
                 "rbd gateway: blocklisted the silent exclusive-lock owner and broke its lock");
+            let hook = self
+                .broken_hook
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(hook) = hook.as_ref() {
+                let call = std::panic::AssertUnwindSafe(hook);
+                if std::panic::catch_unwind(call).is_err() {
+                    tracing::error!(image = %self.spec, "rbd gateway: lock-break hook panicked");
+                }
+            }
         }
         None
     }

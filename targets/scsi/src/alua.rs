@@ -20,9 +20,17 @@
 //! both) and VPD page 83h carries the group number in its target port
 //! group designator.
 //!
-//! Explicit ALUA, on a logical unit this daemon alone serves (the
-//! configuration refuses it on gateways' LUNs for now): SET TARGET PORT
-//! GROUPS moves the groups it names to active/optimized, active/non-
+//! Explicit ALUA on a unit several gateways serve: the owner's group is
+//! active/optimized, every other group standby (none owning: all
+//! standby); SET TARGET PORT GROUPS through a gateway asking its own group
+//! active/optimized makes it take the ownership
+//! ([`rustgt_backstore::shared::SharedState::take_ownership`]), its own
+//! group standby gives it up; anything else is refused. Each owner change
+//! raises ASYMMETRIC ACCESS STATE CHANGED once on every nexus of every
+//! gateway but the sender's ([`owner_seen`], the `owner` event).
+//!
+//! Explicit ALUA, on a logical unit this daemon alone serves: SET TARGET
+//! PORT GROUPS moves the groups it names to active/optimized, active/non-
 //! optimized, standby or unavailable (never transitioning, so T_SUP is
 //! 0; no offline or LBA dependent state either), held in the daemon
 //! ([`AluaStates`]; a group never named is active/optimized; the states
@@ -36,6 +44,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::cluster::OWNER_EVENT_WAIT;
 use crate::cmd::Nexus;
 use crate::ctx::Ctx;
 use crate::outcome::Outcome;
@@ -60,6 +69,10 @@ pub(crate) enum Optimized {
     /// A unit this daemon serves with explicit ALUA: the states SET TARGET
     /// PORT GROUPS gave (a group not listed is active/optimized).
     Set(BTreeMap<u16, u8>),
+    /// A unit several gateways serve with explicit ALUA: the owner's group
+    /// (if any gateway owns the backing) is active/optimized, every other
+    /// group standby.
+    Owner(Option<u16>),
 }
 /// STATUS CODE: no status available.
 const STATUS_NONE: u8 = 0x00;
@@ -90,6 +103,10 @@ fn descriptors(groups: &BTreeMap<u16, BTreeSet<u16>>, optimized: &Optimized) -> 
                 (STATE_ACTIVE_OPTIMIZED, AO_SUP | AN_SUP, STATUS_NONE)
             }
             Optimized::Only(_) => (STATE_ACTIVE_NON_OPTIMIZED, AO_SUP | AN_SUP, STATUS_NONE),
+            Optimized::Owner(g) if *g == Some(*group) => {
+                (STATE_ACTIVE_OPTIMIZED, AO_SUP | S_SUP, STATUS_NONE)
+            }
+            Optimized::Owner(_) => (STATE_STANDBY, AO_SUP | S_SUP, STATUS_NONE),
             Optimized::Set(states) => {
                 let (state, status) = match states.get(group) {
                     Some(s) => (*s, STATUS_ALTERED_BY_STPG),
@@ -153,10 +170,27 @@ pub(crate) fn report_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense>
     let optimized = match lu.backstore.shared_state() {
         None if lu.alua.mode().explicit() => Optimized::Set(lu.alua.states()),
         None => Optimized::All,
-        Some(sh) => Optimized::Only(sh.owner().unwrap_or_else(|e| {
-            tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
-            None
-        })),
+        Some(sh) => {
+            let looked = sh.owner();
+            let owner = match &looked {
+                Ok(o) => *o,
+                Err(e) => {
+                    tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
+                    None
+                }
+            };
+            if lu.alua.mode().explicit() {
+                // An owner change nobody announced (a lock broken while
+                // its holder lived): the other nexuses learn of it now;
+                // not when the owner could not be read.
+                if looked.is_ok() {
+                    owner_seen(ctx.target, lu, owner, Some(ctx.nexus_id()), false);
+                }
+                Optimized::Owner(owner)
+            } else {
+                Optimized::Only(owner)
+            }
+        }
     };
     Ok(Outcome::alloc(
         report(&all, &optimized, extended),
@@ -230,6 +264,13 @@ pub(crate) struct AluaStates {
 #[derive(Debug, Default)]
 struct AluaInner {
     mode: AluaMode,
+    /// The unit is served by several gateways: under explicit ALUA its
+    /// access state here is the backing's ownership, not `states`.
+    gateway: bool,
+    /// Under explicit ALUA on gateways: the owner's group as last
+    /// reported to this daemon's nexuses (outer `None`: not yet), so that
+    /// each change raises ASYMMETRIC ACCESS STATE CHANGED once.
+    seen_owner: Option<Option<u16>>,
     /// Group -> access state set by STPG.
     states: BTreeMap<u16, u8>,
 }
@@ -244,22 +285,47 @@ pub(crate) struct ModeChange {
 }
 
 impl AluaStates {
-    pub(crate) fn new(mode: AluaMode) -> Self {
-        AluaStates {
+    pub(crate) fn new(mode: AluaMode, gateway: bool) -> Self {
+        let a = AluaStates {
             inner: std::sync::Mutex::new(AluaInner {
                 mode,
+                gateway,
+                seen_owner: None,
                 states: BTreeMap::new(),
             }),
             gated: std::sync::atomic::AtomicBool::new(false),
-        }
+        };
+        a.regate(&a.lock());
+        a
+    }
+
+    /// Explicit ALUA on a unit several gateways serve.
+    pub(crate) fn gateway_explicit(&self) -> bool {
+        let g = self.lock();
+        g.gateway && g.mode.explicit()
+    }
+
+    /// Records `owner` as the owner's group reported here; true when it
+    /// differs from the one last recorded (a change to announce). With
+    /// nothing recorded yet, `known_change` tells (an owner taken or
+    /// announced is a change; one merely looked at is not).
+    fn see_owner(&self, owner: Option<u16>, known_change: bool) -> bool {
+        let mut g = self.lock();
+        let changed = match g.seen_owner {
+            Some(seen) => seen != owner,
+            None => known_change,
+        };
+        g.seen_owner = Some(owner);
+        changed
     }
 
     /// Recomputes [`AluaStates::gated`] from the states under the lock.
     fn regate(&self, g: &AluaInner) {
         let gated = g.mode.explicit()
-            && g.states
-                .values()
-                .any(|&s| s == STATE_STANDBY || s == STATE_UNAVAILABLE);
+            && (g.gateway
+                || g.states
+                    .values()
+                    .any(|&s| s == STATE_STANDBY || s == STATE_UNAVAILABLE));
         self.gated
             .store(gated, std::sync::atomic::Ordering::Release);
     }
@@ -284,6 +350,9 @@ impl AluaStates {
         if states {
             g.states.clear();
         }
+        if !mode.explicit() {
+            g.seen_owner = None;
+        }
         self.regate(&g);
         ModeChange { tpgs, states }
     }
@@ -305,20 +374,34 @@ impl AluaStates {
 
     /// Whether a command with this CDB may run through a port of `group`
     /// (SPC-4 §5.16.2.4.4 standby, §5.16.2.4.5 unavailable): `Err` carries
-    /// NOT READY with the state's additional sense code.
-    pub(crate) fn check(&self, group: u16, cdb: &[u8]) -> Result<(), Sense> {
+    /// NOT READY with the state's additional sense code. On gateways under
+    /// explicit ALUA the port is active/optimized while `owns_here` (this
+    /// gateway owns the backing), else standby.
+    pub(crate) fn check(
+        &self,
+        group: u16,
+        cdb: &[u8],
+        owns_here: impl FnOnce() -> bool,
+    ) -> Result<(), Sense> {
         if !self.gated.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
-        let state = {
+        let (state, gateway) = {
             let g = self.lock();
             if !g.mode.explicit() {
                 return Ok(());
             }
-            g.states
+            let state = g
+                .states
                 .get(&group)
                 .copied()
-                .unwrap_or(STATE_ACTIVE_OPTIMIZED)
+                .unwrap_or(STATE_ACTIVE_OPTIMIZED);
+            (state, g.gateway)
+        };
+        let state = match gateway {
+            true if owns_here() => STATE_ACTIVE_OPTIMIZED,
+            true => STATE_STANDBY,
+            false => state,
         };
         let allowed = match state {
             STATE_STANDBY => allowed_in_standby(cdb),
@@ -364,10 +447,113 @@ fn is_rtpg_or_stpg(cdb: &[u8]) -> bool {
     matches!(cdb.first(), Some(0xA3 | 0xA4)) && sa == Some(0x0A)
 }
 
-/// Whether SET TARGET PORT GROUPS is offered: explicit ALUA on a unit
-/// this daemon alone serves.
+/// Whether SET TARGET PORT GROUPS is offered: explicit ALUA.
 pub(crate) fn explicit_supported(lu: &crate::lun::LogicalUnit) -> bool {
-    lu.alua.mode().explicit() && lu.backstore.shared_state().is_none()
+    lu.alua.mode().explicit()
+}
+
+/// How long SET TARGET PORT GROUPS on a gateway waits for the backing's
+/// ownership: a live owner gives it up within a second or so; a dead one
+/// loses it when the failover heartbeat breaks its lock (about 3 s).
+const TAKE_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// The owner's group as seen now on a gateway under explicit ALUA: a
+/// change from what this daemon's nexuses were last told raises
+/// ASYMMETRIC ACCESS STATE CHANGED on each of them but `except`, once.
+/// `known_change`: the owner was just taken or announced (a change even
+/// when nothing was reported here before).
+pub(crate) fn owner_seen(
+    target: &crate::target_state::TargetShared,
+    lu: &crate::lun::LogicalUnit,
+    owner: Option<u16>,
+    except: Option<u64>,
+    known_change: bool,
+) {
+    if lu.alua.see_owner(owner, known_change) {
+        tracing::info!(lun = lu.lun, owner = ?owner, "explicit ALUA: the active gateway changed");
+        lu.establish_ua(
+            target.known_nexuses(),
+            Asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+            except,
+        );
+    }
+}
+
+/// What a SET TARGET PORT GROUPS parameter list asks of a gateway
+/// (`me`) under explicit ALUA, where one group at most is active/
+/// optimized and every other standby.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GatewayAsk {
+    /// Nothing to change (an empty list, or only other groups standby).
+    Nothing,
+    /// Make this gateway's group active/optimized: own the backing.
+    Own,
+    /// Make this gateway's group standby: give the backing up.
+    GiveUp,
+}
+
+/// Checks `changes` (group, state, descriptor offset) against the
+/// gateways' model: this gateway's group may be asked active/optimized
+/// or standby, another group only standby (making another gateway active
+/// is asked of that gateway). `Err`: INVALID FIELD IN PARAMETER LIST at
+/// the offending descriptor's state or group.
+fn gateway_ask(changes: &[(u16, u8)], me: u16) -> Result<GatewayAsk, Sense> {
+    let mut ask = GatewayAsk::Nothing;
+    for (i, &(group, state)) in changes.iter().enumerate() {
+        let at = 4 + 4 * i;
+        ask = match (group == me, state) {
+            (true, STATE_ACTIVE_OPTIMIZED) if ask != GatewayAsk::GiveUp => GatewayAsk::Own,
+            (true, STATE_STANDBY) if ask != GatewayAsk::Own => GatewayAsk::GiveUp,
+            (false, STATE_STANDBY) => ask,
+            (false, STATE_ACTIVE_OPTIMIZED) => {
+                return Err(Sense::invalid_param_field(at + 2, None))
+            }
+            _ => return Err(Sense::invalid_param_field(at, Some(3))),
+        };
+    }
+    Ok(ask)
+}
+
+/// SET TARGET PORT GROUPS on a gateway under explicit ALUA.
+fn set_gateway_groups(
+    ctx: &Ctx<'_>,
+    lu: &crate::lun::LogicalUnit,
+    sh: &dyn rustgt_backstore::shared::SharedState,
+    changes: &[(u16, u8)],
+) -> Result<(), Sense> {
+    let me = sh.port_group();
+    match gateway_ask(changes, me)? {
+        GatewayAsk::Nothing => Ok(()),
+        GatewayAsk::GiveUp => {
+            if sh.owns() {
+                sh.give_up_ownership()?;
+                owner_seen(ctx.target, lu, None, Some(ctx.nexus_id()), true);
+                crate::cluster::announce_owner(lu, None, OWNER_EVENT_WAIT);
+            }
+            Ok(())
+        }
+        GatewayAsk::Own => {
+            if sh.owns() {
+                // Already active/optimized: nothing changes.
+                lu.alua.see_owner(Some(me), false);
+                return Ok(());
+            }
+            let deadline = std::time::Instant::now() + TAKE_OVER_WAIT;
+            if !sh.take_ownership(deadline)? {
+                tracing::warn!(
+                    lun = lu.lun,
+                    "SET TARGET PORT GROUPS: the backing's ownership did not come in time"
+                );
+                return Err(Sense::new(
+                    SenseKey::NOT_READY,
+                    Asc::ASYMMETRIC_ACCESS_STATE_TRANSITION,
+                ));
+            }
+            owner_seen(ctx.target, lu, Some(me), Some(ctx.nexus_id()), true);
+            crate::cluster::announce_owner(lu, Some(me), OWNER_EVENT_WAIT);
+            Ok(())
+        }
+    }
 }
 
 /// SET TARGET PORT GROUPS (MAINTENANCE OUT, service action 0Ah, SPC-4
@@ -390,6 +576,10 @@ pub(crate) fn set_target_port_groups(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     known.insert(ctx.cmd.nexus.port_group);
     known.extend(ctx.target.port_groups());
     let changes = parse_stpg(data, &known)?;
+    if let Some(sh) = lu.backstore.shared_state() {
+        set_gateway_groups(ctx, lu, sh.as_ref(), &changes)?;
+        return Ok(Outcome::data_out(u64::from(param_len)));
+    }
     let mut changed = false;
     {
         let mut g = lu.alua.lock();
@@ -542,7 +732,7 @@ mod tests {
 
     #[test]
     fn standby_and_unavailable_gate_commands() {
-        let a = AluaStates::new(AluaMode::Explicit);
+        let a = AluaStates::new(AluaMode::Explicit, false);
         {
             let mut g = a.lock();
             g.states.insert(1, STATE_STANDBY);
@@ -554,21 +744,21 @@ mod tests {
         let rtpg = [0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
         let stpg = [0xA4, 0x0A, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         let pr_in = [0x5E, 0, 0, 0, 0, 0, 0, 0, 8, 0];
-        let e = a.check(1, &read10).expect_err("standby read");
+        let e = a.check(1, &read10, || true).expect_err("standby read");
         assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, Asc::new(0x04, 0x0B)));
-        assert!(a.check(1, &tur).is_err());
+        assert!(a.check(1, &tur, || true).is_err());
         for ok in [&rtpg[..], &stpg, &pr_in, &[0x12, 0, 0, 0, 96, 0]] {
-            assert!(a.check(1, ok).is_ok(), "{ok:02x?}");
+            assert!(a.check(1, ok, || true).is_ok(), "{ok:02x?}");
         }
-        let e = a.check(2, &read10).expect_err("unavailable read");
+        let e = a.check(2, &read10, || true).expect_err("unavailable read");
         assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, Asc::new(0x04, 0x0C)));
         assert!(
-            a.check(2, &pr_in).is_err(),
+            a.check(2, &pr_in, || true).is_err(),
             "PR IN is refused when unavailable"
         );
-        assert!(a.check(2, &rtpg).is_ok() && a.check(2, &stpg).is_ok());
+        assert!(a.check(2, &rtpg, || true).is_ok() && a.check(2, &stpg, || true).is_ok());
         // Group 3 was never set: active/optimized.
-        assert!(a.check(3, &read10).is_ok());
+        assert!(a.check(3, &read10, || true).is_ok());
         // Back to implicit: states cleared, nothing gated.
         let c = a.set_mode(AluaMode::Implicit);
         assert_eq!(
@@ -578,7 +768,78 @@ mod tests {
                 states: true
             }
         );
-        assert!(a.check(1, &read10).is_ok());
+        assert!(a.check(1, &read10, || true).is_ok());
         assert_eq!(a.state_name(1), "active/optimized");
+    }
+
+    #[test]
+    fn gateways_explicit_owner_optimized_others_standby() {
+        let g = groups([nexus(1, 1), nexus(2, 2)].iter());
+        let d = report(&g, &Optimized::Owner(Some(2)), false);
+        // Group 1 standby, group 2 active/optimized; AO and S supported.
+        assert_eq!(&d[4..8], &[0x02, 0x05, 0, 1]);
+        assert_eq!(&d[16..20], &[0x00, 0x05, 0, 2]);
+        let d = report(&g, &Optimized::Owner(None), false);
+        assert_eq!(&d[4..8], &[0x02, 0x05, 0, 1]);
+        assert_eq!(&d[16..20], &[0x02, 0x05, 0, 2]);
+    }
+
+    #[test]
+    fn gateway_stpg_model() {
+        let ao = STATE_ACTIVE_OPTIMIZED;
+        let sb = STATE_STANDBY;
+        assert_eq!(gateway_ask(&[], 2), Ok(GatewayAsk::Nothing));
+        assert_eq!(gateway_ask(&[(2, ao)], 2), Ok(GatewayAsk::Own));
+        assert_eq!(gateway_ask(&[(1, sb), (2, ao)], 2), Ok(GatewayAsk::Own));
+        assert_eq!(gateway_ask(&[(2, sb)], 2), Ok(GatewayAsk::GiveUp));
+        assert_eq!(gateway_ask(&[(1, sb)], 2), Ok(GatewayAsk::Nothing));
+        // Another gateway's group active/optimized: the group field of
+        // the second descriptor (byte 10).
+        let e = gateway_ask(&[(2, sb), (1, ao)], 2).expect_err("other AO");
+        assert_eq!(e.asc, Asc::INVALID_FIELD_IN_PARAMETER_LIST);
+        assert_eq!(e, Sense::invalid_param_field(10, None));
+        // States the model cannot give: the state field.
+        for state in [STATE_ACTIVE_NON_OPTIMIZED, STATE_UNAVAILABLE] {
+            let e = gateway_ask(&[(2, state)], 2).expect_err("state");
+            assert_eq!(e, Sense::invalid_param_field(4, Some(3)));
+            let e = gateway_ask(&[(1, state)], 2).expect_err("state");
+            assert_eq!(e, Sense::invalid_param_field(4, Some(3)));
+        }
+        // Own group both active/optimized and standby.
+        let e = gateway_ask(&[(2, ao), (2, sb)], 2).expect_err("both");
+        assert_eq!(e, Sense::invalid_param_field(8, Some(3)));
+    }
+
+    #[test]
+    fn gateway_explicit_gates_on_ownership() {
+        let a = AluaStates::new(AluaMode::Explicit, true);
+        let write10 = [0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        let sync = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert!(a.check(1, &write10, || true).is_ok());
+        let e = a.check(1, &write10, || false).expect_err("standby");
+        assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, Asc::new(0x04, 0x0B)));
+        assert!(a.check(1, &sync, || false).is_err());
+        assert!(a.check(1, &[0x12, 0, 0, 0, 96, 0], || false).is_ok());
+        // Implicit on gateways: never gated (the ownership follows writes).
+        let i = AluaStates::new(AluaMode::Implicit, true);
+        assert!(i.check(1, &write10, || false).is_ok());
+        assert!(!i.gateway_explicit() && a.gateway_explicit());
+    }
+
+    #[test]
+    fn owner_change_seen_once() {
+        let a = AluaStates::new(AluaMode::Explicit, true);
+        // A first look is no change (nothing was reported before); an
+        // owner taken or announced is.
+        assert!(!a.see_owner(Some(1), false));
+        assert!(!a.see_owner(Some(1), true));
+        assert!(a.see_owner(Some(2), true));
+        assert!(!a.see_owner(Some(2), true));
+        assert!(!a.see_owner(Some(2), false));
+        assert!(a.see_owner(None, false));
+        assert!(!a.see_owner(None, false));
+        assert!(a.see_owner(Some(1), false));
+        let b = AluaStates::new(AluaMode::Explicit, true);
+        assert!(b.see_owner(Some(2), true));
     }
 }

@@ -24,7 +24,12 @@
 //! Events are lines of text: `reset ASC ASCQ`, `pr`, `ua ASC ASCQ
 //! INITIATOR<TAB>TARGET`, `abort INITIATOR<TAB>TARGET` (iSCSI names hold
 //! neither tabs nor newlines), `fence TOKEN LBA BLOCKS LEASE_MS`, `unfence
-//! TOKEN`. An event that does not parse is logged and ignored.
+//! TOKEN`, `owner GROUP` or `owner none`. An event that does not parse
+//! is logged and ignored.
+//!
+//! - under explicit ALUA, the gateway that took the backing's ownership
+//!   (SET TARGET PORT GROUPS) tells the others (`owner`): each raises
+//!   ASYMMETRIC ACCESS STATE CHANGED on its nexuses, once per change.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -59,6 +64,10 @@ pub(crate) enum Event {
     },
     /// Lift the fence `token`.
     Unfence { token: String },
+    /// Explicit ALUA: the gateway of this target port group owns the
+    /// backing now (`None`: no gateway does); its group is
+    /// active/optimized, every other standby.
+    Owner(Option<u16>),
 }
 
 /// Shortest and longest lease a fence is held for, whatever the event says.
@@ -143,6 +152,8 @@ impl Event {
                 lease.as_millis()
             )),
             Event::Unfence { token } => s.push_str(&format!("unfence {token}\n")),
+            Event::Owner(Some(g)) => s.push_str(&format!("owner {g}\n")),
+            Event::Owner(None) => s.push_str("owner none\n"),
         }
         s.into_bytes()
     }
@@ -171,6 +182,15 @@ impl Event {
                 blocks,
                 lease,
             });
+        }
+        if let Some(group) = first.strip_prefix("owner ") {
+            if lines.next().is_some() {
+                return None;
+            }
+            if group == "none" {
+                return Some(Event::Owner(None));
+            }
+            return Some(Event::Owner(Some(group.parse().ok()?)));
         }
         if let Some(token) = first.strip_prefix("unfence ") {
             if !valid_token(token) || lines.next().is_some() {
@@ -257,6 +277,57 @@ pub(crate) fn on_event(target: &Weak<TargetShared>, lu: &Weak<LogicalUnit>, data
                 lu.lba_locks.release_held(id);
             }
         }
+        Event::Owner(owner) => {
+            if lu.alua.gateway_explicit() {
+                crate::alua::owner_seen(&target, &lu, owner, None, true);
+            }
+        }
+    }
+}
+
+/// This gateway broke a dead owner's ownership (failover heartbeat):
+/// under explicit ALUA the owner changed with nobody announcing it, so
+/// this gateway's nexuses and the other gateways learn of it now.
+pub(crate) fn on_owner_broken(target: &Weak<TargetShared>, lu: &Weak<LogicalUnit>) {
+    let (Some(target), Some(lu)) = (target.upgrade(), lu.upgrade()) else {
+        return;
+    };
+    if !lu.alua.gateway_explicit() {
+        return;
+    }
+    let Some(sh) = lu.backstore.shared_state() else {
+        return;
+    };
+    // The lock was just broken: nobody owns it unless a gateway's STPG
+    // took it meanwhile (this gateway's, when the owner cannot be read).
+    let owner = sh.owner().unwrap_or_else(|e| {
+        tracing::warn!(lun = lu.lun, error = %e, "cannot tell which gateway owns the backing");
+        sh.owns().then(|| sh.port_group())
+    });
+    crate::alua::owner_seen(&target, &lu, owner, None, true);
+    announce_owner(&lu, owner, OWNER_EVENT_WAIT);
+}
+
+/// How long the gateway that saw the ownership move waits for the other
+/// gateways to hear of it (a dead gateway does not answer).
+pub(crate) const OWNER_EVENT_WAIT: Duration = Duration::from_secs(2);
+
+/// Tells the other gateways of `lu` that `owner` owns the backing now,
+/// waiting `within` at most for their answers (a dead gateway does not
+/// answer). Failures are logged: the ownership moved already.
+pub(crate) fn announce_owner(lu: &LogicalUnit, owner: Option<u16>, within: Duration) {
+    let Some(sh) = lu.backstore.shared_state() else {
+        return;
+    };
+    match sh.announce_within(&Event::Owner(owner).encode(), within) {
+        Ok(0) => {}
+        Ok(missing) => tracing::warn!(
+            lun = lu.lun,
+            missing,
+            "gateways did not acknowledge the new active gateway in time"
+        ),
+        Err(e) => tracing::warn!(lun = lu.lun, error = %e,
+            "cannot tell the other gateways of the new active gateway"),
     }
 }
 
@@ -425,6 +496,8 @@ mod tests {
             Event::Unfence {
                 token: "1.7.0".into(),
             },
+            Event::Owner(Some(2)),
+            Event::Owner(None),
         ];
         for e in events {
             assert_eq!(Event::decode(&e.encode()), Some(e));

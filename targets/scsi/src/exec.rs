@@ -108,7 +108,9 @@ pub(crate) fn admit(cmd: &Command, lu: Option<&LogicalUnit>) -> Result<Admit, Se
     if let Some(lu) = lu {
         // Access state of the port group the command came through (SPC-4
         // §5.16.2.4): standby and unavailable take only a few commands.
-        lu.alua.check(cmd.nexus.port_group, &cmd.cdb)?;
+        lu.alua.check(cmd.nexus.port_group, &cmd.cdb, || {
+            lu.backstore.shared_state().is_some_and(|sh| sh.owns())
+        })?;
         // Reservations (SPC-4 §5.13.1): after unit attentions and CDB
         // checks, before the medium is looked at.
         if lu.pr.conflicts(&cmd.nexus, pr_cmd::access(&cmd.cdb)) {

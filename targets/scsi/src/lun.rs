@@ -255,7 +255,7 @@ impl LogicalUnit {
                 naa: cfg.naa,
                 removable: cfg.removable,
             },
-            alua: crate::alua::AluaStates::new(cfg.alua),
+            alua: crate::alua::AluaStates::new(cfg.alua, cfg.backstore.shared_state().is_some()),
             stats: Stats::default(),
             thin: cfg.thin,
             phys_exp: cfg.physical_block_exponent().unwrap_or(0),

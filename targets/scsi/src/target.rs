@@ -196,6 +196,11 @@ impl ScsiTarget {
             sh.listen(Box::new(move |event| {
                 crate::cluster::on_event(&target, &weak, event)
             }));
+            let target = Arc::downgrade(&self.shared);
+            let weak = Arc::downgrade(&lu);
+            sh.on_owner_broken(Box::new(move || {
+                crate::cluster::on_owner_broken(&target, &weak)
+            }));
         }
         lu.pr.restore().map_err(|e| ScsiError::InvalidConfig {
             lun,
@@ -300,9 +305,17 @@ impl ScsiTarget {
     /// A LUN's `alua` setting and the access state of this daemon's target
     /// port group `group` ("active/optimized", "standby", ...).
     pub fn lun_alua(&self, lun: u64, group: u16) -> Option<(crate::AluaMode, &'static str)> {
-        self.shared
-            .lu(lun)
-            .map(|lu| (lu.alua.mode(), lu.alua.state_name(group)))
+        self.shared.lu(lun).map(|lu| {
+            let state = if lu.alua.gateway_explicit() {
+                match lu.backstore.shared_state().is_some_and(|sh| sh.owns()) {
+                    true => "active/optimized",
+                    false => "standby",
+                }
+            } else {
+                lu.alua.state_name(group)
+            };
+            (lu.alua.mode(), state)
+        })
     }
 
     /// Sets a LUN's QoS limits (its own and its initiators'), live.
