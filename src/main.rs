@@ -10,6 +10,7 @@ mod bootstrap;
 mod cli;
 mod config;
 mod daemon;
+mod gateway_load;
 mod generate;
 mod identity;
 mod iser_portals;

@@ -326,6 +326,7 @@ pub(crate) fn portal_config(cfg: &Config) -> PortalConfig {
                         r.from.iter().map(SocketAddr::to_string).collect(),
                         r.permanent,
                     )
+                    .by_sessions(r.metrics.clone())
                 }),
         })
         .collect();

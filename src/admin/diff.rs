@@ -467,6 +467,7 @@ mod tests {
                 to: vec!["192.0.2.1:3260,1".into()],
                 from: Vec::new(),
                 permanent: false,
+                metrics: Vec::new(),
             });
         }
         let p = plan(&a, &b);

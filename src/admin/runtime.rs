@@ -135,6 +135,7 @@ impl Runtime {
         let mut empty = cfg.clone();
         empty.targets.clear();
         let port = Port::new(crate::wiring::portal_config(&empty));
+        tokio::spawn(crate::gateway_load::watch(std::sync::Arc::downgrade(&port)));
         port.set_reactors(cfg.reactor.threads);
         port.set_limits(crate::wiring::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);

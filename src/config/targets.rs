@@ -89,6 +89,12 @@ pub struct RedirectSettings {
     /// TARGET MOVED PERMANENTLY (0x0102) instead of TEMPORARILY (0x0101).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub permanent: bool,
+    /// The metrics endpoint (`metrics_listen`) of each `to` gateway, in
+    /// the same order: when given, each login goes to the gateway with
+    /// the fewest logged-in sessions (read every second) instead of in
+    /// turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<SocketAddr>,
 }
 
 /// Why `addr` is not a TargetAddress value (`HOST:PORT[,TPGT]`).
@@ -138,6 +144,16 @@ fn check_redirect(c: &mut Checker, key: &KeyPath, t: &TargetSettings) {
         if let Some(why) = target_address_problem(addr) {
             c.fail(key.key("to").index(i), format!("{addr:?}: {why}"));
         }
+    }
+    if !r.metrics.is_empty() && r.metrics.len() != r.to.len() {
+        c.fail(
+            key.key("metrics"),
+            format!(
+                "lists {} metrics endpoints for {} gateways in `to`: give one per gateway, in the same order",
+                r.metrics.len(),
+                r.to.len()
+            ),
+        );
     }
     for (i, p) in r.from.iter().enumerate() {
         if !t.portals.contains(p) && !t.iser_portals.contains(p) {

@@ -1114,6 +1114,7 @@ fn redirect_addresses_and_portals_are_checked() {
     let r = cfg.targets[0].redirect.as_ref().expect("redirect");
     assert_eq!(r.to.len(), 3);
     assert!(r.permanent);
+    assert!(r.metrics.is_empty());
     assert_problem(&target("to = []"), "targets[0].redirect.to", "at least one");
     assert_problem(
         &target("to = [\"192.0.2.1\"]"),
@@ -1134,6 +1135,16 @@ fn redirect_addresses_and_portals_are_checked() {
         &target("to = [\"192.0.2.1:3260\"]\nfrom = [\"127.0.0.9:3260\"]"),
         "targets[0].redirect.from[0]",
         "not one of the target's portals",
+    );
+    assert_problem(
+        &target("to = [\"192.0.2.1:3260\", \"192.0.2.2:3260\"]\nmetrics = [\"192.0.2.1:9464\"]"),
+        "targets[0].redirect.metrics",
+        "1 metrics endpoints for 2 gateways",
+    );
+    assert_problem(
+        &target("to = [\"192.0.2.1:3260\"]\nmetrics = [\"192.0.2.1\"]"),
+        "targets[0].redirect.metrics[0]",
+        "socket address",
     );
     assert_problem(
         &target("to = [\"192.0.2.1:3260\"]\nwhere = 1"),

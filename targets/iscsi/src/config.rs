@@ -4,7 +4,7 @@
 //! snapshot they started with.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +55,60 @@ pub struct Redirect {
     pub permanent: bool,
     /// Redirected logins so far (shared by the clones of one snapshot).
     pub turn: Arc<AtomicUsize>,
+    /// With [`Redirect::by_sessions`]: the metrics endpoint of each `to`
+    /// gateway (same order), and what the daemon last learned from them.
+    pub loads: Option<Arc<GatewayLoads>>,
+}
+
+/// The load of each gateway a [`Redirect`] sends logins to: its
+/// logged-in sessions as the daemon last read them from its metrics
+/// endpoint, plus the logins sent there since. The daemon's poller
+/// writes it ([`GatewayLoads::set`]); logins read it.
+#[derive(Debug)]
+pub struct GatewayLoads {
+    /// `host:port` of each gateway's metrics endpoint, in `to`'s order.
+    pub metrics: Vec<SocketAddr>,
+    /// Sessions last read, [`UNKNOWN`] while unread or unreachable.
+    sessions: Vec<AtomicU64>,
+    /// Logins redirected to it since that read.
+    sent: Vec<AtomicU64>,
+}
+
+const UNKNOWN: u64 = u64::MAX;
+
+impl GatewayLoads {
+    fn new(metrics: Vec<SocketAddr>) -> GatewayLoads {
+        let n = metrics.len();
+        GatewayLoads {
+            metrics,
+            sessions: (0..n).map(|_| AtomicU64::new(UNKNOWN)).collect(),
+            sent: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Records gateway `i`'s sessions as just read (`None`: it could not
+    /// be read, and the gateway gets no logins while others are known).
+    pub fn set(&self, i: usize, sessions: Option<u64>) {
+        let (Some(s), Some(sent)) = (self.sessions.get(i), self.sent.get(i)) else {
+            return;
+        };
+        s.store(
+            sessions.map_or(UNKNOWN, |v| v.min(UNKNOWN - 1)),
+            Ordering::Relaxed,
+        );
+        sent.store(0, Ordering::Relaxed);
+    }
+
+    /// Gateway `i`'s sessions as last read plus the logins sent there
+    /// since; `None` while its load is unknown.
+    pub fn estimate(&self, i: usize) -> Option<u64> {
+        let s = self.sessions.get(i)?.load(Ordering::Relaxed);
+        if s == UNKNOWN {
+            return None;
+        }
+        let sent = self.sent.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
+        Some(s.saturating_add(sent))
+    }
 }
 
 impl Redirect {
@@ -65,7 +119,19 @@ impl Redirect {
             from,
             permanent,
             turn: Arc::new(AtomicUsize::new(0)),
+            loads: None,
         }
+    }
+
+    /// Each login goes to the gateway with the fewest sessions instead of
+    /// in turn; `metrics` is each `to` gateway's metrics endpoint (same
+    /// order). Ties, and logins while no gateway's load is known, go in
+    /// turn.
+    pub fn by_sessions(mut self, metrics: Vec<SocketAddr>) -> Redirect {
+        if !metrics.is_empty() {
+            self.loads = Some(Arc::new(GatewayLoads::new(metrics)));
+        }
+        self
     }
 
     /// Whether a login that arrived at `local` is redirected.
@@ -83,13 +149,27 @@ impl Redirect {
             .any(|p| covers(unmapped(p), local))
     }
 
-    /// The TargetAddress for the next redirected login.
+    /// The TargetAddress for the next redirected login: in turn, or with
+    /// [`Redirect::by_sessions`] the least loaded gateway whose load is
+    /// known (ties in turn).
     pub fn next_address(&self) -> Option<&str> {
         let n = self.to.len();
         if n == 0 {
             return None;
         }
-        let i = self.turn.fetch_add(1, Ordering::Relaxed) % n;
+        let mut i = self.turn.fetch_add(1, Ordering::Relaxed) % n;
+        if let Some(loads) = &self.loads {
+            let least = (0..n)
+                .map(|k| (i + k) % n)
+                .filter_map(|j| loads.estimate(j).map(|load| (load, j)))
+                .min_by_key(|&(load, _)| load);
+            if let Some((_, j)) = least {
+                i = j;
+                if let Some(sent) = loads.sent.get(j) {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
         self.to.get(i).map(String::as_str)
     }
 }
@@ -270,5 +350,64 @@ mod tests {
         assert!(!any.served_at("127.0.0.1:3262"));
         // A broken portal entry serves nothing.
         assert!(!target(&["localhost:3260"], &[]).served_at("127.0.0.1:3260"));
+    }
+
+    #[test]
+    fn logins_go_to_the_gateway_with_the_fewest_sessions() {
+        let to: Vec<String> = ["a:3260,1", "b:3260,2", "c:3260,3"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let metrics: Vec<SocketAddr> = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        let r = Redirect::new(to.clone(), Vec::new(), false).by_sessions(metrics);
+        let loads = r.loads.clone().expect("loads");
+        let next = |r: &Redirect| r.next_address().map(str::to_owned).unwrap_or_default();
+
+        // Nothing read yet: in turn.
+        assert_eq!(
+            (0..4).map(|_| next(&r)).collect::<Vec<_>>(),
+            ["a:3260,1", "b:3260,2", "c:3260,3", "a:3260,1"]
+        );
+
+        // a 5, b 2, c 3: b until it has as many as c, then b and c
+        // until they have a's 5, each login counted where it was sent;
+        // then all three in turn.
+        loads.set(0, Some(5));
+        loads.set(1, Some(2));
+        loads.set(2, Some(3));
+        let got: Vec<_> = (0..8).map(|_| next(&r)).collect();
+        assert_eq!(got[0], "b:3260,2");
+        let count = |got: &[String], a: &str| got.iter().filter(|g| *g == a).count();
+        assert_eq!(count(&got[..5], "a:3260,1"), 0, "{got:?}");
+        assert_eq!(count(&got[..5], "b:3260,2"), 3, "{got:?}");
+        assert_eq!(count(&got[..5], "c:3260,3"), 2, "{got:?}");
+        assert_eq!(count(&got[5..], "a:3260,1"), 1, "{got:?}");
+        assert_eq!(loads.estimate(0), Some(6));
+        assert_eq!(loads.estimate(1), Some(6));
+
+        // A new read replaces the estimate; an unreachable gateway gets
+        // nothing while another's load is known.
+        loads.set(0, Some(0));
+        loads.set(1, None);
+        loads.set(2, Some(1));
+        assert_eq!(next(&r), "a:3260,1");
+        assert_eq!(next(&r), "c:3260,3");
+        assert_eq!(loads.estimate(1), None);
+        let got: Vec<_> = (0..6).map(|_| next(&r)).collect();
+        assert!(!got.iter().any(|a| a == "b:3260,2"), "{got:?}");
+
+        // Every gateway unreadable: in turn again, over all of them.
+        for i in 0..3 {
+            loads.set(i, None);
+        }
+        let got: std::collections::BTreeSet<_> = (0..3).map(|_| next(&r)).collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+
+        // Without metrics it stays round robin.
+        let plain = Redirect::new(to, Vec::new(), false).by_sessions(Vec::new());
+        assert!(plain.loads.is_none());
     }
 }

@@ -52,7 +52,7 @@ mod task;
 pub mod text;
 
 pub use budget::{BudgetSnapshot, DataBudget};
-pub use config::{PortalConfig, Redirect, TargetInfo};
+pub use config::{GatewayLoads, PortalConfig, Redirect, TargetInfo};
 pub use conn::{
     Connection, ConnectionSetup, Event, IserOp, IserParams, IserSend, RdmaRead, RdmaWrite,
     SessionInfo,
