@@ -420,12 +420,19 @@ impl AluaStates {
     }
 }
 
-/// Commands a standby port accepts (SPC-4 §5.16.2.4.4).
+/// Commands a standby port accepts (SPC-4 §5.16.2.4.4), and READ
+/// CAPACITY (10) and (16), as SCST accepts them: an initiator that finds
+/// every path standby (explicit ALUA before the first SET TARGET PORT
+/// GROUPS) must still learn the device's size to build a multipath map
+/// and send that STPG; Linux sizes such a disk 0 otherwise.
 fn allowed_in_standby(cdb: &[u8]) -> bool {
     let op = cdb.first().copied().unwrap_or(0);
-    matches!(
-        op,
-        0x12 // INQUIRY
+    let read_capacity_16 = op == 0x9E && cdb.get(1).map(|b| b & 0x1F) == Some(0x10);
+    read_capacity_16
+        || matches!(
+            op,
+            0x25 // READ CAPACITY (10)
+            | 0x12 // INQUIRY
             | 0x4C | 0x4D // LOG SELECT / LOG SENSE
             | 0x15 | 0x55 | 0x1A | 0x5A // MODE SELECT / SENSE (6, 10)
             | 0xA0 // REPORT LUNS
@@ -433,7 +440,8 @@ fn allowed_in_standby(cdb: &[u8]) -> bool {
             | 0x03 // REQUEST SENSE
             | 0x5E | 0x5F // PERSISTENT RESERVE IN / OUT
             | 0x3B | 0x3C // WRITE / READ BUFFER
-    ) || is_rtpg_or_stpg(cdb)
+        )
+        || is_rtpg_or_stpg(cdb)
 }
 
 /// Commands an unavailable port accepts (SPC-4 §5.16.2.4.5).
@@ -747,6 +755,13 @@ mod tests {
         let e = a.check(1, &read10, || true).expect_err("standby read");
         assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, Asc::new(0x04, 0x0B)));
         assert!(a.check(1, &tur, || true).is_err());
+        let read_capacity_10 = [0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let read_capacity_16 = [0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+        let get_lba_status = [0x9E, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+        assert!(a.check(1, &read_capacity_10, || true).is_ok());
+        assert!(a.check(1, &read_capacity_16, || true).is_ok());
+        assert!(a.check(1, &get_lba_status, || true).is_err());
+        assert!(a.check(2, &read_capacity_16, || true).is_err());
         for ok in [&rtpg[..], &stpg, &pr_in, &[0x12, 0, 0, 0, 96, 0]] {
             assert!(a.check(1, ok, || true).is_ok(), "{ok:02x?}");
         }

@@ -52,6 +52,7 @@ CHECKS=(
 # shellcheck disable=SC2034 # read by /init
 MPATH_CHECKS=(
     mpath-rbd-failover:900
+    mpath-rbd-explicit:900
 )
 
 # --- shared steps ---------------------------------------------------------
