@@ -78,7 +78,7 @@ pub enum Command {
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
     /// Talk to a running daemon over its admin socket (see docs/admin.md).
-    Admin(crate::admin::client::AdminArgs),
+    Admin(crate::client::AdminArgs),
 }
 
 impl Cli {

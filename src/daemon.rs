@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::admin::runtime::{AdminError, ConfigSource, Runtime};
-use crate::admin::server::{log_change, AdminSocket, Envelope, SocketError};
 use crate::config::Config;
-use crate::iser_portals::IserPortalError;
+use crate::control::portals::IserPortalError;
+use crate::control::runtime::{AdminError, ConfigSource, Runtime};
+use crate::control::server::{log_change, AdminSocket, Envelope, SocketError};
 
 /// Why the daemon could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +101,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     // One daemon per data directory and admin socket, checked before any
     // image is opened or portal bound; the lock is held until exit.
     let _data_dir_lock = lock_data_dir(&cfg.data_dir)?;
-    crate::admin::server::ensure_unused(&cfg.admin_socket_path())?;
+    crate::control::server::ensure_unused(&cfg.admin_socket_path())?;
     // Installed first, so a SIGHUP during start-up is not fatal.
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
@@ -114,10 +114,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     let mut rt = Runtime::start(cfg, source, fenced_tx)
         .await
         .map_err(DaemonError::Start)?;
-    // iSER portals serve the same port: targets and settings changed at
-    // run time reach them at once (a changed iser_portals list needs a
-    // restart).
-    let iser = crate::iser_portals::IserPortals::start(rt.config(), rt.port())?;
+    rt.start_iser()?;
 
     let (control, mut inbox) = mpsc::channel::<Envelope>(CONTROL_QUEUE);
     let admin = AdminSocket::bind(&socket_path, socket_group.as_ref())?;
@@ -136,7 +133,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
             let real = l.local_addr()?;
             tracing::info!(addr = %real, "metrics on http://{real}/metrics");
             metrics_bound = Some(real);
-            Some(tokio::spawn(crate::admin::metrics::serve(
+            Some(tokio::spawn(crate::control::metrics::serve(
                 l,
                 control.clone(),
             )))
@@ -145,7 +142,7 @@ pub async fn run(cfg: Config, source: ConfigSource) -> Result<()> {
     };
     drop(control);
     rt.set_endpoints(Some(socket_path.clone()), metrics_bound);
-    print_banner(&rt, iser.addrs())?;
+    print_banner(&rt, rt.iser_portals())?;
     // Type=notify: systemd counts the service started once every portal
     // is bound and the admin socket answers.
     notify(&[sd_notify::NotifyState::Ready]);

@@ -2,22 +2,10 @@
 //! logging and hands over to [`daemon::run`]; `rustgt admin ...` is the
 //! client of a running daemon's admin socket.
 
-mod admin;
 #[cfg(feature = "rbd")]
 mod allocator;
-mod bench;
-mod bootstrap;
-mod cli;
-mod config;
-mod daemon;
-mod gateway_load;
-mod generate;
-mod identity;
-mod iser_portals;
-mod logging;
-mod persist;
-mod sched;
-mod wiring;
+
+use rustgt::{bench, bootstrap, cli, client, control, daemon, generate, logging};
 
 use clap::Parser;
 
@@ -32,11 +20,7 @@ fn main() -> anyhow::Result<()> {
         return Ok(bench::run(cmd)?);
     }
     if let Some(cli::Command::Admin(args)) = &cli.command {
-        std::process::exit(admin::client::run(
-            args,
-            cli.config.as_deref(),
-            &cli.overrides(),
-        ));
+        std::process::exit(client::run(args, cli.config.as_deref(), &cli.overrides()));
     }
     let start = bootstrap::prepare(cli.config.as_deref(), &cli.overrides(), cli.no_persist)?;
     #[cfg(feature = "rbd")]
@@ -45,7 +29,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .thread_name("rustgt-io")
         .build()?;
-    let source = admin::runtime::ConfigSource {
+    let source = control::runtime::ConfigSource {
         file: start.file,
         overrides: cli.overrides(),
         persist: start.persist,

@@ -1,7 +1,7 @@
 //! Config settings -> the lower layers' types: a LUN's store (engine, I/O
 //! context, faults) and SCSI settings, the port's protocol configuration
 //! and connection caps. Used at start-up and by every admin change
-//! ([`crate::admin::apply`]); no state of its own.
+//! ([`crate::control::apply`]); no state of its own.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,8 +18,8 @@ use rustgt_iscsi::chap::{ChapCredentials, ChapPolicy};
 use rustgt_iscsi::{PortalConfig, TargetInfo};
 use rustgt_scsi::LunConfig;
 
-use crate::admin::lunstore::Current;
 use crate::config::{ChapSettings, Config, LunSettings};
+use crate::control::lunstore::Current;
 
 /// Why a LUN's store could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -1,15 +1,15 @@
-//! `admin_socket_group`: the admin socket's group, resolved to a gid when
-//! the configuration is read.
+//! `admin_socket_group`: the group that may use the admin socket, by name.
+//! The configuration only holds the name; the control plane looks it up
+//! in the group database when it binds the socket
+//! (`crate::control::server::AdminSocket::bind`), so reading a
+//! configuration does no I/O beyond its files.
 
 use serde::{Deserialize, Serialize};
 
-/// `admin_socket_group`: a group name, resolved to its gid once, when the
-/// configuration is read (an unknown group is an error naming the key).
-/// Written back as the name.
+/// `admin_socket_group`: a group name (not empty). Written back as is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminGroup {
     pub name: String,
-    pub gid: u32,
 }
 
 impl Serialize for AdminGroup {
@@ -25,12 +25,6 @@ impl<'de> Deserialize<'de> for AdminGroup {
         if name.is_empty() {
             return Err(D::Error::custom("must not be empty"));
         }
-        match crate::admin::peer::lookup_group(&name) {
-            Ok(Some(gid)) => Ok(AdminGroup { name, gid }),
-            Ok(None) => Err(D::Error::custom(format!(
-                "no group {name:?} in the group database"
-            ))),
-            Err(e) => Err(D::Error::custom(format!("looking up group {name:?}: {e}"))),
-        }
+        Ok(AdminGroup { name })
     }
 }

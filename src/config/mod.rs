@@ -2,9 +2,10 @@
 //! `RUSTGT_*` environment variables and command-line overrides.
 //!
 //! Layer: daemon only. Nothing here touches a socket; the only filesystem
-//! access is reading the config file, checking whether a `file` LUN's
-//! backing file already exists (to know whether `size` is required), and
-//! looking `admin_socket_group` up in the group database.
+//! access is reading the config file and checking whether a `file` LUN's
+//! backing file already exists (to know whether `size` is required).
+//! `admin_socket_group` stays a name: the control plane looks it up when
+//! it binds the socket.
 //!
 //! Guarantees:
 //! - a misspelt key is an error (`deny_unknown_fields` everywhere);

@@ -51,7 +51,7 @@ pub struct Config {
     pub admin_socket: Option<PathBuf>,
     /// Group whose members may use the admin socket besides root and the
     /// daemon's own uid; the socket is then mode 0660 and owned by it.
-    /// Looked up in the group database when the configuration is read.
+    /// Looked up in the group database when the admin socket is bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_socket_group: Option<AdminGroup>,
     /// ADDR:PORT serving Prometheus metrics on `GET /metrics`; none by default.
@@ -146,7 +146,7 @@ impl Config {
         let name = self
             .admin_socket
             .clone()
-            .unwrap_or_else(|| PathBuf::from(crate::admin::DEFAULT_SOCKET_NAME));
+            .unwrap_or_else(|| PathBuf::from(crate::api::DEFAULT_SOCKET_NAME));
         self.data_dir.join(name)
     }
 

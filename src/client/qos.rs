@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use super::args::QosCmd;
 use super::socket::{Client, Failure};
-use crate::admin::proto::Request;
-use crate::admin::qos::QosView;
-use crate::admin::render;
+use crate::api::proto::QosView;
+use crate::api::proto::Request;
+use crate::client::render;
 
 /// Splits `[LUN] REST...`: a first argument that is a number is the LUN.
 fn lun_and_rest(args: &[String]) -> (Option<u64>, &[String]) {
@@ -73,7 +73,7 @@ pub(super) fn qos(c: &mut Client, cmd: &QosCmd, json: bool) -> Result<String, Fa
             }
         }
     };
-    let (v, report) = c.call_as::<crate::admin::proto::ChangeReport>(&req)?;
+    let (v, report) = c.call_as::<crate::api::proto::ChangeReport>(&req)?;
     Ok(if json {
         serde_json::to_string_pretty(&v).unwrap_or_default()
     } else {

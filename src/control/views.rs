@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use rustgt_iscsi::negotiate::{SessionParams, Transport};
 use rustgt_port::{ConnSummary, LATENCY_BUCKETS};
 
-use super::proto::{
+use super::runtime::{key, AdminError, Runtime};
+use crate::api::proto::{
     ChapView, ConnView, LunStatsView, LunView, ParamsView, PortalView, SessionAction,
     SessionStatsView, SessionView, StatusView, TargetView,
 };
-use super::runtime::{key, AdminError, Runtime};
-use super::stats::Histogram;
+use crate::api::stats::Histogram;
 use crate::config::{LunSettings, TargetSettings};
 
 impl Runtime {
@@ -58,7 +58,11 @@ impl Runtime {
             chap: t.chap.as_ref().map(ChapView::of),
             luns: t.luns.iter().map(|l| self.lun_view(t, l)).collect(),
             sessions: self.session_views(Some(&t.iqn)),
-            groups: t.groups.iter().map(super::proto::GroupView::of).collect(),
+            groups: t
+                .groups
+                .iter()
+                .map(crate::api::proto::GroupView::of)
+                .collect(),
         }
     }
 
@@ -99,7 +103,7 @@ impl Runtime {
                     ("delay", spec.delay.is_some()),
                     ("hang", spec.hang.is_some()),
                 ];
-                super::proto::FaultsView {
+                crate::api::proto::FaultsView {
                     set: set
                         .iter()
                         .filter(|(_, on)| *on)
@@ -125,20 +129,20 @@ impl Runtime {
 
     pub(super) fn portal_views(&self) -> Vec<PortalView> {
         let conns = self.port.connections();
-        self.listeners
-            .keys()
+        self.portals
+            .tcp()
             .map(|addr| PortalView {
-                address: *addr,
+                address: addr,
                 targets: self
                     .cfg
                     .targets
                     .iter()
-                    .filter(|t| t.portals.contains(addr))
+                    .filter(|t| t.portals.contains(&addr))
                     .map(|t| t.iqn.clone())
                     .collect(),
                 connections: conns
                     .iter()
-                    .filter(|c| c.transport == Transport::Tcp && c.local == *addr)
+                    .filter(|c| c.transport == Transport::Tcp && c.local == addr)
                     .count(),
             })
             .collect()
@@ -308,7 +312,7 @@ impl Runtime {
         let gauges = super::metrics::Gauges {
             uptime_secs: self.started.elapsed().as_secs(),
             targets: self.cfg.targets.len(),
-            portals: self.listeners.len(),
+            portals: self.portals.tcp_count(),
             connections: conns.len(),
             tcp_connections: on(Transport::Tcp),
             iser_connections: on(Transport::Iser),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::admin::proto::{Reply, Request};
+use crate::api::proto::{Reply, Request};
 
 /// How long the client waits for an answer (a `config apply` may open
 /// many backing files).

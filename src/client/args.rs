@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 
-use crate::admin::proto::{
+use crate::api::proto::{
     KeyRule, SettableKey, BACKSTORES, LUN_KEYS, READAHEAD_POLICIES, TARGET_KEYS,
 };
 

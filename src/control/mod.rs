@@ -1,6 +1,8 @@
-//! The admin interface: a Unix socket speaking typed JSON lines, the
-//! daemon's control path that applies requests one at a time, the
-//! `rustgt admin` client, and the Prometheus endpoint.
+//! The daemon's control plane: the admin socket speaking typed JSON lines
+//! ([`crate::api`]), the running state and the one task that applies
+//! changes to it, the portals of both transports, the store under every
+//! LUN, and the Prometheus endpoint. The `rustgt admin` client is
+//! [`crate::client`].
 //!
 //! Layer: daemon only. The port, the drivers and the SCSI core know
 //! nothing of it; it drives them through their management APIs
@@ -23,28 +25,21 @@
 //!   its kernel credentials ([`peer`]), as it can read CHAP secrets back;
 //!   every change is logged with who made it.
 //!
-//! Layout: [`proto`] is the wire protocol; [`server`] the socket;
-//! [`peer`] the callers' credentials and who may call; [`runtime`]
-//! the running state and request handling; [`apply`] the transactional
-//! application of a [`diff::Plan`]; [`lunstore`] the swappable, metered
-//! store under every LUN; [`metrics`] the Prometheus exposition; [`client`]
-//! and [`render`] the CLI.
+//! Layout: [`server`] the socket; [`peer`] the callers' credentials and
+//! who may call; [`runtime`] the running state and request handling;
+//! [`diff`] and [`apply`] the transactional application of a
+//! [`diff::Plan`]; [`portals`] the listeners of both transports;
+//! [`lunstore`] the swappable, metered store under every LUN; [`qos`]
+//! the QoS requests; [`metrics`] the Prometheus exposition.
 
 pub mod apply;
-pub mod client;
 pub mod diff;
 mod groups;
 pub mod lunstore;
 pub mod metrics;
 pub mod peer;
-pub mod proto;
+pub mod portals;
 pub mod qos;
-pub mod render;
 pub mod runtime;
 pub mod server;
-pub mod stats;
 mod views;
-
-/// File name of the admin socket under the data directory when neither
-/// `admin_socket` nor `--admin-socket` says otherwise.
-pub const DEFAULT_SOCKET_NAME: &str = "admin.sock";

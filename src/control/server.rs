@@ -1,5 +1,5 @@
 //! The admin socket: a Unix stream socket speaking JSON lines
-//! ([`super::proto`]). Each client connection is served by its own task,
+//! ([`crate::api::proto`]). Each client connection is served by its own task,
 //! but every request is handed to the daemon's single control task and
 //! answered in order, so requests from all clients apply one at a time.
 //!
@@ -27,7 +27,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::peer::{peer_groups, AccessRule, Caller};
-use super::proto::{parse_request, Reply, Request, MAX_REQUEST_LEN};
+use crate::api::proto::{parse_request, Reply, Request, MAX_REQUEST_LEN};
 use crate::config::AdminGroup;
 
 /// How long a refused caller's first request is waited for (and at most
@@ -57,6 +57,14 @@ pub enum SocketError {
     InUse(PathBuf),
     #[error("admin socket {}: the path exists and is not a socket", .0.display())]
     NotASocket(PathBuf),
+    #[error("admin_socket_group: no group {0:?} in the group database")]
+    NoGroup(String),
+    #[error("admin_socket_group: looking up group {name:?}: {source}")]
+    GroupLookup {
+        name: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("admin socket {}: {what}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -88,6 +96,21 @@ impl AdminSocket {
     /// error. Callers are then checked against root, this process's uid
     /// and `group`.
     pub fn bind(path: &Path, group: Option<&AdminGroup>) -> Result<AdminSocket, SocketError> {
+        // The group's gid, from the group database (config types do no
+        // I/O; an unknown group stops the daemon here, naming the key).
+        let group = match group {
+            None => None,
+            Some(g) => match super::peer::lookup_group(&g.name) {
+                Ok(Some(gid)) => Some((g.name.clone(), gid)),
+                Ok(None) => return Err(SocketError::NoGroup(g.name.clone())),
+                Err(source) => {
+                    return Err(SocketError::GroupLookup {
+                        name: g.name.clone(),
+                        source,
+                    })
+                }
+            },
+        };
         let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
             Some(dir) => dir,
             None => Path::new("."),
@@ -121,8 +144,8 @@ impl AdminSocket {
         let mode = if group.is_some() { 0o660 } else { 0o600 };
         std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))
             .map_err(io_err(path, "setting its mode"))?;
-        if let Some(g) = group {
-            std::os::unix::fs::chown(&inner, None, Some(g.gid))
+        if let Some((_, gid)) = &group {
+            std::os::unix::fs::chown(&inner, None, Some(*gid))
                 .map_err(io_err(path, "giving it to admin_socket_group"))?;
         }
         std::fs::rename(&inner, path).map_err(io_err(path, "moving it into place"))?;
@@ -137,7 +160,7 @@ impl AdminSocket {
         Ok(AdminSocket {
             path: path.to_owned(),
             listener: Some(listener),
-            rule: AccessRule::for_daemon(group.map(|g| (g.name.clone(), g.gid))),
+            rule: AccessRule::for_daemon(group),
         })
     }
 
@@ -348,6 +371,23 @@ pub fn log_change(caller: &Caller, what: &str, reply: &Reply) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_unknown_group_is_refused_naming_the_key_and_nothing_is_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("admin.sock");
+        let group = AdminGroup {
+            name: "rustgt-no-such-group-x9".into(),
+        };
+        let err = AdminSocket::bind(&path, Some(&group)).expect_err("unknown group");
+        assert!(matches!(err, SocketError::NoGroup(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("admin_socket_group") && msg.contains("rustgt-no-such-group-x9"),
+            "{msg}"
+        );
+        assert!(!path.exists());
+    }
+
     #[tokio::test]
     async fn socket_is_private_and_answers_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -418,14 +458,20 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("admin.sock");
-        // Every process may give its files to its own effective group.
+        // Every process may give its files to its own effective group; its
+        // name from the group database.
         // SAFETY: getegid(2) takes no arguments and cannot fail.
         let gid = unsafe { libc::getegid() };
-        let group = AdminGroup {
-            name: "own".into(),
-            gid,
+        let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+        let Some(name) = groups.lines().find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            (f.nth(1)?.parse::<u32>().ok()? == gid).then(|| name.to_owned())
+        }) else {
+            eprintln!("skipped: gid {gid} has no name in /etc/group");
+            return;
         };
-        let _sock = AdminSocket::bind(&path, Some(&group)).expect("binds");
+        let _sock = AdminSocket::bind(&path, Some(&AdminGroup { name })).expect("binds");
         let meta = std::fs::metadata(&path).expect("exists");
         assert_eq!(meta.permissions().mode() & 0o777, 0o660);
         assert_eq!(meta.gid(), gid);

@@ -25,8 +25,8 @@ use rustgt_backstore::{
     Backstore, BackstoreError, Extent, Faults, Geometry, IoBuf, IoContext, Nonblocking, Result,
 };
 
-use super::proto::{DeviceTurnsView, ReadaheadStatsView, StoreStatsView};
-use super::stats::{AtomicLog2, Histogram};
+use crate::api::proto::{DeviceTurnsView, ReadaheadStatsView, StoreStatsView};
+use crate::api::stats::{AtomicLog2, Histogram};
 
 /// Longest wait in [`LunStore::replace`] for calls on the old store.
 pub const QUIESCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);

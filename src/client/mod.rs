@@ -6,11 +6,14 @@
 //! on stderr), 2 the daemon could not be reached or the arguments are bad.
 //!
 //! Layout: `args` is the command line, `socket` the connection to the
-//! daemon, `commands` what each command sends and prints.
+//! daemon, `commands` what each command sends and prints, [`render`] the
+//! tables. It speaks [`crate::api`] and knows nothing of the daemon's
+//! control plane.
 
 mod args;
 mod commands;
 mod qos;
+pub mod render;
 mod socket;
 
 use std::io::Write;

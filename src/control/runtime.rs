@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::lunstore::LunStore;
-use super::proto::{
+use crate::api::proto::{
     set_key, settable, ConfigText, KeyRule, MetricsText, Reply, Request, SettableKey, LUN_KEYS,
     TARGET_KEYS,
 };
@@ -80,14 +80,6 @@ pub struct TargetRt {
     pub luns: BTreeMap<u64, Arc<LunStore>>,
 }
 
-/// One listening portal.
-#[derive(Debug)]
-pub struct Listener {
-    /// The address as configured (port 0 stays 0 here).
-    pub configured: SocketAddr,
-    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
 /// The running state (see the module docs).
 #[derive(Debug)]
 pub struct Runtime {
@@ -99,8 +91,8 @@ pub struct Runtime {
     pub(super) registry: Arc<LunRegistry>,
     /// By lowercase target name.
     pub(super) targets: BTreeMap<String, TargetRt>,
-    /// By bound address.
-    pub(super) listeners: BTreeMap<SocketAddr, Listener>,
+    /// The listening portals, TCP and iSER.
+    pub(super) portals: super::portals::Portals,
     pub(super) started: Instant,
     pub(super) admin_socket: Option<PathBuf>,
     pub(super) metrics: Option<SocketAddr>,
@@ -174,7 +166,7 @@ impl Runtime {
             // across targets.
             registry: LunRegistry::new(),
             targets: BTreeMap::new(),
-            listeners: BTreeMap::new(),
+            portals: super::portals::Portals::default(),
             started: Instant::now(),
             admin_socket: None,
             metrics: None,
@@ -201,9 +193,21 @@ impl Runtime {
         &self.cfg
     }
 
-    /// Bound addresses of every listening portal.
+    /// Bound addresses of every listening TCP portal.
     pub fn portals(&self) -> Vec<SocketAddr> {
-        self.listeners.keys().copied().collect()
+        self.portals.tcp().collect()
+    }
+
+    /// Bound addresses of the iSER portals.
+    pub fn iser_portals(&self) -> &[SocketAddr] {
+        self.portals.iser()
+    }
+
+    /// Binds and serves the configuration's iSER portals (once, at start:
+    /// a changed `iser_portals` list needs a restart); targets and settings
+    /// changed later reach them at once, as they serve the same port.
+    pub fn start_iser(&mut self) -> Result<(), super::portals::IserPortalError> {
+        self.portals.start_iser(&self.cfg, &self.port)
     }
 
     /// Tells `status` where the admin socket and metrics endpoint are.
@@ -214,11 +218,7 @@ impl Runtime {
 
     /// Stops accepting on every portal (shutdown).
     pub fn stop_listeners(&mut self) {
-        for l in self.listeners.values_mut() {
-            if let Some(stop) = l.stop.take() {
-                let _ = stop.send(());
-            }
-        }
+        self.portals.stop_tcp();
     }
 
     /// Answers one request.
@@ -236,7 +236,10 @@ impl Runtime {
     /// Re-applies the config file (SIGHUP, `config_reload`). Refused while
     /// the running state has changes the file lacks, unless `force`d:
     /// a reload never silently reverts what an admin changed live.
-    pub async fn reload(&mut self, force: bool) -> Result<super::proto::ChangeReport, AdminError> {
+    pub async fn reload(
+        &mut self,
+        force: bool,
+    ) -> Result<crate::api::proto::ChangeReport, AdminError> {
         let Some(file) = self.source.file.clone() else {
             return Err(AdminError::Refused(
                 "the daemon runs the built-in default target and may write no file \
@@ -291,7 +294,7 @@ impl Runtime {
         force: bool,
         dry_run: bool,
         file: bool,
-    ) -> Result<super::proto::ChangeReport, AdminError> {
+    ) -> Result<crate::api::proto::ChangeReport, AdminError> {
         if file {
             self.resolve_ports(&mut wanted);
         }
@@ -311,7 +314,7 @@ impl Runtime {
         &mut self,
         before: &Config,
         after: &Config,
-        report: &mut super::proto::ChangeReport,
+        report: &mut crate::api::proto::ChangeReport,
     ) {
         let file = self.source.file.clone();
         match file {
@@ -352,8 +355,8 @@ impl Runtime {
         let mut out = cfg.clone();
         for t in &mut out.targets {
             for p in &mut t.portals {
-                if let Some(l) = self.listeners.get(p) {
-                    *p = l.configured;
+                if let Some(configured) = self.portals.tcp_configured(p) {
+                    *p = configured;
                 }
             }
             let mut seen = std::collections::BTreeSet::new();
@@ -651,7 +654,7 @@ impl Runtime {
         target: &str,
         lun: u64,
         size: Option<String>,
-    ) -> Result<super::proto::ChangeReport, AdminError> {
+    ) -> Result<crate::api::proto::ChangeReport, AdminError> {
         let mut w = self.cfg.clone();
         let t = find_mut(&mut w, target)?;
         let iqn = t.iqn.clone();

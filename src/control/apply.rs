@@ -26,8 +26,8 @@ use tokio::net::TcpListener;
 
 use super::diff::{plan, Plan, TargetPlan};
 use super::lunstore::{Current, LunStore};
-use super::proto::ChangeReport;
-use super::runtime::{AdminError, FencedTx, Listener, Runtime, TargetRt};
+use super::runtime::{AdminError, FencedTx, Runtime, TargetRt};
+use crate::api::proto::ChangeReport;
 use crate::config::{ByteSize, Config, LunSettings, TargetSettings};
 
 /// What the prepare step built; dropped (with its files) if anything fails.
@@ -139,12 +139,7 @@ impl Runtime {
                 if p.port() != 0 {
                     continue;
                 }
-                let same: Vec<SocketAddr> = self
-                    .listeners
-                    .iter()
-                    .filter(|(_, l)| l.configured == *p)
-                    .map(|(bound, _)| *bound)
-                    .collect();
+                let same: Vec<SocketAddr> = self.portals.tcp_bound_for(*p);
                 if let Some(b) = same
                     .iter()
                     .find(|b| running.contains(b))
@@ -164,7 +159,7 @@ impl Runtime {
             .targets
             .iter()
             .flat_map(|t| t.portals.iter().copied())
-            .filter(|p| p.port() == 0 || !self.listeners.contains_key(p))
+            .filter(|p| p.port() == 0 || !self.portals.serves_tcp(p))
             .collect()
     }
 
@@ -247,7 +242,7 @@ impl Runtime {
         // Portals: one listener per distinct unbound address.
         let mut bound_as: BTreeMap<SocketAddr, SocketAddr> = BTreeMap::new();
         for addr in self.unbound(wanted) {
-            let l = rustgt_iscsi_tcp::bind(addr)
+            let l = super::portals::Portals::bind_tcp(addr)
                 .await
                 .map_err(|e| AdminError::Failed(format!("portal {addr}: cannot listen: {e}")))?;
             let real = l
@@ -437,23 +432,7 @@ impl Runtime {
 
         // (e) Serve new portals.
         for (configured, l) in std::mem::take(&mut prepared.listeners) {
-            let Ok(bound) = l.local_addr() else { continue };
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            tokio::spawn(rustgt_iscsi_tcp::serve_until(
-                self.port.clone(),
-                l,
-                async move {
-                    let _ = stopped.await;
-                },
-            ));
-            tracing::info!(%bound, "portal up");
-            self.listeners.insert(
-                bound,
-                Listener {
-                    configured,
-                    stop: Some(stop),
-                },
-            );
+            self.portals.serve_tcp(&self.port, configured, l);
         }
 
         // (f) Removals, then portals nobody lists any more.
@@ -484,20 +463,7 @@ impl Runtime {
             .iter()
             .flat_map(|t| t.portals.iter().copied())
             .collect();
-        let unused: Vec<SocketAddr> = self
-            .listeners
-            .keys()
-            .filter(|a| !in_use.contains(a))
-            .copied()
-            .collect();
-        for addr in unused {
-            if let Some(mut l) = self.listeners.remove(&addr) {
-                if let Some(stop) = l.stop.take() {
-                    let _ = stop.send(());
-                }
-                tracing::info!(%addr, "portal closed");
-            }
-        }
+        self.portals.close_tcp_unused(&in_use);
         drop(prepared);
         Ok(())
     }

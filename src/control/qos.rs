@@ -6,10 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-pub use super::proto::QosStatsView;
 use super::runtime::{AdminError, Runtime};
+pub use crate::api::proto::{QosStatsView, QosView};
 use crate::config::{Config, QosSettings, TargetSettings};
 
 impl From<rustgt_scsi::QosStats> for QosStatsView {
@@ -22,21 +20,6 @@ impl From<rustgt_scsi::QosStats> for QosStatsView {
             waiting: s.waiting,
         }
     }
-}
-
-/// `show_qos` items: one per limited scope.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QosView {
-    pub target: String,
-    /// Absent for the target's own limits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lun: Option<u64>,
-    /// Set for an initiator's limits on a LUN.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initiator: Option<String>,
-    /// The keys set (Cinder's names), as in the config file.
-    pub limits: BTreeMap<String, serde_json::Value>,
-    pub stats: QosStatsView,
 }
 
 /// A `qos` table's keys, without `initiator` and `initiators`.
@@ -304,7 +287,7 @@ mod tests {
             [("total_iops_sec".to_owned(), "100".to_owned())].into();
         wanted_set_qos(&mut after, &iqn, Some(0), None, &set, &[], false).expect("lun");
         wanted_set_qos(&mut after, &iqn, None, None, &set, &[], false).expect("target");
-        let p = crate::admin::diff::plan(&before, &after);
+        let p = crate::control::diff::plan(&before, &after);
         assert!(!p.is_empty());
         assert!(p.changed_targets.is_empty(), "{p:?}");
         assert_eq!(p.qos.len(), 2, "{:?}", p.qos);

@@ -5,11 +5,11 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::proto::{
+use crate::api::proto::{
     ChangeReport, ConnView, LunStatsView, LunView, PortalView, SessionStatsView, SessionView,
     StatusView, TargetView,
 };
-use super::stats::Histogram;
+use crate::api::stats::Histogram;
 
 /// A table: a header row and rows of cells, columns padded to fit.
 struct Table {

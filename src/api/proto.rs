@@ -1064,6 +1064,21 @@ pub struct QosStatsView {
     pub waiting: u64,
 }
 
+/// `show_qos` items: one per limited scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosView {
+    pub target: String,
+    /// Absent for the target's own limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lun: Option<u64>,
+    /// Set for an initiator's limits on a LUN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initiator: Option<String>,
+    /// The keys set (Cinder's names), as in the config file.
+    pub limits: std::collections::BTreeMap<String, serde_json::Value>,
+    pub stats: QosStatsView,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

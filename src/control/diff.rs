@@ -80,7 +80,7 @@ pub struct Plan {
     /// Global settings that differ but need a restart, by key.
     pub restart_needed: Vec<String>,
     /// QoS limits changed on existing targets and LUNs, one line each
-    /// (set in place: `crate::admin::qos`).
+    /// (set in place: `crate::control::qos`).
     pub qos: Vec<String>,
 }
 

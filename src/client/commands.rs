@@ -12,11 +12,11 @@ use super::args::{
     StatsCmd, TargetCmd,
 };
 use super::socket::{Client, Failure};
-use crate::admin::proto::Request;
-use crate::admin::{proto, render};
+use crate::api::proto::Request;
 use crate::config::{
     ChapSettings, FaultSettings, GroupSettings, LunMapping, LunSettings, TargetSettings,
 };
+use crate::{api::proto, client::render};
 
 /// Builds the request(s) of `args`, sends them, prints the answer.
 pub(super) fn execute(

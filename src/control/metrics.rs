@@ -24,9 +24,9 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 
-use super::proto::{DataBuffersView, LunStatsView, Request as AdminRequest, SessionStatsView};
 use super::server::{ControlTx, Envelope};
-use super::stats::Histogram;
+use crate::api::proto::{DataBuffersView, LunStatsView, Request as AdminRequest, SessionStatsView};
+use crate::api::stats::Histogram;
 
 /// Largest HTTP request head read (hyper's smallest buffer).
 const MAX_HEAD: usize = 8192;
@@ -342,7 +342,7 @@ fn lun_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
 }
 
 fn readahead_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
-    let with: Vec<(&LunStatsView, &super::proto::ReadaheadStatsView)> = luns
+    let with: Vec<(&LunStatsView, &crate::api::proto::ReadaheadStatsView)> = luns
         .iter()
         .filter_map(|l| l.readahead.as_ref().map(|r| (l, r)))
         .collect();
@@ -360,7 +360,7 @@ fn readahead_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
         lb.push(("policy", r.policy.clone()));
         out.sample("rustgt_lun_readahead_policy", &lb, 1);
     }
-    type Field = fn(&super::proto::ReadaheadStatsView) -> u64;
+    type Field = fn(&crate::api::proto::ReadaheadStatsView) -> u64;
     let counters: [(&str, &str, Field); 7] = [
         (
             "rustgt_lun_readahead_requests_total",
@@ -417,7 +417,7 @@ fn readahead_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
         );
     }
     // Turns are counted per device, for all its LUNs: one series each.
-    let mut devices: Vec<&super::proto::DeviceTurnsView> = with
+    let mut devices: Vec<&crate::api::proto::DeviceTurnsView> = with
         .iter()
         .filter_map(|(_, r)| r.device_turns.as_ref())
         .collect();
@@ -428,7 +428,7 @@ fn readahead_metrics(out: &mut Exposition, luns: &[LunStatsView]) {
             (
                 "rustgt_device_turns_total",
                 "Turns granted to LUNs' I/O contexts at a shared seeking device.",
-                (|d: &super::proto::DeviceTurnsView| d.turns) as fn(&_) -> u64,
+                (|d: &crate::api::proto::DeviceTurnsView| d.turns) as fn(&_) -> u64,
             ),
             (
                 "rustgt_device_turn_budget_ends_total",
@@ -768,8 +768,8 @@ async fn fetch(control: &ControlTx) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::proto::StoreStatsView;
-    use crate::admin::stats::AtomicLog2;
+    use crate::api::proto::StoreStatsView;
+    use crate::api::stats::AtomicLog2;
 
     fn lun() -> LunStatsView {
         let lat = AtomicLog2::default();
@@ -879,7 +879,7 @@ mod tests {
         tokio::spawn(async move {
             while let Some(e) = rx.recv().await {
                 assert!(matches!(e.request, AdminRequest::Metrics));
-                let _ = e.reply.send(crate::admin::proto::Reply::success(
+                let _ = e.reply.send(crate::api::proto::Reply::success(
                     serde_json::json!({ "text": "rustgt_up 1\n" }),
                 ));
             }
