@@ -1,28 +1,9 @@
-//! The TOML config loader (`src/config/` of the daemon, which is a binary
-//! crate with no library target: the module is compiled into this target as
-//! a module, with the one item of `crate::admin` it names). Any text gives a
-//! config or an error, never a panic; a config it accepts passes `check`
-//! again and survives a TOML round trip.
+//! The TOML config loader (`rustgt::config`, the daemon's library). Any
+//! text gives a config or an error, never a panic; a config it accepts
+//! passes `check` again and survives a TOML round trip.
 #![no_main]
-#![allow(dead_code, unused_imports)]
 
-mod admin {
-    /// Mirrors `rustgt::admin::DEFAULT_SOCKET_NAME` (src/admin/mod.rs).
-    pub const DEFAULT_SOCKET_NAME: &str = "admin.sock";
-
-    /// Stands in for `rustgt::admin::peer` (src/admin/peer.rs), which the
-    /// loader asks for `admin_socket_group`: no group database here, so
-    /// every group name is unknown (the loader's error path).
-    pub mod peer {
-        pub fn lookup_group(_name: &str) -> std::io::Result<Option<u32>> {
-            Ok(None)
-        }
-    }
-}
-
-#[path = "../../src/config/mod.rs"]
-mod config;
-
+use rustgt::config;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
