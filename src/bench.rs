@@ -91,7 +91,7 @@ pub struct ReadaheadArgs {
     #[arg(long, value_name = "SIZE", default_value = "1M")]
     pub io_max: String,
     /// Turns of the LUNs at the shared device in multi-LUN workloads
-    /// (W2-seed): "auto" (eight positioning times of transfer each), "off",
+    /// (W2-seed): "auto" (sixteen positioning times of transfer each), "off",
     /// or bytes per turn such as "16M".
     #[arg(long, value_name = "V", default_value = "auto")]
     pub device_slice: String,

@@ -111,7 +111,7 @@ pub struct LunSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readahead_io_max: Option<ByteSize>,
     /// Turns at a device shared with other LUNs' I/O contexts: "auto"
-    /// (the default: on a seeking device, eight positioning times of
+    /// (the default: on a seeking device, sixteen positioning times of
     /// transfer per turn), "off", or a size per turn such as "16M".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_slice: Option<Setting<DeviceSlice>>,

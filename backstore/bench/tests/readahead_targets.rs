@@ -376,9 +376,9 @@ fn many_streams_and_small_caches_degrade_gracefully() {
 /// disks with one stream on the inner zone. Even with no seeks at all, two
 /// streams at equal MB/s could average only 2 / (1/240 + 1/126) = 165 MB/s,
 /// 72% of W1: the issue's 80% is out of reach with fair streams, whatever
-/// the turns. Turns of eight positioning times, started in queue order,
-/// reach 64% of W1 (88% of that ceiling), each stream within 10% of the
-/// other.
+/// the turns. Turns of sixteen positioning times, started in queue order,
+/// reach 68% of W1 (94% of that ceiling; issue 35 asks 90% end to end),
+/// each stream within 10% of the other.
 #[test]
 fn the_seed_over_loopback_nears_its_no_seek_ceiling() {
     use rustgt_backstore::hddsim::ArrayParams;
@@ -405,9 +405,9 @@ fn the_seed_over_loopback_nears_its_no_seek_ceiling() {
             ceiling / 1e6 < 0.8 * one,
             "{policy}: ceiling {ceiling} vs W1 {one}"
         );
-        assert!(two >= 0.6 * one, "{policy}: {two} vs W1 {one}");
+        assert!(two >= 0.65 * one, "{policy}: {two} vs W1 {one}");
         assert!(
-            two >= 0.85 * ceiling / 1e6,
+            two >= 0.92 * ceiling / 1e6,
             "{policy}: {two} vs ceiling {ceiling}"
         );
         let (x, y) = (w2.stream_mb_s(0), w2.stream_mb_s(1));

@@ -25,10 +25,10 @@
 //!
 //! The budget is in bytes, as in BFQ, so LUNs on slow inner zones get the
 //! same bytes per turn as LUNs on fast outer ones. A context's budget is
-//! its own (`device_slice`); the default is eight positioning times of
-//! transfer (`TURN_POSITIONINGS`, about 100 ms of streaming, CFQ's sync
-//! slice), so that two LUNs at opposite ends of the stroke lose at most an
-//! eighth of their time to the switches.
+//! its own (`device_slice`); the default is sixteen positioning times of
+//! transfer (`TURN_POSITIONINGS`, about 200 ms of streaming), so that two
+//! LUNs at opposite ends of the stroke lose under a tenth of their time to
+//! the switches.
 //!
 //! A new owner's I/O threads all wake when its turn begins; they start
 //! their reads in the order the context's queue gave them out (`seq` in
