@@ -4,9 +4,12 @@
 //! written into the running configuration's [`GatewayLoads`], which the
 //! login path reads to pick the least loaded gateway. A gateway that does
 //! not answer within [`READ_TIMEOUT`] counts as unknown (it gets no logins
-//! while another's load is known).
+//! while another's load is known). The reader runs only while some
+//! redirect has `metrics` ([`LoadWatch`]): a daemon without them never
+//! wakes for it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -26,22 +29,55 @@ const MAX_BODY: usize = 8 << 20;
 /// The metric read: a daemon's logged-in Normal sessions.
 const METRIC: &str = "rustgt_sessions";
 
+/// Starts the reader when the port's configuration has redirects with
+/// `metrics` and none runs; it stops by itself when none is left.
+#[derive(Debug, Default)]
+pub struct LoadWatch {
+    running: Arc<AtomicBool>,
+}
+
+impl LoadWatch {
+    /// Called after every change of the port's configuration.
+    pub fn ensure(&self, port: &Arc<Port>) {
+        if !loads_of(port).is_empty() && !self.running.swap(true, Ordering::AcqRel) {
+            tokio::spawn(watch(Arc::downgrade(port), Arc::clone(&self.running)));
+        }
+    }
+}
+
+/// The loads of every redirect with `metrics` in the port's configuration.
+fn loads_of(port: &Port) -> Vec<Arc<GatewayLoads>> {
+    port.config()
+        .targets
+        .iter()
+        .filter_map(|t| t.redirect.as_ref()?.loads.clone())
+        .collect()
+}
+
 /// Reads the loads of every redirect with `metrics` in the port's current
-/// configuration, every [`PERIOD`], for as long as the port exists.
-pub async fn watch(port: Weak<Port>) {
+/// configuration, every [`PERIOD`], while there are any and the port
+/// exists; `running` is true while it does.
+async fn watch(port: Weak<Port>, running: Arc<AtomicBool>) {
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(port) = port.upgrade() else { return };
-        let cfg = port.config();
-        drop(port);
-        let loads: Vec<Arc<GatewayLoads>> = cfg
-            .targets
-            .iter()
-            .filter_map(|t| t.redirect.as_ref()?.loads.clone())
-            .collect();
-        drop(cfg);
+        let Some(p) = port.upgrade() else {
+            running.store(false, Ordering::Release);
+            return;
+        };
+        let mut loads = loads_of(&p);
+        if loads.is_empty() {
+            // Stop, unless a change installed some between the look and
+            // the flag (then `ensure` saw the flag still up and started
+            // nothing).
+            running.store(false, Ordering::Release);
+            loads = loads_of(&p);
+            if loads.is_empty() || running.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        }
+        drop(p);
         let mut reads = tokio::task::JoinSet::new();
         for l in loads {
             for (i, &addr) in l.metrics.iter().enumerate() {
@@ -129,6 +165,54 @@ mod tests {
         assert_eq!(sessions_in(b"rustgt_sessions NaN\n"), None);
         assert_eq!(sessions_in(b"rustgt_sessions -1\n"), None);
         assert_eq!(sessions_in(&[0xff, 0xfe]), None);
+    }
+
+    fn with_redirect(metrics: Vec<SocketAddr>) -> rustgt_iscsi::PortalConfig {
+        let mut cfg = rustgt_iscsi::PortalConfig::default();
+        cfg.targets.push(rustgt_iscsi::TargetInfo {
+            name: "iqn.2026-11.org.rustgt:moved".into(),
+            alias: None,
+            tpgt: 1,
+            portals: Vec::new(),
+            iser_portals: Vec::new(),
+            acl: Vec::new(),
+            chap: Default::default(),
+            groups: Vec::new(),
+            redirect: Some(
+                rustgt_iscsi::Redirect::new(vec!["192.0.2.1:3260".into()], Vec::new(), false)
+                    .by_sessions(metrics),
+            ),
+        });
+        cfg
+    }
+
+    #[tokio::test]
+    async fn the_reader_runs_only_while_a_redirect_has_metrics() {
+        let port = Port::new(with_redirect(Vec::new()));
+        let w = LoadWatch::default();
+        w.ensure(&port);
+        assert!(!w.running.load(Ordering::Acquire), "no metrics: no reader");
+
+        // An endpoint nobody listens on: read (and found unknown) each second.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = closed.local_addr().expect("addr");
+        drop(closed);
+        port.set_config(with_redirect(vec![addr]));
+        w.ensure(&port);
+        assert!(w.running.load(Ordering::Acquire));
+        w.ensure(&port); // a second call starts no second reader
+        tokio::time::sleep(PERIOD * 2).await;
+        assert!(w.running.load(Ordering::Acquire));
+
+        // The metrics gone: it stops within a period or two.
+        port.set_config(with_redirect(Vec::new()));
+        for _ in 0..10 {
+            tokio::time::sleep(PERIOD).await;
+            if !w.running.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        assert!(!w.running.load(Ordering::Acquire), "the reader stopped");
     }
 
     #[tokio::test]

@@ -424,6 +424,7 @@ impl Runtime {
         if plan.portal_config_changed() {
             self.port
                 .set_config(crate::wiring::portal_config(&self.cfg));
+            self.load_watch.ensure(&self.port);
             self.relogin_remapped(plan);
         }
         if plan.limits_changed {

@@ -93,6 +93,8 @@ pub struct Runtime {
     pub(super) targets: BTreeMap<String, TargetRt>,
     /// The listening portals, TCP and iSER.
     pub(super) portals: super::portals::Portals,
+    /// Reads the redirect gateways' loads while any redirect has `metrics`.
+    pub(super) load_watch: crate::gateway_load::LoadWatch,
     pub(super) started: Instant,
     pub(super) admin_socket: Option<PathBuf>,
     pub(super) metrics: Option<SocketAddr>,
@@ -127,7 +129,6 @@ impl Runtime {
         let mut empty = cfg.clone();
         empty.targets.clear();
         let port = Port::new(crate::wiring::portal_config(&empty));
-        tokio::spawn(crate::gateway_load::watch(std::sync::Arc::downgrade(&port)));
         port.set_reactors(cfg.reactor.threads);
         port.set_limits(crate::wiring::conn_limits(&cfg));
         port.set_run_to_completion(cfg.reactor.run_to_completion);
@@ -167,6 +168,7 @@ impl Runtime {
             registry: LunRegistry::new(),
             targets: BTreeMap::new(),
             portals: super::portals::Portals::default(),
+            load_watch: crate::gateway_load::LoadWatch::default(),
             started: Instant::now(),
             admin_socket: None,
             metrics: None,
