@@ -200,56 +200,78 @@ mp_sum() { # mp_sum DEV OFFSET_MB MB
     dd if="$1" bs=1M skip="$2" count="$3" iflag=direct status=none | sha256sum | cut -d' ' -f1
 }
 
-check_mpath_rbd_failover() {
-    local sda sdb map mp l t0 rc=0 wpid waited own own_dev other other_dev kill_asked kill_done resumed
-    for l in virtio_net dm_multipath dm_round_robin dm_service_time scsi_dh_alua; do
-        modprobe "$l" || fail "modprobe $l failed"
+# The guest's side of the gateways: modules, network, udevd, multipath.conf
+# with paths grouped by POLICY (mp_conf).
+mp_prepare() {
+    local m
+    for m in virtio_net dm_multipath dm_round_robin dm_service_time scsi_dh_alua; do
+        modprobe "$m" || fail "modprobe $m failed"
     done
     wait_until 10 mp_has_nic || fail "no network interface appeared (virtio_net)"
     mp_net_up || fail "cannot bring up the network interface for qemu's user network"
     mp_udev_start || fail "udevd did not start"
-    mp_conf
-    mp_node "$GW_A" || fail "iscsiadm: no node for gateway A"
-    mp_node "$GW_B" || fail "iscsiadm: no node for gateway B"
-    timeout 90 iscsiadm -m node -T "$GW_IQN" -p "$GW_A" --login >&2 || fail "login to gateway A ($GW_A) failed"
-    timeout 90 iscsiadm -m node -T "$GW_IQN" -p "$GW_B" --login >&2 || fail "login to gateway B ($GW_B) failed"
-    sda=$(mp_disk "$GW_A") || fail "no disk for the session to gateway A"
-    sdb=$(mp_disk "$GW_B") || fail "no disk for the session to gateway B"
-    [ "$sda" != "$sdb" ] || fail "both sessions show the same disk $sda"
-    [ "$(cat "/sys/block/$sda/device/wwid")" = "$(cat "/sys/block/$sdb/device/wwid")" ] ||
-        fail "the gateways report different LUs: $(cat "/sys/block/$sda/device/wwid") / $(cat "/sys/block/$sdb/device/wwid")"
-    # B answers writes with ALUA transition sense while it waits for the lock;
-    # no SCSI timeout should interfere.
-    echo 180 >"/sys/block/$sda/device/timeout"
-    echo 180 >"/sys/block/$sdb/device/timeout"
-    say "paths: A $sda, B $sdb, wwid $(cat "/sys/block/$sda/device/wwid")"
+    mp_conf "$1"
+}
 
-    # One write through A makes A the image's exclusive-lock owner, the
-    # active/optimized group (usually: the lock may also have moved to B by
-    # the time multipathd asks; the check then kills B instead).
-    dd if=/dev/zero of="/dev/$sda" bs=4k count=1 seek=4096 oflag=direct status=none ||
-        fail "a write through gateway A's path failed"
+# mp_login_both IQN: logs in to IQN through both gateways; sets MP_SDA and
+# MP_SDB, the LUN's disk through A and through B, which must be one LU.
+mp_login_both() {
+    local iqn="$1"
+    mp_node "$GW_A" "$iqn" || fail "iscsiadm: no node for gateway A"
+    mp_node "$GW_B" "$iqn" || fail "iscsiadm: no node for gateway B"
+    timeout 90 iscsiadm -m node -T "$iqn" -p "$GW_A" --login >&2 || fail "login to gateway A ($GW_A) failed"
+    timeout 90 iscsiadm -m node -T "$iqn" -p "$GW_B" --login >&2 || fail "login to gateway B ($GW_B) failed"
+    MP_SDA=$(mp_disk "$GW_A" "$iqn") || fail "no disk for the session to gateway A"
+    MP_SDB=$(mp_disk "$GW_B" "$iqn") || fail "no disk for the session to gateway B"
+    [ "$MP_SDA" != "$MP_SDB" ] || fail "both sessions show the same disk $MP_SDA"
+    [ "$(cat "/sys/block/$MP_SDA/device/wwid")" = "$(cat "/sys/block/$MP_SDB/device/wwid")" ] ||
+        fail "the gateways report different LUs: $(cat "/sys/block/$MP_SDA/device/wwid") / $(cat "/sys/block/$MP_SDB/device/wwid")"
+    # A survivor answers with ALUA transition sense, or holds an STPG,
+    # while it waits for the lock; no SCSI timeout should interfere.
+    echo 180 >"/sys/block/$MP_SDA/device/timeout"
+    echo 180 >"/sys/block/$MP_SDB/device/timeout"
+}
+
+# mp_await_owner CHECK WHAT: starts multipathd and waits (60 s at most)
+# until `CHECK MP_SDA MP_SDB` holds (WHAT says what it wants); then the
+# path at prio 50 is the lock owner's: sets MP_OWN (a or b), MP_OWN_DEV,
+# MP_OTHER and MP_OTHER_DEV.
+mp_await_owner() {
     timeout 60 udevadm settle --timeout=50
-    multipathd -d -s >"$STATE/multipathd.log" 2>&1 </dev/null &
+    multipathd -d -s >>"$STATE/multipathd.log" 2>&1 </dev/null &
     echo $! >"$STATE/multipathd.pid"
-    if ! wait_until 60 mp_two_groups "$sda" "$sdb"; then
+    if ! wait_until 60 "$1" "$MP_SDA" "$MP_SDB"; then
         multipath -ll >&2
-        fail "no map with one path at prio 50 and the other at 10 within 60 s: $(mp_layout | tr '\n' ';')"
+        fail "no map with $2 within 60 s: $(mp_layout | tr '\n' ';')"
     fi
-    # The gateway to kill: the lock owner, whose path is active/optimized.
-    if grep -q "^path $sda 50 " <<<"$(mp_layout)"; then
-        own=a own_dev=$sda other=b other_dev=$sdb
+    if grep -q "^path $MP_SDA 50 " <<<"$(mp_layout)"; then
+        MP_OWN=a MP_OWN_DEV=$MP_SDA MP_OTHER=b MP_OTHER_DEV=$MP_SDB
     else
-        own=b own_dev=$sdb other=a other_dev=$sda
+        MP_OWN=b MP_OWN_DEV=$MP_SDB MP_OTHER=a MP_OTHER_DEV=$MP_SDA
     fi
-    say "gateway $own ($own_dev) is active/optimized, $other ($other_dev) active/non-optimized"
+}
+
+# mp_map: prints the one map's name; fails unless it uses the alua
+# hardware handler.
+mp_map() {
+    local map
     map=$(mp_layout | awk '$1 == "map" && m == "" { m = $2 } END { print m }')
-    mp=/dev/mapper/$map
-    wait_until 10 test -b "$mp" || fail "no $mp"
+    wait_until 10 test -b "/dev/mapper/$map" || fail "no /dev/mapper/$map"
     multipath -ll >&2
     grep -q "hwhandler='1 alua'" <(multipath -ll "$map" 2>/dev/null) ||
         fail "the map does not use the alua hardware handler"
+    echo "$map"
+}
 
+# mp_kill_during_rewrite MAPDEV OWN OTHER WORD: writes and checks
+# MP_BEFORE_MB through MAPDEV, then rewrites MP_DURING_MB pass after pass
+# while the host kills gateway OWN (asked with WORD, e.g. kill-a), ending
+# with a pass begun after the kill; the writes must resume through OTHER
+# within 10 s; then writes MP_AFTER_MB. Sets MP_RESUMED (s from asking for
+# the kill to the end of the first write after it) and MP_WAITED (s until
+# the loop ended).
+mp_kill_during_rewrite() {
+    local mp="$1" own="$2" other="$3" word="$4" wpid rc=0 t0 kill_asked kill_done
     head -c $((MP_BEFORE_MB << 20)) /dev/urandom >/tmp/before
     head -c $((MP_DURING_MB << 20)) /dev/urandom >/tmp/during
     head -c $((MP_AFTER_MB << 20)) /dev/urandom >/tmp/after
@@ -258,55 +280,84 @@ check_mpath_rbd_failover() {
     [ "$(mp_sum "$mp" 0 "$MP_BEFORE_MB")" = "$(sha256sum </tmp/before | cut -d' ' -f1)" ] ||
         fail "the data written through the multipath device reads back different"
 
-    # A writer busy all the time while gateway A dies: it rewrites the same
-    # 8 MiB pass after pass, and ends with a pass begun after the kill.
     rm -f /tmp/mp-stop /tmp/mp-passes /tmp/mp-write-ends
     timeout 600 bash -c "$(declare -f mp_writer); mp_writer $mp" &
     wpid=$!
-    wait_until 120 test -s /tmp/mp-passes || fail "the writer did not complete a first pass through A"
+    wait_until 120 test -s /tmp/mp-passes || fail "the writer did not complete a first pass through $own"
     t0=$SECONDS
     # The failover time counts from before the guest asks for the kill
     # (the host kills within a second or so), so it is never too short;
     # it ends when the writer's first 1 MiB write that ends after the
     # host confirmed the kill ends: it went through the survivor.
     kill_asked=$EPOCHREALTIME
-    mp_sync "kill-$own" 120 || fail "the host did not kill gateway $own (no answer on $SYNC_TTY)"
+    mp_sync "$word" 120 || fail "the host did not kill gateway $own (no answer on $SYNC_TTY)"
     kill_done=$EPOCHREALTIME
     say "gateway $own killed by the host"
     touch /tmp/mp-stop
     wait "$wpid" || rc=$?
-    waited=$((SECONDS - t0))
-    [ "$rc" -eq 0 ] || fail "the writer failed when $own died (exit $rc, after ${waited}s, $(cat /tmp/mp-passes) passes)"
-    resumed=$(awk -v a="$kill_asked" -v d="$kill_done" '$1 > d { printf "%.1f", $1 - a; exit }' /tmp/mp-write-ends)
-    [ -n "$resumed" ] || fail "no write ended after the kill"
-    say "writes resumed through $other ${resumed}s after the kill was asked for"
-    awk -v r="$resumed" 'BEGIN { exit !(r <= 10) }' ||
-        fail "writes resumed through $other only ${resumed}s after the kill (over 10 s)"
+    MP_WAITED=$((SECONDS - t0))
+    [ "$rc" -eq 0 ] || fail "the writer failed when $own died (exit $rc, after ${MP_WAITED}s, $(cat /tmp/mp-passes) passes)"
+    MP_RESUMED=$(awk -v a="$kill_asked" -v d="$kill_done" '$1 > d { printf "%.1f", $1 - a; exit }' /tmp/mp-write-ends)
+    [ -n "$MP_RESUMED" ] || fail "no write ended after the kill"
+    say "writes resumed through $other ${MP_RESUMED}s after the kill was asked for"
+    awk -v r="$MP_RESUMED" 'BEGIN { exit !(r <= 10) }' ||
+        fail "writes resumed through $other only ${MP_RESUMED}s after the kill (over 10 s)"
     dd if=/tmp/after of="$mp" bs=1M seek=32 oflag=direct conv=fsync status=none ||
         fail "a write after the failover failed"
+}
+
+# mp_regions_intact DEV OWN: the three regions read back through DEV.
+mp_regions_intact() {
+    drop_caches
+    [ "$(mp_sum "$1" 0 "$MP_BEFORE_MB")" = "$(sha256sum </tmp/before | cut -d' ' -f1)" ] ||
+        fail "the data written before $2 died reads back different"
+    [ "$(mp_sum "$1" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
+        fail "the data written while $2 died reads back different"
+    [ "$(mp_sum "$1" 32 "$MP_AFTER_MB")" = "$(sha256sum </tmp/after | cut -d' ' -f1)" ] ||
+        fail "the data written after the failover reads back different"
+}
+
+# mp_done IQN: flushes the maps, stops multipathd, logs out of IQN.
+mp_done() {
+    multipath -F >/dev/null 2>&1 || true
+    kill "$(cat "$STATE/multipathd.pid")" 2>/dev/null || true
+    timeout 30 iscsiadm -m node -T "$1" -p "$GW_B" --logout >&2 || true
+    timeout 30 iscsiadm -m node -T "$1" -p "$GW_A" --logout >&2 || true
+}
+
+check_mpath_rbd_failover() {
+    local sda sdb map mp l own own_dev other other_dev
+    mp_prepare group_by_prio
+    mp_login_both "$GW_IQN"
+    sda=$MP_SDA sdb=$MP_SDB
+    say "paths: A $sda, B $sdb, wwid $(cat "/sys/block/$sda/device/wwid")"
+
+    # One write through A makes A the image's exclusive-lock owner, the
+    # active/optimized group (usually: the lock may also have moved to B by
+    # the time multipathd asks; the check then kills B instead).
+    dd if=/dev/zero of="/dev/$sda" bs=4k count=1 seek=4096 oflag=direct status=none ||
+        fail "a write through gateway A's path failed"
+    # The gateway to kill: the lock owner, whose path is active/optimized.
+    mp_await_owner mp_two_groups "one path at prio 50 and the other at 10"
+    own=$MP_OWN own_dev=$MP_OWN_DEV other=$MP_OTHER other_dev=$MP_OTHER_DEV
+    say "gateway $own ($own_dev) is active/optimized, $other ($other_dev) active/non-optimized"
+    map=$(mp_map) || exit 1
+    mp=/dev/mapper/$map
+
+    mp_kill_during_rewrite "$mp" "$own" "$other" "kill-$own"
     multipath -ll >&2
     l=$(mp_layout)
     grep -q "^path $other_dev [0-9]* active" <<<"$l" ||
         fail "$other's path is not active after the failover: $(tr '\n' ';' <<<"$l")"
     grep -q "^path $own_dev [0-9]* active" <<<"$l" &&
         fail "$own's path is still active after $own died: $(tr '\n' ';' <<<"$l")"
-
-    drop_caches
-    [ "$(mp_sum "$mp" 0 "$MP_BEFORE_MB")" = "$(sha256sum </tmp/before | cut -d' ' -f1)" ] ||
-        fail "the data written before A died reads back different"
-    [ "$(mp_sum "$mp" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
-        fail "the data written while A died reads back different"
-    [ "$(mp_sum "$mp" 32 "$MP_AFTER_MB")" = "$(sha256sum </tmp/after | cut -d' ' -f1)" ] ||
-        fail "the data written after the failover reads back different"
+    mp_regions_intact "$mp" "$own"
     # And through the surviving gateway's own path, past dm-multipath.
     [ "$(mp_sum "/dev/$other_dev" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
         fail "$other's path reads other data than the multipath device"
 
-    multipath -F >/dev/null 2>&1 || true
-    kill "$(cat "$STATE/multipathd.pid")" 2>/dev/null || true
-    timeout 30 iscsiadm -m node -T "$GW_IQN" -p "$GW_B" --logout >&2 || true
-    timeout 30 iscsiadm -m node -T "$GW_IQN" -p "$GW_A" --logout >&2 || true
-    pass "one map $map, $own $own_dev prio 50 / $other $other_dev prio 10 (alua); $own (the lock owner) killed during a rewrite loop ($(cat /tmp/mp-passes) passes): writes went on through $other ${resumed}s after the kill, the loop ended ${waited}s after it; ${MP_BEFORE_MB}+${MP_DURING_MB}+${MP_AFTER_MB} MiB intact"
+    mp_done "$GW_IQN"
+    pass "one map $map, $own $own_dev prio 50 / $other $other_dev prio 10 (alua); $own (the lock owner) killed during a rewrite loop ($(cat /tmp/mp-passes) passes): writes went on through $other ${MP_RESUMED}s after the kill, the loop ended ${MP_WAITED}s after it; ${MP_BEFORE_MB}+${MP_DURING_MB}+${MP_AFTER_MB} MiB intact"
 }
 
 # mp_owner_and_standby OWN OTHER: true once one map holds both paths, OWN's
@@ -346,93 +397,31 @@ mp_lba_bytes() { printf '%02x %02x %02x %02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 
 # its own group (path_grouping_policy failover, as for other explicit-ALUA
 # gateways), so the handler sends STPG through one path at a time.
 check_mpath_rbd_explicit() {
-    local sda sdb map mp l rc=0 wpid waited own own_dev other other_dev kill_asked kill_done resumed
+    local sda sdb map mp own own_dev other other_dev
     local own_session own_portal relogin out lba=196608
-    for l in virtio_net dm_multipath dm_round_robin dm_service_time scsi_dh_alua; do
-        modprobe "$l" || fail "modprobe $l failed"
-    done
-    wait_until 10 mp_has_nic || fail "no network interface appeared (virtio_net)"
-    mp_net_up || fail "cannot bring up the network interface for qemu's user network"
-    mp_udev_start || fail "udevd did not start"
-    mp_conf failover
+    mp_prepare failover
     # A check before this one may have killed a gateway: both run again.
     mp_sync up-a-x 120 || fail "the host did not start gateway a again"
     mp_sync up-b-x 120 || fail "the host did not start gateway b again"
-    mp_node "$GW_A" "$GW_IQN_X" || fail "iscsiadm: no node for gateway A"
-    mp_node "$GW_B" "$GW_IQN_X" || fail "iscsiadm: no node for gateway B"
-    timeout 90 iscsiadm -m node -T "$GW_IQN_X" -p "$GW_A" --login >&2 || fail "login to gateway A ($GW_A) failed"
-    timeout 90 iscsiadm -m node -T "$GW_IQN_X" -p "$GW_B" --login >&2 || fail "login to gateway B ($GW_B) failed"
-    sda=$(mp_disk "$GW_A" "$GW_IQN_X") || fail "no disk for the session to gateway A"
-    sdb=$(mp_disk "$GW_B" "$GW_IQN_X") || fail "no disk for the session to gateway B"
-    [ "$sda" != "$sdb" ] || fail "both sessions show the same disk $sda"
-    [ "$(cat "/sys/block/$sda/device/wwid")" = "$(cat "/sys/block/$sdb/device/wwid")" ] ||
-        fail "the gateways report different LUs: $(cat "/sys/block/$sda/device/wwid") / $(cat "/sys/block/$sdb/device/wwid")"
-    echo 180 >"/sys/block/$sda/device/timeout"
-    echo 180 >"/sys/block/$sdb/device/timeout"
+    mp_login_both "$GW_IQN_X"
+    sda=$MP_SDA sdb=$MP_SDB
     say "paths: A $sda ($(mp_access_state "$sda")), B $sdb ($(mp_access_state "$sdb")), wwid $(cat "/sys/block/$sda/device/wwid")"
     # No gateway holds the new image's lock yet: both report standby.
     { mp_access_is "$sda" standby && mp_access_is "$sdb" standby; } ||
         fail "before any STPG both paths should be standby: A $(mp_access_state "$sda"), B $(mp_access_state "$sdb")"
 
-    timeout 60 udevadm settle --timeout=50
-    multipathd -d -s >"$STATE/multipathd-x.log" 2>&1 </dev/null &
-    echo $! >"$STATE/multipathd.pid"
-    if ! wait_until 60 mp_one_owner "$sda" "$sdb"; then
-        multipath -ll >&2
-        fail "no map with one path at prio 50 and the other at 1 within 60 s (the alua handler's STPG): $(mp_layout | tr '\n' ';')"
-    fi
-    if grep -q "^path $sda 50 " <<<"$(mp_layout)"; then
-        own=a own_dev=$sda other=b other_dev=$sdb
-    else
-        own=b own_dev=$sdb other=a other_dev=$sda
-    fi
+    mp_await_owner mp_one_owner "one path at prio 50 and the other at 1 (the alua handler's STPG)"
+    own=$MP_OWN own_dev=$MP_OWN_DEV other=$MP_OTHER other_dev=$MP_OTHER_DEV
     { mp_access_is "$own_dev" active/optimized && mp_access_is "$other_dev" standby; } ||
         fail "after the STPG: $own $(mp_access_state "$own_dev"), $other $(mp_access_state "$other_dev")"
     say "the alua handler's STPG made gateway $own ($own_dev) active/optimized, $other ($other_dev) standby"
-    map=$(mp_layout | awk '$1 == "map" && m == "" { m = $2 } END { print m }')
+    map=$(mp_map) || exit 1
     mp=/dev/mapper/$map
-    wait_until 10 test -b "$mp" || fail "no $mp"
-    multipath -ll >&2
-    grep -q "hwhandler='1 alua'" <(multipath -ll "$map" 2>/dev/null) ||
-        fail "the map does not use the alua hardware handler"
 
-    head -c $((MP_BEFORE_MB << 20)) /dev/urandom >/tmp/before
-    head -c $((MP_DURING_MB << 20)) /dev/urandom >/tmp/during
-    head -c $((MP_AFTER_MB << 20)) /dev/urandom >/tmp/after
-    dd if=/tmp/before of="$mp" bs=1M oflag=direct conv=fsync status=none ||
-        fail "writing $MP_BEFORE_MB MiB through the multipath device failed"
-    [ "$(mp_sum "$mp" 0 "$MP_BEFORE_MB")" = "$(sha256sum </tmp/before | cut -d' ' -f1)" ] ||
-        fail "the data written through the multipath device reads back different"
-
-    rm -f /tmp/mp-stop /tmp/mp-passes /tmp/mp-write-ends
-    timeout 600 bash -c "$(declare -f mp_writer); mp_writer $mp" &
-    wpid=$!
-    wait_until 120 test -s /tmp/mp-passes || fail "the writer did not complete a first pass through $own"
-    kill_asked=$EPOCHREALTIME
-    waited=$SECONDS
-    mp_sync "kill-$own-x" 120 || fail "the host did not kill gateway $own (no answer on $SYNC_TTY)"
-    kill_done=$EPOCHREALTIME
-    say "gateway $own killed by the host"
-    touch /tmp/mp-stop
-    wait "$wpid" || rc=$?
-    waited=$((SECONDS - waited))
-    [ "$rc" -eq 0 ] || fail "the writer failed when $own died (exit $rc, after ${waited}s, $(cat /tmp/mp-passes) passes)"
-    resumed=$(awk -v a="$kill_asked" -v d="$kill_done" '$1 > d { printf "%.1f", $1 - a; exit }' /tmp/mp-write-ends)
-    [ -n "$resumed" ] || fail "no write ended after the kill"
-    say "writes resumed through $other ${resumed}s after the kill was asked for"
-    awk -v r="$resumed" 'BEGIN { exit !(r <= 10) }' ||
-        fail "writes resumed through $other only ${resumed}s after the kill (over 10 s)"
+    mp_kill_during_rewrite "$mp" "$own" "$other" "kill-$own-x"
     mp_access_is "$other_dev" active/optimized ||
         fail "$other's path is $(mp_access_state "$other_dev") after the failover, not active/optimized"
-    dd if=/tmp/after of="$mp" bs=1M seek=32 oflag=direct conv=fsync status=none ||
-        fail "a write after the failover failed"
-    drop_caches
-    [ "$(mp_sum "$mp" 0 "$MP_BEFORE_MB")" = "$(sha256sum </tmp/before | cut -d' ' -f1)" ] ||
-        fail "the data written before $own died reads back different"
-    [ "$(mp_sum "$mp" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
-        fail "the data written while $own died reads back different"
-    [ "$(mp_sum "$mp" 32 "$MP_AFTER_MB")" = "$(sha256sum </tmp/after | cut -d' ' -f1)" ] ||
-        fail "the data written after the failover reads back different"
+    mp_regions_intact "$mp" "$own"
 
     # The old owner, started again, comes back standby and cannot write
     # until an STPG through its own path gives it the lock.
@@ -442,7 +431,7 @@ check_mpath_rbd_explicit() {
     relogin="its session logged in again"
     if ! wait_until 45 mp_logged_in "$own_session"; then
         # open-iscsi's recovery of the old session has been seen to stall
-        # here (2 restarts of 4): iscsid keeps it in TRANSPORT WAIT /
+        # here (3 restarts of 5): iscsid keeps it in TRANSPORT WAIT /
         # REOPEN, its connections reach the gateway every 2 s and close
         # without a Login PDU, while a fresh login through the same
         # portal succeeds at once. A fresh session shows the same.
@@ -473,9 +462,6 @@ check_mpath_rbd_explicit() {
     [ "$(mp_sum "/dev/$own_dev" 16 "$MP_DURING_MB")" = "$(sha256sum </tmp/during | cut -d' ' -f1)" ] ||
         fail "$own, given the lock again, reads other data than was written through $other"
 
-    multipath -F >/dev/null 2>&1 || true
-    kill "$(cat "$STATE/multipathd.pid")" 2>/dev/null || true
-    timeout 30 iscsiadm -m node -T "$GW_IQN_X" -p "$GW_B" --logout >&2 || true
-    timeout 30 iscsiadm -m node -T "$GW_IQN_X" -p "$GW_A" --logout >&2 || true
-    pass "explicit ALUA: the handler's STPG made $own ($own_dev) active/optimized, $other ($other_dev) standby; $own killed during a rewrite loop ($(cat /tmp/mp-passes) passes): writes went on through $other ${resumed}s after the kill (its STPG), the loop ended ${waited}s after it; ${MP_BEFORE_MB}+${MP_DURING_MB}+${MP_AFTER_MB} MiB intact; $own restarted ($relogin): standby, its WRITE refused (standby sense) until its own STPG, then written and read back"
+    mp_done "$GW_IQN_X"
+    pass "explicit ALUA: the handler's STPG made $own ($own_dev) active/optimized, $other ($other_dev) standby; $own killed during a rewrite loop ($(cat /tmp/mp-passes) passes): writes went on through $other ${MP_RESUMED}s after the kill (its STPG), the loop ended ${MP_WAITED}s after it; ${MP_BEFORE_MB}+${MP_DURING_MB}+${MP_AFTER_MB} MiB intact; $own restarted ($relogin): standby, its WRITE refused (standby sense) until its own STPG, then written and read back"
 }
