@@ -431,7 +431,7 @@ check_mpath_rbd_explicit() {
     relogin="its session logged in again"
     if ! wait_until 45 mp_logged_in "$own_session"; then
         # open-iscsi's recovery of the old session has been seen to stall
-        # here (3 restarts of 5): iscsid keeps it in TRANSPORT WAIT /
+        # here (4 restarts of 6): iscsid keeps it in TRANSPORT WAIT /
         # REOPEN, its connections reach the gateway every 2 s and close
         # without a Login PDU, while a fresh login through the same
         # portal succeeds at once. A fresh session shows the same.
