@@ -310,21 +310,6 @@ fn on_ceph_explicit_alua_stpg_moves_the_active_gateway() {
     sb.logout();
 }
 
-/// Kills `d` with SIGKILL and waits (bounded) until it is gone.
-fn kill(d: &Daemon, what: &str) {
-    let pid = libc::pid_t::try_from(d.pid().expect("the gateway runs")).expect("pid fits");
-    // SAFETY: kill(2) has no memory effects; the pid is a gateway this
-    // test started and which has not been reaped (pid() just polled).
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.pid().is_some() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert!(d.pid().is_none(), "{what} still runs after SIGKILL");
-}
-
 #[test]
 fn on_ceph_explicit_alua_failover_by_stpg_after_sigkill_within_10_s() {
     let image = Image::create("gwalua-failover", 64);
@@ -342,7 +327,7 @@ fn on_ceph_explicit_alua_failover_by_stpg_after_sigkill_within_10_s() {
     let r = write(&mut sa, 0, &data_a);
     assert_eq!(r.status, GOOD, "WRITE through A: {r}");
 
-    kill(&a, "gateway A");
+    a.kill_now("gateway A");
     let killed = Instant::now();
     drop(sa);
     drop(a);

@@ -1035,21 +1035,6 @@ fn on_ceph_caw_through_one_gateway_is_atomic_against_writes_through_the_other() 
     sb.logout();
 }
 
-/// Kills `d` with SIGKILL and waits (bounded) until it is gone.
-fn kill(d: &Daemon, what: &str) {
-    let pid = libc::pid_t::try_from(d.pid().expect("the gateway runs")).expect("pid fits");
-    // SAFETY: kill(2) has no memory effects; the pid is a gateway this
-    // test started and which has not been reaped (pid() just polled).
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.pid().is_some() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert!(d.pid().is_none(), "{what} still runs after SIGKILL");
-}
-
 #[test]
 fn on_ceph_caw_goes_on_when_the_other_gateway_died() {
     // A dead gateway answers no fence until its watch expires: the
@@ -1063,7 +1048,7 @@ fn on_ceph_caw_goes_on_when_the_other_gateway_died() {
     let old = pattern(0x21, blocks);
     let new = pattern(0x42, blocks);
     write(&mut sa, lba, &old, "the initial WRITE");
-    kill(&b, "gateway B");
+    b.kill_now("gateway B");
     drop(b);
     let r = compare_and_write(&mut sa, lba, &old, &new);
     assert_eq!(
@@ -1122,18 +1107,7 @@ fn on_ceph_failover_after_sigkill_keeps_fua_and_flushed_writes() {
     let r = sa.command(LUN, &SYNCHRONIZE_CACHE_10, &[], 0);
     assert_eq!(r.status, GOOD, "SYNCHRONIZE CACHE through A: {r}");
 
-    let pid = a.pid().expect("gateway A runs");
-    let pid = libc::pid_t::try_from(pid).expect("pid fits");
-    // SAFETY: kill(2) has no memory effects; the pid is gateway A, which
-    // this test started and which has not been reaped (pid() just polled).
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while a.pid().is_some() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert!(a.pid().is_none(), "gateway A still runs after SIGKILL");
+    a.kill_now("gateway A");
     drop(sa);
     drop(a);
 
@@ -1246,7 +1220,7 @@ fn on_ceph_failover_after_sigkill_writes_through_the_other_within_10_s() {
     }
     // In-flight writes through A up to the kill: acknowledged or not,
     // each block holds either the old or this whole value afterwards.
-    kill(&a, "gateway A");
+    a.kill_now("gateway A");
     let killed = Instant::now();
     drop(sa);
     drop(a);

@@ -325,6 +325,21 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL now and wait (bounded, 10 s) until the process is gone:
+    /// a daemon dying without a chance to clean up.
+    pub fn kill_now(&self, what: &str) {
+        let mut guard = self.proc.lock().expect("daemon lock");
+        let proc = guard.as_mut().expect("daemon still owned");
+        if proc.poll().is_none() {
+            signal(&proc.child, libc::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while proc.poll().is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(proc.poll().is_some(), "{what} still runs after SIGKILL");
+    }
+
     fn take_proc(&self) -> Option<Proc> {
         self.proc.lock().ok().and_then(|mut p| p.take())
     }
