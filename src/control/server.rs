@@ -463,14 +463,14 @@ mod tests {
         // SAFETY: getegid(2) takes no arguments and cannot fail.
         let gid = unsafe { libc::getegid() };
         let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
-        let Some(name) = groups.lines().find_map(|l| {
-            let mut f = l.split(':');
-            let name = f.next()?;
-            (f.nth(1)?.parse::<u32>().ok()? == gid).then(|| name.to_owned())
-        }) else {
-            eprintln!("skipped: gid {gid} has no name in /etc/group");
-            return;
-        };
+        let name = groups
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)?.parse::<u32>().ok()? == gid).then(|| name.to_owned())
+            })
+            .unwrap_or_else(|| panic!("gid {gid} has no name in /etc/group"));
         let _sock = AdminSocket::bind(&path, Some(&AdminGroup { name })).expect("binds");
         let meta = std::fs::metadata(&path).expect("exists");
         assert_eq!(meta.permissions().mode() & 0o777, 0o660);
