@@ -772,7 +772,7 @@ fn a_thousand_sessions_cost_no_cpu_idle_and_add_at_most_a_handful_of_threads_clo
     let idle_from = ProcSample::read(pid).expect("/proc of the daemon");
     thread::sleep(IDLE_WINDOW);
     let idle_to = ProcSample::read(pid).expect("/proc of the daemon");
-    let cpu = idle_to.cpu_s - idle_from.cpu_s;
+    let cpu = idle_to.cpu_since(&idle_from);
     let cs = idle_to.ctxsw - idle_from.ctxsw;
     eprintln!(
         "{SESSIONS} idle sessions: {cpu:.2} s of CPU, {cs} context switches in {IDLE_WINDOW:?}"

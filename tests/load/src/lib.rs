@@ -296,7 +296,9 @@ impl Percentiles {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct PidReport {
     pub pid: u32,
-    /// utime + stime, seconds (clock-tick resolution).
+    /// Time on a CPU, seconds: the threads' scheduler run time
+    /// (`/proc/PID/task/*/schedstat`), or utime + stime at clock-tick
+    /// resolution when a thread exited within the window.
     pub cpu_s: f64,
     /// CPU time as percent of one core.
     pub cpu_pct: f64,
@@ -552,7 +554,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         .zip(rss_start.iter().zip(&rss_peak))
         .filter_map(|((&pid, (b, af)), (&rss0, &rss1))| {
             let (b, af) = (b.as_ref()?, af.as_ref()?);
-            let cpu_s = af.cpu_s - b.cpu_s;
+            let cpu_s = af.cpu_since(b);
             let ctxsw = af.ctxsw.saturating_sub(b.ctxsw);
             let per = |x: f64| {
                 if completed > 0 {
