@@ -80,6 +80,20 @@ pub(crate) fn check_usage(cdb: &[u8], usage: &[u8], sa_mask: u8) -> Result<(), S
         return Err(Sense::invalid_cdb_field(cdb.len(), None));
     }
     let last = usage.len().saturating_sub(1);
+    // The common case first, in one pass with no branch a byte: no bit
+    // outside the usage data between the opcode and the control byte
+    // (service action bits count as outside here) and a clean control
+    // byte. Otherwise the loop below decides and names the bad field.
+    let stray = cdb
+        .iter()
+        .zip(usage)
+        .take(last)
+        .skip(1)
+        .fold(0u8, |acc, (&have, &allowed)| acc | (have & !allowed));
+    let control = cdb.get(last).copied().unwrap_or(0) & CONTROL_REJECT;
+    if stray == 0 && (last == 0 || control == 0) {
+        return Ok(());
+    }
     for (i, (&have, &allowed)) in cdb.iter().zip(usage).enumerate().take(last).skip(1) {
         let allowed = if i == 1 { allowed | sa_mask } else { allowed };
         let bad = have & !allowed;
@@ -87,7 +101,6 @@ pub(crate) fn check_usage(cdb: &[u8], usage: &[u8], sa_mask: u8) -> Result<(), S
             return Err(Sense::invalid_cdb_field(i, Some(top_bit(bad))));
         }
     }
-    let control = cdb.get(last).copied().unwrap_or(0) & CONTROL_REJECT;
     if last > 0 && control != 0 {
         return Err(Sense::invalid_cdb_field(last, Some(top_bit(control))));
     }

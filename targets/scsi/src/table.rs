@@ -308,7 +308,7 @@ pub(crate) fn lookup(cdb: &[u8]) -> Lookup {
     };
     let sa = cdb.get(1).map(|b| b & SERVICE_ACTION_MASK);
     let mut opcode_known = false;
-    for desc in COMMANDS.iter().filter(|d| d.opcode == opcode) {
+    for desc in entries_for(opcode) {
         opcode_known = true;
         match desc.service_action {
             None => return Lookup::Found(desc),
@@ -338,8 +338,14 @@ pub(crate) fn available(desc: &CmdDesc, lu: &LogicalUnit) -> bool {
 }
 
 /// Entries for `opcode` (several when it has service actions).
+/// The table is sorted by operation code: a binary search finds the first.
 pub(crate) fn entries_for(opcode: u8) -> impl Iterator<Item = &'static CmdDesc> {
-    COMMANDS.iter().filter(move |d| d.opcode == opcode)
+    let first = COMMANDS.partition_point(|d| d.opcode < opcode);
+    COMMANDS
+        .get(first..)
+        .unwrap_or_default()
+        .iter()
+        .take_while(move |d| d.opcode == opcode)
 }
 
 /// SUPPORT field values (SPC-4 table 371).
