@@ -9,32 +9,52 @@
 use std::io::Write;
 
 use tracing::{Level, Metadata};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; `filter` as `--log` / `RUSTGT_LOG`
 /// (default "info").
 pub fn init(filter: Option<&str>) {
-    let filter =
-        EnvFilter::try_new(filter.unwrap_or("info")).unwrap_or_else(|_| EnvFilter::new("info"));
+    let (targets, env) = filter_of(filter.unwrap_or("info"));
+    let registry = tracing_subscriber::registry().with(targets).with(env);
     if stderr_is_journal() {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
+        let fmt = tracing_subscriber::fmt::layer()
             .with_writer(Journal)
             .with_ansi(false)
-            .without_time()
-            .init();
+            .without_time();
+        registry.with(fmt).init();
         return;
     }
     // Colour only for a person at a terminal: not in a file or a pipe, and
     // never when NO_COLOR is set to anything (no-color.org).
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .init();
+        .with_ansi(colour);
+    registry.with(fmt).init();
+}
+
+/// The filter of `directives`: plain `target=level` lists (the usual
+/// case) as a static [`Targets`] filter, which costs nothing when a span
+/// is entered or left (every connection task is polled inside its span);
+/// directives that filter on spans or fields (`[`, `{`) as an
+/// [`EnvFilter`], which keeps per-span state. Invalid directives fall back
+/// to "info".
+fn filter_of(directives: &str) -> (Option<Targets>, Option<EnvFilter>) {
+    let spans = directives.contains(['[', '{']);
+    if !spans {
+        if let Ok(t) = directives.parse::<Targets>() {
+            return (Some(t), None);
+        }
+    }
+    match EnvFilter::try_new(directives) {
+        Ok(f) => (None, Some(f)),
+        Err(_) => (Some(Targets::new().with_default(Level::INFO)), None),
+    }
 }
 
 /// Whether `JOURNAL_STREAM` ("DEVICE:INODE") names this process's stderr.
@@ -137,6 +157,30 @@ impl<W: Write> Drop for Prefixed<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_directives_get_the_static_filter_and_span_directives_the_dynamic_one() {
+        use tracing::level_filters::LevelFilter;
+        let (t, e) = filter_of("info");
+        assert!(e.is_none());
+        let t = t.expect("static filter");
+        assert!(t.would_enable("rustgt_port", &Level::INFO));
+        assert!(!t.would_enable("rustgt_port", &Level::DEBUG));
+        let (t, e) = filter_of("warn,rustgt_port=trace");
+        assert!(e.is_none());
+        let t = t.expect("static filter");
+        assert!(t.would_enable("rustgt_port::turn", &Level::TRACE));
+        assert!(!t.would_enable("rustgt_iscsi", &Level::INFO));
+        assert!(t.would_enable("rustgt_iscsi", &Level::WARN));
+        let (t, e) = filter_of("info,[conn{initiator=iqn.x}]=debug");
+        assert!(t.is_none());
+        assert!(e.is_some());
+        // Not a directive at all: info, as before.
+        let (t, e) = filter_of("=[");
+        assert!(e.is_none());
+        let t = t.expect("fallback");
+        assert_eq!(t.default_level(), Some(LevelFilter::INFO));
+    }
 
     #[test]
     fn every_line_of_an_event_gets_its_priority() {
