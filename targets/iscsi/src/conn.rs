@@ -45,6 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 
 use rustgt_scsi::{Command, TmfFunction};
 
@@ -170,12 +171,15 @@ pub struct Connection {
     exp_cmd_sn: u32,
     max_cmd_sn: u32,
     session: Option<SessionInfo>,
-    writes: HashMap<u32, WriteTask>,
+    /// Keyed by ITT with FxHash: the initiator chooses the keys, but
+    /// these maps hold at most the session's queue depth, so colliding
+    /// ITTs cost that initiator a few probes, no more.
+    writes: FxHashMap<u32, WriteTask>,
     /// Reads (on TCP, longer than a small payload) waiting for room in the
     /// data buffer budget before they run: the command, its LUN, its iSER
     /// header. Their ITTs are in `budget_wait`.
     reads_waiting: HashMap<u32, (ScsiCommand, u64, ControlHeader)>,
-    inflight: HashMap<u32, InFlight>,
+    inflight: FxHashMap<u32, InFlight>,
     /// Task-management requests handed to the driver, by ITT, with
     /// whether each was immediate; at most [`MAX_TMFS_RUNNING`].
     tmfs: HashMap<u32, bool>,
@@ -259,9 +263,9 @@ impl Connection {
             exp_cmd_sn: 0,
             max_cmd_sn: 0,
             session: None,
-            writes: HashMap::new(),
+            writes: FxHashMap::default(),
             reads_waiting: HashMap::new(),
-            inflight: HashMap::new(),
+            inflight: FxHashMap::default(),
             tmfs: HashMap::new(),
             tmf_queue: VecDeque::new(),
             tmfs_rejected: 0,

@@ -15,10 +15,9 @@
 //!   attentions, so a new nexus starts without any.
 
 use rustgt_backstore::StreamHint;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::cmd::{Command, Completion, Done, Nexus, Response, TmfFunction, TmfResponse};
@@ -131,12 +130,7 @@ impl ScsiTarget {
         Arc::new(ScsiTarget {
             name: name.to_string(),
             qos: Arc::default(),
-            shared: Arc::new(TargetShared {
-                luns: RwLock::new(BTreeMap::new()),
-                nexuses: Mutex::new(HashMap::new()),
-                registry,
-                port_groups: RwLock::new(Vec::new()),
-            }),
+            shared: Arc::new(TargetShared::new(registry)),
             control: Control::start(name),
             shut_down: AtomicBool::new(false),
         })
@@ -506,7 +500,7 @@ impl ScsiTarget {
     /// (their completions report `aborted`), its unit attentions dropped.
     /// Does not wait for running tasks.
     pub fn nexus_lost(&self, nexus: &Nexus) {
-        lock(&self.shared.nexuses).remove(&nexus.id);
+        self.shared.forget(nexus.id);
         for lu in self.shared.all_lus() {
             lu.tasks.abort_matching(|k| k.nexus == nexus.id);
             lu.tasks.forget_nexus(nexus.id);
