@@ -72,6 +72,19 @@ impl StreamWire {
     /// Takes newly received `data` in: what a rejected PDU still had is
     /// skipped, the rest joins the unparsed bytes, which are handed out
     /// (give them back with [`StreamWire::keep_input`]).
+    /// Whether no received bytes wait to be parsed or skipped.
+    pub(super) fn input_idle(&self) -> bool {
+        self.inbuf.is_empty() && self.discard == 0
+    }
+
+    /// Keeps `rest`, the unparsed tail of a read parsed in place (see
+    /// [`Self::input_idle`]), and `discard` more bytes to skip.
+    pub(super) fn keep_tail(&mut self, rest: &[u8], discard: usize) {
+        self.inbuf.clear();
+        self.inbuf.extend_from_slice(rest);
+        self.discard += discard;
+    }
+
     pub(super) fn take_input(&mut self, mut data: &[u8]) -> Vec<u8> {
         if self.discard > 0 {
             let n = self.discard.min(data.len());

@@ -43,7 +43,32 @@ impl Connection {
         };
         self.last_rx = Some(now);
         self.clock = self.clock.max(now);
+        if s.input_idle() {
+            // Nothing of an earlier read waits: the PDUs are parsed where
+            // the driver read them, and only an incomplete tail is kept.
+            let (pos, discard) = self.parse_pdus(data, now);
+            if let Wire::Stream(s) = &mut self.wire {
+                s.keep_tail(data.get(pos..).unwrap_or_default(), discard);
+            }
+            return;
+        }
         let mut buf = s.take_input(data);
+        let (pos, discard) = self.parse_pdus(&buf, now);
+        // Compact: keep only the unparsed tail.
+        if pos >= buf.len() {
+            buf.clear();
+        } else if pos > 0 {
+            buf.drain(..pos);
+        }
+        if let Wire::Stream(s) = &mut self.wire {
+            s.keep_input(buf, discard);
+        }
+    }
+
+    /// Takes every whole PDU from the front of `buf`: how many bytes they
+    /// took, and how many bytes of a rejected PDU past the end of `buf`
+    /// are still to skip.
+    fn parse_pdus(&mut self, buf: &[u8], now: Instant) -> (usize, usize) {
         let mut pos = 0usize;
         let mut discard = 0usize;
         while !self.is_closing() {
@@ -63,15 +88,7 @@ impl Connection {
                 }
             }
         }
-        // Compact: keep only the unparsed tail.
-        if pos >= buf.len() {
-            buf.clear();
-        } else if pos > 0 {
-            buf.drain(..pos);
-        }
-        if let Wire::Stream(s) = &mut self.wire {
-            s.keep_input(buf, discard);
-        }
+        (pos, discard)
     }
 
     /// Try to take one PDU from the front of `buf`.
