@@ -201,12 +201,13 @@ impl Task {
         } else {
             SpinSlot::take(wait_from)
         };
-        let until = wait_from
-            + if slot.is_some() {
-                budget
-            } else {
-                Duration::ZERO
-            };
+        if slot.is_none() {
+            // No spin this wait (the usual case where spinning does not
+            // pay): park at once, without looking at the clock again.
+            self.streaming = false;
+            return Ok(Got::Nothing);
+        }
+        let until = wait_from + budget;
         // While the thread shares its CPU with another process (see
         // `BusyPoll::held`) it spins briefly and does not yield.
         let held = self.poll.held(wait_from);
