@@ -12,12 +12,17 @@
 //! counters as a meter, so they count the same.
 //!
 //! Guarantees: a swap never waits for I/O (calls clone the current store's
-//! Arc and drop the lock before doing I/O); calls already running finish on
-//! the store they started on; counters are lock-free.
+//! Arc before doing I/O); calls already running finish on the store they
+//! started on; counters are lock-free. The current store is read without a
+//! lock (`arc-swap`): the reactors look at it several times per command
+//! (its geometry first of all), and a lock's counter written by every
+//! reactor would move between their CPUs' caches each time.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+use arc_swap::ArcSwap;
 
 use rustgt_backstore::uring::{IoKind, IoMeter, UringFile};
 use rustgt_backstore::StreamHint;
@@ -50,7 +55,11 @@ pub struct Current {
 /// The swappable, metered store of one LUN.
 #[derive(Debug)]
 pub struct LunStore {
-    current: RwLock<Current>,
+    current: ArcSwap<Current>,
+    /// Held by [`LunStore::replace`] while it waits for the calls on the
+    /// old store; new calls that find `swapping` set wait for it.
+    swap: Mutex<()>,
+    swapping: AtomicBool,
     /// Shared with the io_uring ops in flight, which report here.
     counters: Arc<Counters>,
 }
@@ -126,27 +135,33 @@ fn micros(since: Instant) -> u64 {
 impl LunStore {
     pub fn new(current: Current) -> Arc<LunStore> {
         Arc::new(LunStore {
-            current: RwLock::new(current),
+            current: ArcSwap::from_pointee(current),
+            swap: Mutex::new(()),
+            swapping: AtomicBool::new(false),
             counters: Arc::default(),
         })
     }
 
     /// What the LUN runs on now.
     pub fn current(&self) -> Current {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        Current::clone(&self.current.load())
     }
 
+    /// The current store for a call that does I/O: its Arc, which counts
+    /// the call as running for [`Self::replace`]. Waits while a swap is
+    /// under way.
     fn store(&self) -> Arc<dyn Backstore> {
-        Arc::clone(
-            &self
-                .current
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .store,
-        )
+        if self.swapping.load(Ordering::Acquire) {
+            drop(self.swap.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        Arc::clone(&self.current.load().store)
+    }
+
+    /// `f` on the current store, for a call that does no I/O and takes no
+    /// lock of the store's (its geometry, what it supports): no Arc is
+    /// cloned, so nothing shared is written.
+    fn peek<R>(&self, f: impl FnOnce(&dyn Backstore) -> R) -> R {
+        f(&*self.current.load().store)
     }
 
     /// Puts `next` in place once every call already running on the old
@@ -155,7 +170,9 @@ impl LunStore {
     /// Returns what was there: drop it outside any lock (dropping an I/O
     /// context joins its threads). Blocks, at most [`QUIESCE_LIMIT`].
     pub fn replace(&self, next: Current) -> Current {
-        let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let _swap = self.swap.lock().unwrap_or_else(PoisonError::into_inner);
+        self.swapping.store(true, Ordering::SeqCst);
+        let cur = self.current.load_full();
         // Our own references: the store, and the context when it is the
         // same allocation. Calls in flight hold one more each.
         // (Not with a fault wrapper: that is the store, the context
@@ -187,7 +204,24 @@ impl LunStore {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        std::mem::replace(&mut *cur, next)
+        drop(cur);
+        let old = self.current.swap(Arc::new(next));
+        self.swapping.store(false, Ordering::Release);
+        // A `peek` that began before the swap may hold the old value a
+        // moment longer (it does no I/O): wait for it, bounded, so the
+        // caller is the one that drops it.
+        let deadline = Instant::now() + QUIESCE_LIMIT;
+        let mut old = old;
+        loop {
+            match Arc::try_unwrap(old) {
+                Ok(current) => return current,
+                Err(back) if Instant::now() < deadline => {
+                    old = back;
+                    std::thread::yield_now();
+                }
+                Err(back) => return Current::clone(&back),
+            }
+        }
     }
 
     pub fn io_context(&self) -> Option<Arc<IoContext>> {
@@ -273,11 +307,11 @@ impl LunStore {
 
 impl Backstore for LunStore {
     fn kind(&self) -> &'static str {
-        self.store().kind()
+        self.peek(|s| s.kind())
     }
 
     fn geometry(&self) -> Geometry {
-        self.store().geometry()
+        self.peek(|s| s.geometry())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -349,11 +383,11 @@ impl Backstore for LunStore {
     }
 
     fn supports_write_same(&self) -> bool {
-        self.store().supports_write_same()
+        self.peek(|s| s.supports_write_same())
     }
 
     fn supports_unmap(&self) -> bool {
-        self.store().supports_unmap()
+        self.peek(|s| s.supports_unmap())
     }
 
     /// The engine's watch: an engine swapped in later (a resize or a
@@ -386,7 +420,11 @@ impl Backstore for LunStore {
     }
 
     fn nonblocking(&self) -> Nonblocking {
-        self.store().nonblocking()
+        self.peek(|s| s.nonblocking())
+    }
+
+    fn has_uring_file(&self) -> bool {
+        self.peek(|s| s.has_uring_file())
     }
 
     /// The current store's file, metered here too.
@@ -404,19 +442,20 @@ impl Backstore for LunStore {
 /// What a reactor's io_uring did for this LUN counts as if it had gone
 /// through [`LunStore`]'s own calls.
 impl IoMeter for Counters {
-    fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool) {
+    fn io_done(&self, kind: IoKind, len: u64, took: std::time::Duration, ok: bool) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         match kind {
             IoKind::Read => {
                 add(&self.reads, 1);
                 add(&self.read_bytes, len);
                 self.sizes.record(len);
-                self.read_latency_us.record(micros(started));
+                self.read_latency_us.record(us);
             }
             IoKind::Write => {
                 add(&self.writes, 1);
                 add(&self.write_bytes, len);
                 self.sizes.record(len);
-                self.write_latency_us.record(micros(started));
+                self.write_latency_us.record(us);
             }
             IoKind::Flush => add(&self.flushes, 1),
         }
@@ -480,6 +519,90 @@ mod tests {
         let mut buf = [0u8; 512];
         s.read_at(&mut buf, (2 << 20) - 512)
             .expect("new end readable");
+    }
+
+    /// A RAM store whose next write waits until `release` is sent.
+    #[derive(Debug)]
+    struct Held {
+        ram: Arc<dyn Backstore>,
+        entered: std::sync::mpsc::SyncSender<()>,
+        release: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl Backstore for Held {
+        fn kind(&self) -> &'static str {
+            "held"
+        }
+        fn geometry(&self) -> Geometry {
+            self.ram.geometry()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            self.ram.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+            let _ = self.entered.send(());
+            let _ = self
+                .release
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .recv_timeout(std::time::Duration::from_secs(10));
+            self.ram.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> Result<()> {
+            self.ram.flush()
+        }
+    }
+
+    #[test]
+    fn a_swap_waits_for_the_calls_running_on_the_old_store() {
+        let (entered_tx, entered) = std::sync::mpsc::sync_channel(1);
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let old_ram = ram(1 << 20);
+        let s = LunStore::new(Current {
+            store: Arc::new(Held {
+                ram: Arc::clone(&old_ram),
+                entered: entered_tx,
+                release: Mutex::new(release_rx),
+            }),
+            io_context: None,
+            faults: None,
+            image_lock: None,
+        });
+        let swapped = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(|| s.write_at(&[9u8; 512], 0, false));
+            entered
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("the write started");
+            let swapper = scope.spawn(|| {
+                let old = s.replace(Current {
+                    store: ram(2 << 20),
+                    io_context: None,
+                    faults: None,
+                    image_lock: None,
+                });
+                swapped.store(true, Ordering::SeqCst);
+                old
+            });
+            // The write on the old store is still running: no swap yet,
+            // and the geometry is still the old one.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                !swapped.load(Ordering::SeqCst),
+                "swapped under a running call"
+            );
+            assert_eq!(s.geometry().size_bytes(), 1 << 20);
+            release.send(()).expect("release");
+            writer.join().expect("writer").expect("write");
+            let old = swapper.join().expect("swapper");
+            assert!(swapped.load(Ordering::SeqCst));
+            assert_eq!(old.store.kind(), "held");
+        });
+        // The write went to the old store, and the new one is in place.
+        let mut buf = [0u8; 512];
+        old_ram.read_at(&mut buf, 0).expect("read old");
+        assert_eq!(buf, [9u8; 512]);
+        assert_eq!(s.geometry().size_bytes(), 2 << 20);
     }
 
     #[test]
