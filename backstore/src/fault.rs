@@ -616,6 +616,10 @@ impl Backstore for FaultBackstore {
             self.inner.uring_file()
         }
     }
+
+    fn has_uring_file(&self) -> bool {
+        !self.faults.active() && self.inner.has_uring_file()
+    }
 }
 
 #[cfg(test)]

@@ -150,6 +150,10 @@ impl<M: Medium> Backstore for FdStore<M> {
         Some(self.io.uring_file())
     }
 
+    fn has_uring_file(&self) -> bool {
+        true
+    }
+
     fn nonblocking(&self) -> crate::nowait::Nonblocking {
         self.io.nonblocking()
     }

@@ -125,6 +125,14 @@ pub trait Backstore: Keepalive + Send + Sync + Debug {
         None
     }
 
+    /// Whether [`Self::uring_file`] would give a file now, without building
+    /// one (which clones the file's and every meter's `Arc`): asked on
+    /// every read a reactor considers for its ring. Layers that override
+    /// `uring_file` override this too.
+    fn has_uring_file(&self) -> bool {
+        self.uring_file().is_some()
+    }
+
     /// Calls `hook` with the new number of blocks whenever the store's
     /// capacity changes by itself (an RBD image resized elsewhere), so the
     /// layer above can tell its initiators. Returns whether the store

@@ -129,8 +129,10 @@ impl UringFile {
     /// Tells every meter that an op of `len` bytes started at `started`
     /// has ended (`ok`: without error).
     pub fn record(&self, kind: IoKind, len: u64, started: Instant, ok: bool) {
+        // One clock read for all the meters.
+        let took = started.elapsed();
         for m in &self.meters {
-            m.io_done(kind, len, started, ok);
+            m.io_done(kind, len, took, ok);
         }
     }
 
@@ -167,11 +169,11 @@ pub enum IoKind {
 /// an I/O context): told of each op the ring did for it, since those ops
 /// bypass its `read_at`/`write_at`.
 pub trait IoMeter: Send + Sync + fmt::Debug {
-    /// One op of `kind`, `len` bytes, started at `started`, has just
+    /// One op of `kind`, `len` bytes, which took `took`, has just
     /// completed (`ok`: without error). Called once per op, on the thread
     /// that completed it (a reactor reaping its ring, or the store's own
     /// thread for [`crate::aio`]); must not block.
-    fn io_done(&self, kind: IoKind, len: u64, started: Instant, ok: bool);
+    fn io_done(&self, kind: IoKind, len: u64, took: std::time::Duration, ok: bool);
 
     /// The op just reported with `ok` false ended with `error`: for a
     /// layer that acts on some errors (the daemon reopens an RBD LUN whose
@@ -499,18 +501,19 @@ pub fn in_flight() -> usize {
 /// later [`reap`] (or [`stop_thread`]) on this thread. Without a ring or
 /// room, the callback runs now with a `WouldBlock` error.
 pub fn submit(file: &UringFile, op: Op, buf: RingBuf, callback: OpDone) {
-    submit_callback(file, op, buf, Callback::Boxed(callback));
+    submit_callback(&file.file, op, buf, Callback::Boxed(callback));
 }
 
 /// [`submit`] with a typed completion: `done(slot, result, buf)` runs from
 /// a later [`reap`] on this thread (or now, refused, without a ring or
 /// room). Submitting and reaping this way allocates nothing once the
-/// ring's slots have grown to the ops in flight.
-pub fn submit_slot(file: &UringFile, op: Op, buf: RingBuf, done: SlotDone, slot: usize) {
+/// ring's slots have grown to the ops in flight. Only the file is taken
+/// here: the caller keeps its [`UringFile`] (meters, holds) with the slot.
+pub fn submit_slot(file: &Arc<File>, op: Op, buf: RingBuf, done: SlotDone, slot: usize) {
     submit_callback(file, op, buf, Callback::Slot(done, slot));
 }
 
-fn submit_callback(file: &UringFile, op: Op, buf: RingBuf, callback: Callback) {
+fn submit_callback(file: &Arc<File>, op: Op, buf: RingBuf, callback: Callback) {
     let bad_len = match op {
         Op::Read { len, .. } | Op::Write { len, .. } => len > buf.len() || len > u32::MAX as usize,
         Op::Fsync => false,
@@ -521,7 +524,7 @@ fn submit_callback(file: &UringFile, op: Op, buf: RingBuf, callback: Callback) {
         return;
     }
     let entry = InFlight {
-        file: Arc::clone(&file.file),
+        file: Arc::clone(file),
         buf,
         op,
         done_bytes: 0,

@@ -555,6 +555,10 @@ impl Backstore for IoContext {
         Some(f)
     }
 
+    fn has_uring_file(&self) -> bool {
+        self.shared.passthrough && self.shared.inner.has_uring_file()
+    }
+
     /// A passthrough context is as non-blocking as its engine. With
     /// rustgt's own readahead in shared mode, reads can be tried: one whose
     /// pages are all cached is served on the caller's thread (a reactor),
@@ -575,9 +579,9 @@ impl Backstore for IoContext {
 /// Counts the reads io_uring served for a passthrough context as its own
 /// direct reads.
 impl crate::uring::IoMeter for Shared {
-    fn io_done(&self, kind: crate::uring::IoKind, len: u64, started: Instant, ok: bool) {
+    fn io_done(&self, kind: crate::uring::IoKind, len: u64, took: std::time::Duration, ok: bool) {
         if kind == crate::uring::IoKind::Read && ok {
-            let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
             let mut state = lock(&self.state);
             state.core.count_direct(len);
             state.core.record_latency(ns);

@@ -69,7 +69,7 @@ fn class(cdb: &[u8]) -> Option<Class> {
 /// Whether the ring path may serve this LUN's commands on a thread with a
 /// ring (for the log line at LUN start).
 pub(crate) fn serves(lu: &LogicalUnit) -> bool {
-    lu.backstore.uring_file().is_some()
+    lu.backstore.has_uring_file()
 }
 
 /// Whether this read of this LUN goes to this thread's ring even when the
@@ -83,7 +83,7 @@ pub(crate) fn serves(lu: &LogicalUnit) -> bool {
 /// together (one `preadv2`, one `io_uring_enter`) instead of one
 /// `preadv2(RWF_NOWAIT)` each.
 pub(crate) fn batches_reads(lu: &LogicalUnit) -> bool {
-    uring::has_room() && lu.backstore.uring_file().is_some() && uring::turn_read() > 0
+    uring::has_room() && lu.backstore.has_uring_file() && uring::turn_read() > 0
 }
 
 /// Whether the LUN's store takes these commands on its own asynchronous
@@ -303,7 +303,7 @@ pub(crate) fn start(
             let lu = Arc::clone(lu);
             match via {
                 Via::Ring(file) => {
-                    let ring_file = file.clone();
+                    let ring_file = Arc::clone(&file.file);
                     let slot = SLAB.with(|s| {
                         s.borrow_mut().insert(RingCmd {
                             lu,
