@@ -129,7 +129,11 @@ fn get(c: &AtomicU64) -> u64 {
 }
 
 fn micros(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX)
+    micros_of(since.elapsed())
+}
+
+fn micros_of(took: std::time::Duration) -> u64 {
+    u64::try_from(took.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl LunStore {
@@ -443,7 +447,7 @@ impl Backstore for LunStore {
 /// through [`LunStore`]'s own calls.
 impl IoMeter for Counters {
     fn io_done(&self, kind: IoKind, len: u64, took: std::time::Duration, ok: bool) {
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let us = micros_of(took);
         match kind {
             IoKind::Read => {
                 add(&self.reads, 1);
