@@ -1,6 +1,8 @@
 //! One connection's side of the port: [`PortConn`], owned by the driver's
 //! task for that connection.
 
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,6 +34,10 @@ pub struct PortConn {
     /// Where the SCSI core delivers the responses of commands it did not
     /// finish inline: one per connection, shared by its commands.
     sink: Arc<ConnSink>,
+    /// Responses its sink got on this thread while the connection itself
+    /// was calling into the SCSI core ([`Here`]), waiting for
+    /// [`Self::try_recv`] and [`Self::recv`] ahead of the channel.
+    local: VecDeque<Response>,
     admitted: Admitted,
 }
 
@@ -42,6 +48,7 @@ pub struct PortConn {
 /// core allocates nothing.
 #[derive(Debug)]
 struct ConnSink {
+    conn_id: u64,
     tx: mpsc::UnboundedSender<PortMsg>,
     stats: Arc<ConnStats>,
 }
@@ -50,7 +57,79 @@ impl ResponseSink for ConnSink {
     fn deliver(&self, ticket: Ticket, response: Response) {
         let data_out = usize::try_from(ticket.token).unwrap_or(usize::MAX);
         self.stats.record(ticket.started, data_out, &response);
-        let _ = self.tx.send(PortMsg::Done(response));
+        if let Some(response) = Here::keep(self.conn_id, response) {
+            let _ = self.tx.send(PortMsg::Done(response));
+        }
+    }
+}
+
+/// The connection whose own call into the SCSI core runs on this thread
+/// now, and the responses its sink got meanwhile. A command the core
+/// finishes during that call (a buffered write on the reactor, a check
+/// that fails, a read of cached pages reaped when the turn's ring batch
+/// ends) goes back to the turn that runs it, not through the
+/// connection's channel, which would wake its own task for one more
+/// poll. Responses for other connections, and from other threads, take
+/// the channel as before.
+struct Here {
+    conn: Cell<Option<u64>>,
+    done: RefCell<Vec<Response>>,
+}
+
+thread_local! {
+    static HERE: Here = const {
+        Here {
+            conn: Cell::new(None),
+            done: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+impl Here {
+    /// Keeps `response` for `conn` if that connection's call runs on this
+    /// thread now; otherwise gives it back.
+    fn keep(conn: u64, response: Response) -> Option<Response> {
+        let mut response = Some(response);
+        let _ = HERE.try_with(|h| {
+            if h.conn.get() == Some(conn) {
+                if let Ok(mut done) = h.done.try_borrow_mut() {
+                    done.extend(response.take());
+                }
+            }
+        });
+        response
+    }
+}
+
+/// Runs `f` as connection `conn`'s own call into the SCSI core (see
+/// [`Here`]): the responses its sink gets on this thread meanwhile go to
+/// the end of `local`.
+fn here<T>(conn: u64, local: &mut VecDeque<Response>, f: impl FnOnce() -> T) -> T {
+    let from = HERE.with(|h| h.done.try_borrow().map_or(0, |d| d.len()));
+    let guard = HereGuard {
+        prev: HERE.with(|h| h.conn.replace(Some(conn))),
+    };
+    let out = f();
+    drop(guard);
+    HERE.with(|h| {
+        if let Ok(mut done) = h.done.try_borrow_mut() {
+            if done.len() > from {
+                local.extend(done.drain(from..));
+            }
+        }
+    });
+    out
+}
+
+/// Restores the thread's [`Here`] when a connection's call ends, also
+/// if it panics.
+struct HereGuard {
+    prev: Option<u64>,
+}
+
+impl Drop for HereGuard {
+    fn drop(&mut self) {
+        let _ = HERE.try_with(|h| h.conn.set(self.prev));
     }
 }
 
@@ -88,6 +167,7 @@ impl PortConn {
         admitted: Admitted,
     ) -> PortConn {
         let sink = Arc::new(ConnSink {
+            conn_id: id,
             tx: tx.clone(),
             stats: Arc::clone(&stats),
         });
@@ -100,6 +180,7 @@ impl PortConn {
             target: None,
             stats,
             sink,
+            local: VecDeque::new(),
             admitted,
         }
     }
@@ -154,11 +235,17 @@ impl PortConn {
     /// The next message for this connection. Never ends while the
     /// connection is registered (the port holds a sender).
     pub async fn recv(&mut self) -> Option<PortMsg> {
+        if let Some(r) = self.local.pop_front() {
+            return Some(PortMsg::Done(r));
+        }
         self.rx.recv().await
     }
 
     /// A message already waiting, without waiting.
     pub fn try_recv(&mut self) -> Option<PortMsg> {
+        if let Some(r) = self.local.pop_front() {
+            return Some(PortMsg::Done(r));
+        }
         self.rx.try_recv().ok()
     }
 
@@ -167,12 +254,17 @@ impl PortConn {
     /// ring go to the kernel in one `io_uring_enter`, and the completions
     /// already there (reads of cached pages finish inside that call) run
     /// at once, so their responses wait in [`Self::try_recv`] before the
-    /// driver sends what the turn produced. Returns whether any completion
-    /// ran (of this connection or another on the reactor). Without a ring
-    /// or with nothing queued it makes no system call.
+    /// driver sends what the turn produced (this connection's without
+    /// passing through its channel, see [`Here`]). Returns whether any
+    /// completion ran (of this connection or another on the reactor).
+    /// Without a ring or with nothing queued it makes no system call.
     /// A turn calls it at most [`TURN_ROUNDS`] times.
     pub fn end_ring_batch(&mut self) -> bool {
-        rustgt_scsi::uring::submit_and_reap() > 0
+        here(
+            self.id,
+            &mut self.local,
+            rustgt_scsi::uring::submit_and_reap,
+        ) > 0
     }
 
     /// Releases this connection's I_T nexus now, if it still holds one
@@ -226,10 +318,11 @@ impl PortConn {
                     },
                 );
                 // A file or block-device LUN: this reactor's io_uring, whose
-                // completion runs on this thread too.
+                // completion runs on this thread too. What it finishes at
+                // once (a buffered write, a failed check) comes back here.
                 let (cmd, done) = if self.port.run_to_completion() {
-                    match t.run_on_ring_to(cmd, done) {
-                        Ok(()) => return None,
+                    match here(self.id, &mut self.local, || t.run_on_ring_to(cmd, done)) {
+                        Ok(()) => return self.local.pop_front(),
                         Err(back) => back,
                     }
                 } else {
@@ -269,5 +362,78 @@ impl PortConn {
 impl Drop for PortConn {
     fn drop(&mut self) {
         self.port.close(self.id);
+    }
+}
+
+#[cfg(test)]
+mod here_tests {
+    use super::*;
+
+    fn sink(conn_id: u64) -> (ConnSink, mpsc::UnboundedReceiver<PortMsg>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(ConnStats::default());
+        (ConnSink { conn_id, tx, stats }, rx)
+    }
+
+    fn deliver(s: &ConnSink, tag: u64) {
+        let ticket = Ticket {
+            started: Instant::now(),
+            token: 0,
+        };
+        s.deliver(
+            ticket,
+            Response {
+                tag,
+                ..Response::default()
+            },
+        );
+    }
+
+    fn tag_of(msg: Option<PortMsg>) -> Option<u64> {
+        match msg {
+            Some(PortMsg::Done(r)) => Some(r.tag),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn only_the_calling_connections_own_responses_skip_its_channel() {
+        let (mine, mut mine_rx) = sink(7);
+        let (other, mut other_rx) = sink(8);
+        let mut local = VecDeque::new();
+        here(7, &mut local, || {
+            deliver(&mine, 1);
+            deliver(&other, 2);
+            deliver(&mine, 3);
+        });
+        assert_eq!(local.iter().map(|r| r.tag).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(tag_of(mine_rx.try_recv().ok()), None);
+        assert_eq!(tag_of(other_rx.try_recv().ok()), Some(2));
+        // Outside the call, and from another thread during it, the
+        // channel as before.
+        deliver(&mine, 4);
+        assert_eq!(tag_of(mine_rx.try_recv().ok()), Some(4));
+        let mine = Arc::new(mine);
+        here(7, &mut local, || {
+            let m = Arc::clone(&mine);
+            std::thread::spawn(move || deliver(&m, 5))
+                .join()
+                .expect("delivering thread");
+        });
+        assert_eq!(local.len(), 2);
+        assert_eq!(tag_of(mine_rx.try_recv().ok()), Some(5));
+    }
+
+    #[test]
+    fn a_call_that_panics_leaves_no_connection_marked_on_the_thread() {
+        let (mine, mut rx) = sink(9);
+        let mut local = VecDeque::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            here(9, &mut local, || panic!("in the core"))
+        }));
+        assert!(r.is_err());
+        deliver(&mine, 1);
+        assert_eq!(tag_of(rx.try_recv().ok()), Some(1));
+        assert!(local.is_empty());
     }
 }
