@@ -377,16 +377,10 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
         Err(sense) => return fail(&cmd, sense),
     }
     let ext = sbc::extent(Cdb::new(&cmd.cdb));
-    if class != Class::Sync {
-        if let Err(sense) = sbc::check_max_transfer(lu, ext) {
-            return fail(&cmd, sense);
-        }
-    }
-    let (offset, bytes) = match sbc::check_range(lu, ext) {
-        Ok(r) => r,
+    let sbc::Placed { offset, bytes, bs } = match sbc::place(lu, ext, class != Class::Sync) {
+        Ok(p) => p,
         Err(sense) => return fail(&cmd, sense),
     };
-    let bs = sbc::block_size(lu);
     let (op, len, exclusive) = match class {
         Class::Read => {
             // Only what fits the Data-In buffer is read (as `sbc::read`).

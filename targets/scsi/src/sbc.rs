@@ -91,7 +91,30 @@ pub(crate) fn check_max_transfer(lu: &LogicalUnit, ext: Extent) -> Result<(), Se
 
 /// Checks the extent against the capacity; returns (byte offset, bytes).
 pub(crate) fn check_range(lu: &LogicalUnit, ext: Extent) -> Result<(u64, u64), Sense> {
-    let num_blocks = lu.geometry().num_blocks;
+    let p = place(lu, ext, false)?;
+    Ok((p.offset, p.bytes))
+}
+
+/// Where a data transfer's extent lies on the medium.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placed {
+    /// Byte offset.
+    pub offset: u64,
+    /// Bytes the extent covers.
+    pub bytes: u64,
+    /// The unit's block size, never zero.
+    pub bs: u64,
+}
+
+/// [`check_max_transfer`] (when `limit`) and [`check_range`] on one look
+/// at the unit's geometry, which the data path would otherwise take
+/// three times a command.
+pub(crate) fn place(lu: &LogicalUnit, ext: Extent, limit: bool) -> Result<Placed, Sense> {
+    let g = lu.geometry();
+    if limit && ext.blocks > u64::from(max_transfer_blocks(g.block_size)) {
+        return Err(Sense::invalid_cdb_field(ext.len_at, None));
+    }
+    let num_blocks = g.num_blocks;
     let end = ext
         .lba
         .checked_add(ext.blocks)
@@ -99,10 +122,10 @@ pub(crate) fn check_range(lu: &LogicalUnit, ext: Extent) -> Result<(u64, u64), S
     if ext.lba >= num_blocks || end > num_blocks {
         return Err(lba_out_of_range());
     }
-    let bs = block_size(lu);
+    let bs = u64::from(g.block_size.max(1));
     let offset = ext.lba.checked_mul(bs).ok_or_else(lba_out_of_range)?;
     let bytes = ext.blocks.checked_mul(bs).ok_or_else(lba_out_of_range)?;
-    Ok((offset, bytes))
+    Ok(Placed { offset, bytes, bs })
 }
 
 /// Whole blocks of `data`, at most `bytes` (the CDB's transfer length).
@@ -175,9 +198,7 @@ fn compare_pattern(
 pub(crate) fn read(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let lu = ctx.lu()?;
     let ext = extent(ctx.cdb);
-    check_max_transfer(lu, ext)?;
-    let (offset, bytes) = check_range(lu, ext)?;
-    let bs = block_size(lu);
+    let Placed { offset, bytes, bs } = place(lu, ext, true)?;
     // Only what fits the Data-In buffer is transferred, so only that is read.
     let buffer = u64::from(ctx.cmd.data_in_len).div_ceil(bs) * bs;
     let _range = lu.lba_locks.shared(ext.lba, ext.blocks)?;
@@ -190,9 +211,8 @@ pub(crate) fn read(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
 pub(crate) fn write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let lu = ctx.lu()?;
     let ext = extent(ctx.cdb);
-    check_max_transfer(lu, ext)?;
-    let (offset, bytes) = check_range(lu, ext)?;
-    let data = whole_blocks(&ctx.cmd.data_out, bytes, block_size(lu));
+    let Placed { offset, bytes, bs } = place(lu, ext, true)?;
+    let data = whole_blocks(&ctx.cmd.data_out, bytes, bs);
     if !data.is_empty() {
         let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
         let fua = ctx.cdb.bit(1, 0x08) || !lu.mode().write_cache;
