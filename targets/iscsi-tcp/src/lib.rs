@@ -163,6 +163,7 @@ async fn drive(
         sock,
         direct,
         out: Output::default(),
+        input_at: None,
     };
     rustgt_port::serve(pc, &mut link).await
 }
@@ -175,6 +176,9 @@ struct TcpLink {
     /// A second descriptor of `sock`'s socket (see [`read_some`]).
     direct: Option<std::net::TcpStream>,
     out: Output,
+    /// The clock the last read that got input gave the core (see
+    /// [`Link::take_input_at`]).
+    input_at: Option<std::time::Instant>,
 }
 
 impl Link for TcpLink {
@@ -204,7 +208,11 @@ impl Link for TcpLink {
             return Ok(Got::Nothing);
         }
         let direct = if alone { self.direct.as_ref() } else { None };
-        read_into(&self.sock, direct, &mut self.conn)
+        read_into(&self.sock, direct, &mut self.conn, &mut self.input_at)
+    }
+
+    fn take_input_at(&mut self) -> Option<std::time::Instant> {
+        self.input_at.take()
     }
 
     async fn ready(&mut self) -> std::io::Result<Got> {
@@ -215,7 +223,7 @@ impl Link for TcpLink {
         tokio::select! {
             r = self.sock.readable(), if !full => {
                 r?;
-                read_into(&self.sock, None, &mut self.conn)
+                read_into(&self.sock, None, &mut self.conn, &mut self.input_at)
             }
             r = self.sock.writable(), if self.out.pending() => {
                 r?;
@@ -245,18 +253,24 @@ const LINGER: Duration = Duration::from_secs(10);
 /// through tokio, or through `direct`, a second descriptor of `sock`'s
 /// socket, whatever tokio last saw of its readiness. Either way a read
 /// that drained the socket clears that readiness (see [`read_some`]).
+/// The clock handed to the core with input goes to `input_at`.
 fn read_into(
     sock: &TcpStream,
     direct: Option<&std::net::TcpStream>,
     conn: &mut Connection,
+    input_at: &mut Option<std::time::Instant>,
 ) -> std::io::Result<Got> {
     let now = std::time::Instant::now();
     let full_feature = conn.session().is_some();
-    got_of(read_into_core(
+    let got = got_of(read_into_core(
         full_feature,
         |buf| read_some(sock, direct, buf),
         |data| conn.handle_input(data, now),
-    ))
+    ));
+    if matches!(got, Ok(Got::Input)) {
+        *input_at = Some(now);
+    }
+    got
 }
 
 /// What one read's result means for the turn.

@@ -260,7 +260,12 @@ async fn drive(
     );
     let cq_fd = watch(d.res.comp_fd()).map_err(|e| io_err("watch completion channel", e))?;
     let cm_fd = watch(d.res.cm.channel.fd()).map_err(|e| io_err("watch CM channel", e))?;
-    let mut link = IserLink { cq_fd, cm_fd, d };
+    let mut link = IserLink {
+        cq_fd,
+        cm_fd,
+        d,
+        input_at: None,
+    };
     rustgt_port::serve(pc, &mut link).await.map_err(|source| {
         DriverError::Verbs(VerbsError::Os {
             op: "serve",
@@ -277,6 +282,9 @@ struct IserLink {
     cq_fd: AsyncFd<OwnedFd>,
     cm_fd: AsyncFd<OwnedFd>,
     d: Driver,
+    /// The clock the last drain gave the core (see
+    /// [`Link::take_input_at`]).
+    input_at: Option<Instant>,
 }
 
 impl Link for IserLink {
@@ -302,7 +310,9 @@ impl Link for IserLink {
             r = self.cq_fd.readable() => {
                 let mut g = r?;
                 let _ = g.try_io(|_| Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
-                let handled = self.d.drain_cq(Instant::now());
+                let now = Instant::now();
+                self.input_at = Some(now);
+                let handled = self.d.drain_cq(now);
                 if handled >= 4096 {
                     // Dropped here by the turn's select, nothing is lost:
                     // the completions are in the core already.
@@ -317,6 +327,10 @@ impl Link for IserLink {
                 Ok(Got::Nothing)
             }
         }
+    }
+
+    fn take_input_at(&mut self) -> Option<Instant> {
+        self.input_at.take()
     }
 
     fn fail(&mut self) {

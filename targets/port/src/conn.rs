@@ -278,6 +278,12 @@ impl PortConn {
     /// this thread comes back as its response (give it to the core's
     /// `complete`); everything else answers later through [`Self::recv`].
     pub fn on_event(&mut self, ev: Event) -> Option<Response> {
+        self.on_event_at(ev, Instant::now())
+    }
+
+    /// [`Self::on_event`] for input read at `now` (a command's statistics
+    /// time it from there).
+    pub fn on_event_at(&mut self, ev: Event, now: Instant) -> Option<Response> {
         match ev {
             Event::LoggedIn(info) => {
                 let span = tracing::Span::current();
@@ -292,7 +298,7 @@ impl PortConn {
             }
             Event::Command(cmd) => {
                 crate::poll::count_command();
-                let started = Instant::now();
+                let started = now;
                 let data_out = cmd.data_out.len();
                 let Some(t) = &self.target else {
                     tracing::error!("command for a session without a SCSI target");

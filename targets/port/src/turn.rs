@@ -76,6 +76,13 @@ pub trait Link {
     /// Cancel-safe: dropped at an await point, nothing is lost.
     async fn ready(&mut self) -> io::Result<Got>;
 
+    /// The clock the link gave the core with the input it read since this
+    /// was last asked, if any: the turn times its wait and its commands
+    /// from it instead of reading the clock once more.
+    fn take_input_at(&mut self) -> Option<Instant> {
+        None
+    }
+
     /// The transport failed, or the port killed the connection: stop
     /// moving data and tell the core.
     fn fail(&mut self);
@@ -155,6 +162,7 @@ impl Task {
             if got == Got::Nothing {
                 got = self.park(pc, link).await?;
             }
+            let mut input_at = None;
             match got {
                 Got::Eof => {
                     // The initiator is gone. With nothing in flight its
@@ -165,8 +173,10 @@ impl Task {
                     return Ok(());
                 }
                 Got::Input => {
+                    let now = link.take_input_at().unwrap_or_else(Instant::now);
+                    input_at = Some(now);
                     if for_peer {
-                        self.poll.waited(wait_from.elapsed());
+                        self.poll.waited(now.saturating_duration_since(wait_from));
                     }
                     while let Some(msg) = pc.try_recv() {
                         self.on_msg(link, msg);
@@ -174,7 +184,7 @@ impl Task {
                 }
                 Got::Nothing => {}
             }
-            self.turn(pc, link);
+            self.turn(pc, link, input_at);
         }
     }
 
@@ -314,10 +324,13 @@ impl Task {
     /// connection with nothing in flight releases its nexus before the
     /// initiator can see a Logout Response (so another session's next
     /// command never meets its reservations or unit attentions).
-    fn turn<L: Link>(&mut self, pc: &mut PortConn, link: &mut L) {
+    /// `input_at`: when the turn's input was read (its commands' start).
+    fn turn<L: Link>(&mut self, pc: &mut PortConn, link: &mut L, input_at: Option<Instant>) {
+        let mut input_at = input_at;
         for _ in 0..TURN_ROUNDS {
             while let Some(ev) = link.core().poll_event() {
-                if let Some(resp) = pc.on_event(ev) {
+                let at = *input_at.get_or_insert_with(Instant::now);
+                if let Some(resp) = pc.on_event_at(ev, at) {
                     link.core().complete(resp);
                 }
             }
