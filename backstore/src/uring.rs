@@ -32,7 +32,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 use smallvec::SmallVec;
@@ -395,18 +395,60 @@ pub const INLINE_WRITE_MAX: usize = 128 * 1024;
 
 /// An inline write that slept and took longer than this (the kernel
 /// throttled the writer, or waited for a lock or a page under writeback)
-/// stops inline writes on this thread for [`INLINE_WRITE_PAUSE`].
-const INLINE_WRITE_SLOW: std::time::Duration = std::time::Duration::from_micros(500);
+/// stops inline writes on this thread for a while ([`next_pause`]).
+const INLINE_WRITE_SLOW: Duration = Duration::from_micros(500);
 
-/// How long a slow inline write sends this thread's buffered writes back
-/// to the workers.
-const INLINE_WRITE_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long an isolated slow inline write sends this thread's buffered
+/// writes back to the workers: a file under writeback makes one wait now
+/// and then (measured: one to four writes of 1-4 ms in 6 s of 8,000
+/// writes a second to a freshly copied file), and a longer pause would
+/// send far more writes the slow way than the waits cost.
+const INLINE_WRITE_PAUSE_MIN: Duration = Duration::from_millis(50);
+
+/// The longest pause, which the pause doubles to while slow writes keep
+/// coming (dirty-page throttling makes every write wait): the reactor
+/// then waits at most once a second.
+const INLINE_WRITE_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// A slow write less than this after the end of the previous pause
+/// doubles the pause; after a longer calm it starts again from
+/// [`INLINE_WRITE_PAUSE_MIN`].
+const INLINE_WRITE_CALM: Duration = Duration::from_secs(2);
 
 static INLINE_WRITES: AtomicBool = AtomicBool::new(true);
 
+/// This thread's pause of inline writes.
+#[derive(Debug, Clone, Copy)]
+struct InlinePause {
+    /// Until when buffered writes go to the workers.
+    until: Option<Instant>,
+    /// The last pause's length.
+    len: Duration,
+    /// When the last pause ends (or ended).
+    ends: Option<Instant>,
+}
+
 thread_local! {
-    /// Until when this thread's buffered writes go to the workers.
-    static INLINE_PAUSED: Cell<Option<Instant>> = const { Cell::new(None) };
+    static INLINE_PAUSED: Cell<InlinePause> = const {
+        Cell::new(InlinePause {
+            until: None,
+            len: Duration::ZERO,
+            ends: None,
+        })
+    };
+}
+
+/// The pause after a slow inline write at `now`, given the last pause's
+/// length and end: doubled (up to [`INLINE_WRITE_PAUSE_MAX`]) when the
+/// slow write came within [`INLINE_WRITE_CALM`] of that end, otherwise
+/// [`INLINE_WRITE_PAUSE_MIN`].
+fn next_pause(last_len: Duration, last_end: Option<Instant>, now: Instant) -> Duration {
+    match last_end {
+        Some(end) if now.saturating_duration_since(end) < INLINE_WRITE_CALM => last_len
+            .saturating_mul(2)
+            .clamp(INLINE_WRITE_PAUSE_MIN, INLINE_WRITE_PAUSE_MAX),
+        _ => INLINE_WRITE_PAUSE_MIN,
+    }
 }
 
 /// Whether reactors may write buffered data themselves (`[reactor]
@@ -418,8 +460,8 @@ pub fn set_inline_writes(on: bool) {
 /// Whether a buffered, non-FUA write of `len` bytes at `offset` may run
 /// on this thread now ([`write_now`]): a reactor with a ring, inline
 /// writes on, not too long, whole pages only (a partial page not in the
-/// cache would be read from the disk first), and no slow inline write in
-/// the last [`INLINE_WRITE_PAUSE`].
+/// cache would be read from the disk first), and inline writes not
+/// paused after a slow one ([`next_pause`]).
 pub fn may_write_now(offset: u64, len: usize) -> bool {
     let page = crate::common::page_size();
     if len == 0
@@ -431,13 +473,17 @@ pub fn may_write_now(offset: u64, len: usize) -> bool {
     {
         return false;
     }
-    INLINE_PAUSED.with(|p| match p.get() {
-        None => true,
-        Some(until) if Instant::now() >= until => {
-            p.set(None);
-            true
+    INLINE_PAUSED.with(|p| {
+        let mut pause = p.get();
+        match pause.until {
+            None => true,
+            Some(until) if Instant::now() >= until => {
+                pause.until = None;
+                p.set(pause);
+                true
+            }
+            Some(_) => false,
         }
-        Some(_) => false,
     })
 }
 
@@ -448,8 +494,9 @@ pub fn may_write_now(offset: u64, len: usize) -> bool {
 /// wait (dirty-page throttling, a lock held by writeback): a write that
 /// slept (a voluntary context switch of this thread, `getrusage`) and
 /// took longer than [`INLINE_WRITE_SLOW`] pauses inline writes on this
-/// thread for [`INLINE_WRITE_PAUSE`], so a throttled file costs the
-/// reactor at most one such wait per pause.
+/// thread ([`next_pause`]: briefly after an isolated one, up to a second
+/// while they keep coming), so a throttled file costs the reactor at most
+/// one such wait per pause.
 pub fn write_now(file: &UringFile, offset: u64, data: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let slept_before = voluntary_switches();
@@ -479,11 +526,22 @@ fn voluntary_switches() -> i64 {
 
 /// Pauses this thread's inline writes after one that slept for `took`,
 /// longer than [`INLINE_WRITE_SLOW`].
-fn note_inline_write(took: std::time::Duration) {
+fn note_inline_write(took: Duration) {
     if took > INLINE_WRITE_SLOW {
-        INLINE_PAUSED.with(|p| p.set(Some(Instant::now() + INLINE_WRITE_PAUSE)));
+        let now = Instant::now();
+        let pause = INLINE_PAUSED.with(|p| {
+            let last = p.get();
+            let len = next_pause(last.len, last.ends, now);
+            p.set(InlinePause {
+                until: Some(now + len),
+                len,
+                ends: Some(now + len),
+            });
+            len
+        });
         tracing::debug!(
             ?took,
+            ?pause,
             "slow inline write: buffered writes go to the workers for a while"
         );
     }
@@ -1046,10 +1104,47 @@ mod tests {
         assert!(may_write_now(0, page), "a quick write changes nothing");
         note_inline_write(INLINE_WRITE_SLOW * 2);
         assert!(!may_write_now(0, page), "a slow write pauses inline writes");
-        INLINE_PAUSED.with(|p| p.set(Some(Instant::now())));
+        INLINE_PAUSED.with(|p| {
+            let mut pause = p.get();
+            assert_eq!(pause.len, INLINE_WRITE_PAUSE_MIN, "isolated: briefly");
+            pause.until = Some(Instant::now());
+            p.set(pause);
+        });
         assert!(may_write_now(0, page), "the pause ends");
+        note_inline_write(INLINE_WRITE_SLOW * 2);
+        assert!(!may_write_now(0, page));
+        assert_eq!(
+            INLINE_PAUSED.with(|p| p.get().len),
+            INLINE_WRITE_PAUSE_MIN * 2,
+            "another soon after: twice as long"
+        );
         stop_thread();
         assert!(!may_write_now(0, page));
+    }
+
+    #[test]
+    fn the_pause_after_slow_writes_doubles_while_they_keep_coming() {
+        let t0 = Instant::now();
+        let min = INLINE_WRITE_PAUSE_MIN;
+        assert_eq!(next_pause(Duration::ZERO, None, t0), min, "the first");
+        // Each slow write right at the end of the pause before.
+        let mut len = Duration::ZERO;
+        let mut end = None;
+        let mut now = t0;
+        let mut lens = Vec::new();
+        for _ in 0..8 {
+            len = next_pause(len, end, now);
+            lens.push(len.as_millis());
+            now += len;
+            end = Some(now);
+        }
+        assert_eq!(lens, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+        // Within the calm after the last pause: still doubling (capped).
+        let soon = now + INLINE_WRITE_CALM - Duration::from_millis(1);
+        assert_eq!(next_pause(len, end, soon), INLINE_WRITE_PAUSE_MAX);
+        // After the calm: from the start again.
+        let later = now + INLINE_WRITE_CALM;
+        assert_eq!(next_pause(len, end, later), min);
     }
 
     #[test]

@@ -276,7 +276,9 @@ impl PortConn {
 
     /// Acts on one event of the core. A command that ran to completion on
     /// this thread comes back as its response (give it to the core's
-    /// `complete`); everything else answers later through [`Self::recv`].
+    /// `complete`): inline, or started on the ring and finished at once;
+    /// everything else answers later through [`Self::try_recv`] and
+    /// [`Self::recv`].
     pub fn on_event(&mut self, ev: Event) -> Option<Response> {
         self.on_event_at(ev, Instant::now())
     }
