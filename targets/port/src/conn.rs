@@ -329,7 +329,10 @@ impl PortConn {
                 // completion runs on this thread too. What it finishes at
                 // once (a buffered write, a failed check) comes back here.
                 let (cmd, done) = if self.port.run_to_completion() {
-                    match here(self.id, &mut self.local, || t.run_on_ring_to(cmd, done)) {
+                    // The command comes back by value (see `run_on_ring_to`).
+                    #[allow(clippy::result_large_err)]
+                    let started = here(self.id, &mut self.local, || t.run_on_ring_to(cmd, done));
+                    match started {
                         Ok(()) => return self.local.pop_front(),
                         Err(back) => back,
                     }
