@@ -210,3 +210,47 @@ fn logins_over_the_per_address_cap_are_tried_again() {
         "32 logins at once past a cap of 2 needed no retry? {r}"
     );
 }
+
+#[test]
+fn window_file_appears_when_the_window_begins() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mark = dir.path().join("window");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rustgt"))
+        .args(["bench", "load", &d.url(DEFAULT_IQN, 0), "--json", "--idle"])
+        .args(["--sessions", "2", "--seconds", "3", "--warmup", "0.5"])
+        .arg("--window-file")
+        .arg(&mark)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rustgt bench load");
+    // Bounded: 30 s in 20 ms steps.
+    let mut appeared = false;
+    for _ in 0..1500 {
+        if mark.exists() {
+            appeared = true;
+            break;
+        }
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(appeared, "no window file while the load ran");
+    // The window (3 s) is still on when the file appears.
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "the load had already ended when the window file appeared"
+    );
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(r["ios"].as_u64(), Some(0), "{r}");
+    let written = std::fs::read_to_string(&mark).expect("window file");
+    assert_eq!(written.trim().parse::<f64>().ok(), Some(3.0), "{written:?}");
+}

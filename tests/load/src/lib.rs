@@ -18,7 +18,7 @@ pub mod session;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
@@ -133,6 +133,11 @@ pub struct LoadArgs {
     /// process's resident memory at the start and its peak.
     #[arg(long, value_enum, value_name = "KINDS", value_delimiter = ',')]
     pub hostile: Vec<Hostile>,
+    /// A file created when the measured window begins (after logins and
+    /// warm-up), holding the window's length in seconds: a script can
+    /// time something of its own (a system-call count) within the window.
+    #[arg(long, value_name = "PATH")]
+    pub window_file: Option<std::path::PathBuf>,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -248,6 +253,19 @@ pub fn validate(a: &LoadArgs) -> Result<(IscsiUrl, u64, RwMix), LoadError> {
     }
     if a.read_pct > 100 {
         return inv(format!("--read-pct {} above 100", a.read_pct));
+    }
+    if let Some(path) = &a.window_file {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if !dir.is_dir() {
+            return inv(format!(
+                "--window-file {}: {} is not a directory",
+                path.display(),
+                dir.display()
+            ));
+        }
     }
     let rw = match a.rw {
         Rw::Read => RwMix::Read,
@@ -372,6 +390,44 @@ pub struct Report {
     pub hostile: Vec<HostileReport>,
 }
 
+/// The longest a session waits past the window's end for its figures to be
+/// taken before it logs out anyway.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Set once the window's figures are taken.
+#[derive(Default)]
+struct WindowClosed {
+    closed: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl WindowClosed {
+    fn close(&self) {
+        if let Ok(mut c) = self.closed.lock() {
+            *c = true;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Waits until [`WindowClosed::close`] or `deadline`.
+    fn wait(&self, deadline: Instant) {
+        let Ok(mut c) = self.closed.lock() else {
+            return;
+        };
+        // Bounded: every wake-up re-checks the deadline.
+        while !*c {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match self.cv.wait_timeout(c, left) {
+                Ok((g, _)) => c = g,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
 /// Runs the load and returns its report; `Err` only when nothing could be
 /// measured (bad options; no session logged in).
 pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
@@ -386,9 +442,11 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     let logged_in = Arc::new(Barrier::new(n + 1));
     let go = Arc::new(Barrier::new(n + 1));
     let plan_slot: Arc<Mutex<Option<(Plan, Instant)>>> = Arc::new(Mutex::new(None));
+    let closed = Arc::new(WindowClosed::default());
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
         let (logged_in, go, plan_slot) = (logged_in.clone(), go.clone(), plan_slot.clone());
+        let closed = closed.clone();
         let target = url.target.clone();
         let initiator = format!("{}{i}", a.initiator_prefix);
         let lun = url.lun;
@@ -438,6 +496,9 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
                 let mut rng = Rng::new(seed);
                 match c.run(&plan, &mut sched, &mut rng, blocks, block_size, &mut stats) {
                     Ok(()) => {
+                        // Logouts wait for the window's figures, so the
+                        // target's work on them is not in the window.
+                        closed.wait(plan.end + CLOSE_WAIT);
                         if let Err(e) = c.logout() {
                             stats.transport = Some(format!("logout: {e}"));
                         }
@@ -478,6 +539,12 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         .collect();
     let mut rss_peak = rss_start.clone();
     let t_before = Instant::now();
+    // A failure is reported with the transport errors, after the run.
+    let window_file_error = a.window_file.as_ref().and_then(|path| {
+        std::fs::write(path, format!("{}\n", a.seconds))
+            .err()
+            .map(|e| format!("--window-file {}: {e}", path.display()))
+    });
     // Bounded: the window's length, in 100 ms steps.
     while Instant::now() < end {
         std::thread::sleep(end.saturating_duration_since(Instant::now()).min(RSS_STEP));
@@ -487,6 +554,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     }
     let after: Vec<Option<ProcSample>> = a.pid.iter().map(|&p| ProcSample::read(p)).collect();
     let window = t_before.elapsed().as_secs_f64();
+    closed.close();
     let hostile = peers.stop();
 
     let mut latency = new_histogram();
@@ -494,7 +562,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     let mut own_lateness = new_histogram();
     let (mut reads, mut writes, mut completed) = (0u64, 0u64, 0u64);
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    let mut transport = Vec::new();
+    let mut transport: Vec<String> = window_file_error.into_iter().collect();
     let mut login_retries = 0u64;
     let mut any_ran = false;
     for h in handles {
@@ -783,6 +851,7 @@ mod tests {
             &["--sessions", "0"],
             &["--seconds", "0"],
             &["--read-pct", "101"],
+            &["--window-file", "/nonexistent-dir/window"],
         ] {
             assert!(validate(&args(bad)).is_err(), "{bad:?}");
         }
