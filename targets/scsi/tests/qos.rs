@@ -125,9 +125,13 @@ fn a_targets_limit_covers_its_luns_together() {
     for rx in &rxs {
         rx.recv_timeout(Duration::from_secs(10)).expect("completes");
     }
-    // 20 reads at 40/s with a bucket of 4: about 0.4 s.
+    // 20 reads at 40/s with a bucket of 4: about 0.4 s. The two LUNs check
+    // the shared bucket each under its own lock, so both may take its last
+    // token at once (the debt delays the reads after them): the last read
+    // may go one token (25 ms) early, 375 ms in. Each LUN limited alone
+    // would take 150 ms, no limit a few ms.
     assert!(
-        t.elapsed() >= Duration::from_millis(380),
+        t.elapsed() >= Duration::from_millis(350),
         "{:?}",
         t.elapsed()
     );
