@@ -35,10 +35,12 @@ add_backports_source() {
 	echo added
 }
 
-# apt_has_version PACKAGE VERSION: whether apt's lists offer VERSION of
-# PACKAGE.
-apt_has_version() {
+# backports_needed PACKAGE VERSION: whether VERSION of PACKAGE is a
+# backports build that apt's lists do not offer yet (adding backports
+# would).
+backports_needed() {
 	local versions
+	[[ $2 == *bpo* ]] || return 1
 	versions=$(apt-cache madison "$1" 2>/dev/null | awk -F'|' '{ gsub(/ /, "", $2); print $2 }') || true
-	grep -qxF "$2" <<<"$versions"
+	! grep -qxF "$2" <<<"$versions"
 }
