@@ -35,6 +35,9 @@ pub enum BenchError {
     /// report was printed).
     #[error("{0} session(s) ended on a transport error")]
     SessionsFailed(usize),
+    /// `bench floor`: it could not listen or its poll failed.
+    #[error("{0}")]
+    Floor(#[from] rustgt_load::floor::FloorError),
 }
 
 fn invalid(e: impl std::fmt::Display) -> BenchError {
@@ -53,6 +56,12 @@ pub enum BenchCommand {
     /// given processes over the window (docs/benchmarks.md, "rustgt bench
     /// load").
     Load(rustgt_load::LoadArgs),
+    /// A reference responder, not a target: answers iSCSI logins and
+    /// commands on loopback with no SCSI semantics and no storage (zeros
+    /// for reads), from one thread on one epoll. What a paced load costs it
+    /// per I/O is the floor any target pays on the machine
+    /// (docs/benchmarks.md, "The floor"). Serves until killed.
+    Floor(rustgt_load::floor::FloorArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -114,6 +123,7 @@ pub fn run(cmd: &BenchCommand) -> Result<(), BenchError> {
     match cmd {
         BenchCommand::Readahead(args) => readahead(args),
         BenchCommand::Load(args) => load(args),
+        BenchCommand::Floor(args) => Ok(rustgt_load::floor::serve(args)?),
     }
 }
 

@@ -11,6 +11,7 @@
 //! from `/proc`. Output: a human table, or one JSON object (`--json`; the
 //! fields are documented on [`Report`]).
 
+pub mod floor;
 pub mod hostile;
 pub mod procstat;
 pub mod schedule;

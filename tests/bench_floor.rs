@@ -1,0 +1,232 @@
+//! `rustgt bench floor`, the reference responder of the paced benchmark,
+//! driven by `rustgt bench load` over loopback: it holds a paced load of
+//! reads and writes with no errors, answers a 1 MiB read in Data-In PDUs
+//! the initiator takes, refuses a write it cannot take with CHECK
+//! CONDITION, closes a connection that sends garbage while it serves the
+//! others, and listens on loopback addresses only.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::run_tool;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rustgt");
+
+/// A running `rustgt bench floor` on an ephemeral loopback port.
+struct Floor {
+    child: Child,
+    addr: String,
+}
+
+impl Floor {
+    fn start() -> Floor {
+        let mut child = Command::new(BIN)
+            .args(["bench", "floor", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start rustgt bench floor");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the floor says where it listens");
+        let addr = line
+            .trim()
+            .strip_prefix("rustgt bench floor: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Floor { child, addr }
+    }
+
+    fn url(&self) -> String {
+        format!("iscsi://{}/iqn.2026-11.org.rustgt:floor/0", self.addr)
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn load(&self, extra: &[&str]) -> serde_json::Value {
+        let mut args = vec![
+            "bench".to_owned(),
+            "load".to_owned(),
+            self.url(),
+            "--json".to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let out = run_tool(BIN, &args, Duration::from_secs(60));
+        assert!(
+            out.success(),
+            "bench load failed:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn assert_clean(r: &serde_json::Value) {
+    assert_eq!(r["error_count"].as_u64(), Some(0), "{r}");
+    assert_eq!(
+        r["transport_errors"].as_array().map(Vec::len),
+        Some(0),
+        "{r}"
+    );
+}
+
+#[test]
+fn the_floor_holds_a_paced_load_of_reads_and_writes() {
+    let f = Floor::start();
+    let pid = f.pid();
+    for rw in ["read", "write"] {
+        let r = f.load(&[
+            "--sessions",
+            "4",
+            "--rate",
+            "250",
+            "--seconds",
+            "1",
+            "--warmup",
+            "0.5",
+            "--rw",
+            rw,
+            "--pid",
+            &pid,
+        ]);
+        assert_clean(&r);
+        let iops = r["iops"].as_f64().expect("iops");
+        assert!(
+            (900.0..=1100.0).contains(&iops),
+            "{rw}: {iops} of 1000: {r}"
+        );
+        assert_eq!(
+            r["pids"][0]["pid"].as_u64().map(|v| v.to_string()),
+            Some(pid.clone()),
+            "{r}"
+        );
+    }
+    // 1 MiB reads: Data-In PDUs within the initiator's segment length, in
+    // order, the last with status.
+    let r = f.load(&[
+        "--sessions",
+        "1",
+        "--qd",
+        "4",
+        "--bs",
+        "1m",
+        "--seconds",
+        "1",
+        "--rw",
+        "read",
+    ]);
+    assert_clean(&r);
+    assert!(r["reads"].as_u64().is_some_and(|n| n > 0), "{r}");
+}
+
+#[test]
+fn a_write_beyond_its_immediate_data_gets_check_condition() {
+    let f = Floor::start();
+    // 256 KiB writes carry 64 KiB of immediate data (FirstBurstLength);
+    // the floor sends no R2T and refuses them, ILLEGAL REQUEST / INVALID
+    // FIELD IN CDB.
+    let out = run_tool(
+        BIN,
+        &[
+            "bench".to_owned(),
+            "load".to_owned(),
+            f.url(),
+            "--json".to_owned(),
+            "--sessions".to_owned(),
+            "1".to_owned(),
+            "--rate".to_owned(),
+            "20".to_owned(),
+            "--bs".to_owned(),
+            "256k".to_owned(),
+            "--rw".to_owned(),
+            "write".to_owned(),
+            "--seconds".to_owned(),
+            "1".to_owned(),
+        ],
+        Duration::from_secs(60),
+    );
+    let r: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {} {}", out.stdout, out.stderr));
+    assert!(
+        r["errors"]["status 0x02 sense 5/24/00"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{r}"
+    );
+    assert_eq!(
+        r["transport_errors"].as_array().map(Vec::len),
+        Some(0),
+        "{r}"
+    );
+}
+
+#[test]
+fn garbage_closes_that_connection_and_the_floor_serves_on() {
+    let f = Floor::start();
+    // A header declaring a data segment larger than the floor takes, and
+    // one of an opcode no initiator sends.
+    let mut unknown = [0u8; 48];
+    unknown[0] = 0x3f;
+    for junk in [&[0x3f_u8; 96][..], &unknown[..]] {
+        let mut s = TcpStream::connect(&f.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(junk).expect("send");
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).expect("the floor closes, not hangs");
+        assert_eq!(n, 0, "expected the connection closed, got {n} bytes");
+    }
+    let r = f.load(&[
+        "--sessions",
+        "2",
+        "--rate",
+        "100",
+        "--seconds",
+        "1",
+        "--rw",
+        "read",
+    ]);
+    assert_clean(&r);
+}
+
+#[test]
+fn the_floor_listens_on_loopback_only() {
+    let out = run_tool(
+        BIN,
+        &[
+            "bench".to_owned(),
+            "floor".to_owned(),
+            "--listen".to_owned(),
+            "192.0.2.1:3299".to_owned(),
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(!out.success(), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("loopback addresses only"),
+        "{}",
+        out.stderr
+    );
+}
