@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::run_tool;
+use common::{bench_load_json, run_tool};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rustgt");
 
@@ -58,21 +58,7 @@ impl Floor {
     }
 
     fn load(&self, extra: &[&str]) -> serde_json::Value {
-        let mut args = vec![
-            "bench".to_owned(),
-            "load".to_owned(),
-            self.url(),
-            "--json".to_owned(),
-        ];
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let out = run_tool(BIN, &args, Duration::from_secs(60));
-        assert!(
-            out.success(),
-            "bench load failed:\n{}\n{}",
-            out.stdout,
-            out.stderr
-        );
-        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+        bench_load_json(&self.url(), extra)
     }
 }
 
@@ -147,28 +133,18 @@ fn a_write_beyond_its_immediate_data_gets_check_condition() {
     // 256 KiB writes carry 64 KiB of immediate data (FirstBurstLength);
     // the floor sends no R2T and refuses them, ILLEGAL REQUEST / INVALID
     // FIELD IN CDB.
-    let out = run_tool(
-        BIN,
-        &[
-            "bench".to_owned(),
-            "load".to_owned(),
-            f.url(),
-            "--json".to_owned(),
-            "--sessions".to_owned(),
-            "1".to_owned(),
-            "--rate".to_owned(),
-            "20".to_owned(),
-            "--bs".to_owned(),
-            "256k".to_owned(),
-            "--rw".to_owned(),
-            "write".to_owned(),
-            "--seconds".to_owned(),
-            "1".to_owned(),
-        ],
-        Duration::from_secs(60),
-    );
-    let r: serde_json::Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("{e}: {} {}", out.stdout, out.stderr));
+    let r = f.load(&[
+        "--sessions",
+        "1",
+        "--rate",
+        "20",
+        "--bs",
+        "256k",
+        "--rw",
+        "write",
+        "--seconds",
+        "1",
+    ]);
     assert!(
         r["errors"]["status 0x02 sense 5/24/00"]
             .as_u64()

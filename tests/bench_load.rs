@@ -6,24 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run_tool, Daemon, DaemonOptions, DEFAULT_IQN};
+use common::{bench_load_json, run_tool, Daemon, DaemonOptions, DEFAULT_IQN};
 
 fn load(d: &Daemon, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec![
-        "bench".to_owned(),
-        "load".to_owned(),
-        d.url(DEFAULT_IQN, 0),
-        "--json".to_owned(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    let out = run_tool(env!("CARGO_BIN_EXE_rustgt"), &args, Duration::from_secs(60));
-    assert!(
-        out.success(),
-        "bench load failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+    bench_load_json(&d.url(DEFAULT_IQN, 0), extra)
 }
 
 #[test]

@@ -441,6 +441,26 @@ impl std::fmt::Display for Interrupted {
     }
 }
 
+/// `rustgt bench load URL --json EXTRA...` (bounded: 60 s), asserted to
+/// succeed; its JSON report.
+pub fn bench_load_json(url: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "bench".to_owned(),
+        "load".to_owned(),
+        url.to_owned(),
+        "--json".to_owned(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let out = run_tool(env!("CARGO_BIN_EXE_rustgt"), &args, Duration::from_secs(60));
+    assert!(
+        out.success(),
+        "bench load failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+}
+
 /// Runs `program args...` with no stdin, bounded by `timeout`; panics if it
 /// does not finish in time.
 pub fn run_tool(program: &str, args: &[String], timeout: Duration) -> ToolOutput {
