@@ -1,11 +1,12 @@
 //! `rustgt bench floor`: the least an iSCSI target can do, as a benchmark's
 //! reference. One thread, one `epoll` (through mio), every connection on
 //! it; each PDU is decoded with rustgt's own codec and answered at once,
-//! with no SCSI semantics behind it: a read gets zeros in one Data-In with
-//! status, READ CAPACITY(16) a 1 GiB LUN of 512-byte blocks, every other
-//! command GOOD. What it costs per I/O is what loopback TCP, a wake-up and
-//! the least parsing cost any target on the same machine, so a paced row's
-//! CPU can be read against it (`tests/bench/vs-tgt --floor`).
+//! with no SCSI semantics behind it: a read gets zeros in Data-In PDUs of at
+//! most the initiator's segment length (the last with status), READ
+//! CAPACITY(16) a 1 GiB LUN of 512-byte blocks, every other command GOOD.
+//! What it costs per I/O, loopback TCP, a wake-up and the least parsing,
+//! any target on the same machine pays too, so a paced row's CPU can be
+//! read against it (`tests/bench/vs-tgt --floor`).
 //!
 //! It answers any login without authentication, so it listens on loopback
 //! addresses only. Bounded: at most [`MAX_CONNECTIONS`] connections, each
