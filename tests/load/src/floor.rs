@@ -25,6 +25,7 @@ use rustgt_iscsi::pdu::{
     DataIn, LoginResponse, LoginStatus, LogoutResponse, LogoutResponseCode, NopIn, PduError, Reply,
     Request, RequestHeader, ScsiCommand, ScsiResponse, Stage, RESERVED_TAG,
 };
+use rustgt_scsi::{Asc, Sense, SenseKey, Status};
 
 /// Connections served at once; more are closed as they come.
 pub const MAX_CONNECTIONS: usize = 4096;
@@ -395,19 +396,12 @@ impl Conn {
         let cdb: &[u8] = &c.cdb;
         let len = c.expected_data_len;
         if (c.read && len > MAX_READ) || (c.write && len as usize > immediate_len) {
-            // ILLEGAL REQUEST, INVALID FIELD IN CDB.
-            let mut sense = vec![0u8; 18];
-            if let Some(s) = sense.get_mut(..13) {
-                s[0] = 0x70;
-                s[2] = 0x05;
-                s[7] = 10;
-                s[12] = 0x24;
-            }
-            self.status(c, 0x02, sense);
+            let sense = Sense::new(SenseKey::ILLEGAL_REQUEST, Asc::INVALID_FIELD_IN_CDB);
+            self.status(c, Status::CHECK_CONDITION, sense.fixed());
             return;
         }
         if !c.read || len == 0 {
-            self.status(c, 0x00, Vec::new());
+            self.status(c, Status::GOOD, Vec::new());
             return;
         }
         let mut capacity = [0u8; 32];
@@ -446,7 +440,7 @@ impl Conn {
                 overflow: false,
                 underflow: false,
                 has_status: last,
-                status: 0,
+                status: Status::GOOD.0,
                 lun: c.lun,
                 itt: c.itt,
                 ttt: RESERVED_TAG,
@@ -467,14 +461,14 @@ impl Conn {
         }
     }
 
-    fn status(&mut self, c: &ScsiCommand, status: u8, sense: Vec<u8>) {
+    fn status(&mut self, c: &ScsiCommand, status: Status, sense: Vec<u8>) {
         let r = ScsiResponse {
             bidi_overflow: false,
             bidi_underflow: false,
             overflow: false,
             underflow: false,
             response: 0,
-            status,
+            status: status.0,
             itt: c.itt,
             snack_tag: 0,
             stat_sn: self.stat_sn(),
