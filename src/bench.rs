@@ -62,6 +62,12 @@ pub enum BenchCommand {
     /// per I/O is the floor any target pays on the machine
     /// (docs/benchmarks.md, "The floor"). Serves until killed.
     Floor(rustgt_load::floor::FloorArgs),
+    /// What one command costs the daemon's command path on the CPU, on
+    /// one thread without sockets: the daemon's own target and port, one
+    /// connection driven as the TCP driver's turn drives it, READ(10) or
+    /// WRITE(10) commands to a null or RAM LUN (docs/benchmarks.md, "The
+    /// command path").
+    Path(crate::bench_path::PathArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -124,6 +130,7 @@ pub fn run(cmd: &BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Readahead(args) => readahead(args),
         BenchCommand::Load(args) => load(args),
         BenchCommand::Floor(args) => Ok(rustgt_load::floor::serve(args)?),
+        BenchCommand::Path(args) => crate::bench_path::run(args),
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod bench_path;
 pub mod bootstrap;
 pub mod cli;
 pub mod client;
