@@ -3,7 +3,8 @@
 //! reads and writes with no errors, answers a 1 MiB read in Data-In PDUs
 //! the initiator takes, refuses a write it cannot take with CHECK
 //! CONDITION, closes a connection that sends garbage while it serves the
-//! others, and listens on loopback addresses only.
+//! others, serves connections that queued while it had no file descriptor
+//! left once one frees, and listens on loopback addresses only.
 
 mod common;
 
@@ -25,8 +26,20 @@ struct Floor {
 
 impl Floor {
     fn start() -> Floor {
-        let mut child = Command::new(BIN)
-            .args(["bench", "floor", "--listen", "127.0.0.1:0"])
+        Floor::spawn(Command::new(BIN).args(["bench", "floor", "--listen", "127.0.0.1:0"]))
+    }
+
+    /// The floor with at most `nofile` file descriptors (`ulimit -n`).
+    fn start_with_nofile(nofile: u32) -> Floor {
+        Floor::spawn(Command::new("sh").args([
+            "-c",
+            &format!("ulimit -n {nofile} && exec \"$0\" bench floor --listen 127.0.0.1:0"),
+            BIN,
+        ]))
+    }
+
+    fn spawn(cmd: &mut Command) -> Floor {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -185,6 +198,79 @@ fn garbage_closes_that_connection_and_the_floor_serves_on() {
         "read",
     ]);
     assert_clean(&r);
+}
+
+/// Sends a login request on `s` and waits up to `wait` for a Login
+/// Response: whether one came.
+fn login_answered(s: &mut TcpStream, wait: Duration) -> bool {
+    use rustgt_iscsi::pdu::{Reply, Stage};
+    use rustgt_test_initiator::pdu::{login_request, LoginIds};
+    let ids = LoginIds {
+        isid: [0x80, 0, 0, 0, 0, 1],
+        tsih: 0,
+        itt: 1,
+        cid: 1,
+        cmd_sn: 1,
+        exp_stat_sn: 0,
+    };
+    let keys = [
+        ("InitiatorName", "iqn.2026-12.org.rustgt:floor-test"),
+        ("TargetName", "iqn.2026-11.org.rustgt:floor"),
+        ("SessionType", "Normal"),
+        ("AuthMethod", "None"),
+    ];
+    let pdu = login_request(ids, Stage::SECURITY, Stage::FULL_FEATURE, true, &keys);
+    s.write_all(&pdu.encode(false, false))
+        .expect("send a login");
+    s.set_read_timeout(Some(wait)).expect("timeout");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        if let Ok((r, _)) = Reply::decode(&got, false, false) {
+            return matches!(r, Reply::LoginResponse(_));
+        }
+    }
+}
+
+#[test]
+fn connections_queued_while_descriptors_ran_out_are_served_once_one_frees() {
+    // Descriptors 0-2, the epoll and the listener leave three for
+    // connections.
+    let f = Floor::start_with_nofile(8);
+    let mut served: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(&f.addr).expect("connect"))
+        .collect();
+    for s in &mut served {
+        assert!(login_answered(s, Duration::from_secs(5)), "served at once");
+    }
+    // Two more wait in the listen queue: the floor has no descriptor to
+    // accept them with.
+    let mut queued: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&f.addr).expect("connect (the kernel queues it)"))
+        .collect();
+    assert!(
+        !login_answered(&mut queued[0], Duration::from_millis(300)),
+        "no descriptor left, yet answered"
+    );
+    // One served connection goes: its descriptor lets a queued one in,
+    // with no new connection arriving to wake the listener.
+    drop(served.remove(0));
+    let mut answered = false;
+    let mut buf = [0u8; 4096];
+    queued[0]
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    if let Ok(n) = queued[0].read(&mut buf) {
+        answered = n > 0;
+    }
+    assert!(
+        answered,
+        "the queued connection's login was never answered after a descriptor freed"
+    );
 }
 
 #[test]

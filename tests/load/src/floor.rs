@@ -17,6 +17,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::Args;
 use mio::net::{TcpListener, TcpStream};
@@ -46,6 +47,8 @@ const WINDOW: u32 = 64;
 const BLOCKS: u64 = 1 << 21;
 const BLOCK_LEN: u32 = 512;
 const LISTENER: Token = Token(0);
+/// How soon an accept that failed (no file descriptor left) is tried again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 static ZEROS: [u8; 65536] = [0; 65536];
 
 /// `rustgt bench floor`: options.
@@ -101,16 +104,24 @@ pub fn serve(a: &FloorArgs) -> Result<(), FloorError> {
     let mut free: Vec<usize> = Vec::new();
     let mut events = Events::with_capacity(256);
     let mut chunk = vec![0u8; 65536];
+    // The listener's readiness is edge-triggered: when an accept failed
+    // for want of a descriptor, the connections still queued raise no new
+    // edge, so it is tried again after a pause instead.
+    let mut accept_stalled = false;
     loop {
-        if let Err(e) = poll.poll(&mut events, None) {
+        let wait = accept_stalled.then_some(ACCEPT_RETRY);
+        if let Err(e) = poll.poll(&mut events, wait) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             return Err(e.into());
         }
+        if accept_stalled {
+            accept_stalled = accept_all(&listener, &poll, &mut conns, &mut free);
+        }
         for ev in events.iter() {
             if ev.token() == LISTENER {
-                accept_all(&listener, &poll, &mut conns, &mut free);
+                accept_stalled = accept_all(&listener, &poll, &mut conns, &mut free);
                 continue;
             }
             let id = ev.token().0.wrapping_sub(1);
@@ -131,20 +142,24 @@ pub fn serve(a: &FloorArgs) -> Result<(), FloorError> {
     }
 }
 
+/// Accepts every queued connection. True when an accept failed with the
+/// queue maybe not empty (no file descriptor left, say): the caller tries
+/// again after [`ACCEPT_RETRY`].
 fn accept_all(
     listener: &TcpListener,
     poll: &Poll,
     conns: &mut Vec<Option<Conn>>,
     free: &mut Vec<usize>,
-) {
+) -> bool {
     loop {
         let mut sock = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // A connection that failed before it was accepted, or no file
-            // descriptor left: the next readiness tries again.
-            Err(_) => return,
+            // A connection that failed before it was accepted (the next
+            // one is tried), or no file descriptor left (later).
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+            Err(_) => return true,
         };
         if conns.len() - free.len() >= MAX_CONNECTIONS {
             continue; // dropped: closed
