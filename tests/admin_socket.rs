@@ -598,7 +598,18 @@ fn readahead_policy_change_shows_in_lun_stats() {
     sb.settle(0);
     let pattern = vec![0x3cu8; 8192];
     assert!(sb.write(0, 40, &pattern).is_good());
+    assert!(sb.read(0, 40, 16).is_good());
     let before = a.ok(json!({"cmd": "lun_stats", "target": B, "lun": 0}))[0].clone();
+    // A passthrough context's reads are the store's: one latency for both,
+    // timed once.
+    assert!(
+        before["backing"]["read_latency"]["count"].as_u64() >= Some(1),
+        "{before}"
+    );
+    assert_eq!(
+        before["readahead"]["latency"], before["backing"]["read_latency"],
+        "{before}"
+    );
     // B's LUN 0 sets no policy: `auto` picks the kernel's for RAM.
     assert_eq!(before["readahead"]["policy"], "auto (kernel)", "{before}");
     assert_eq!(before["readahead"]["passthrough"], true, "{before}");

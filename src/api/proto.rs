@@ -937,7 +937,8 @@ pub struct ReadaheadStatsView {
     pub backing_requests: u64,
     pub backing_bytes: u64,
     pub backing_sizes: Histogram,
-    /// Demand read latency through the context.
+    /// Demand read latency through the context; for a passthrough context,
+    /// whose reads are the store's, the store's read latency.
     pub latency: Histogram,
     pub cache_bytes: u64,
     pub cache_limit_bytes: u64,

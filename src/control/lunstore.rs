@@ -269,7 +269,13 @@ impl LunStore {
             backing_requests: s.backing_requests,
             backing_bytes: s.backing_bytes,
             backing_sizes: Histogram::from_backstore("bytes", &s.backing_sizes, 1),
-            latency: Histogram::from_backstore("us", &s.latency_ns, 1000),
+            // A passthrough context does not time its reads: they are the
+            // store's, timed by its counters.
+            latency: if ctx.is_passthrough() {
+                self.counters.read_latency_us.snapshot("us")
+            } else {
+                Histogram::from_backstore("us", &s.latency_ns, 1000)
+            },
             cache_bytes,
             cache_limit_bytes,
             device_turns: ctx.device_turns().map(|(device, g)| DeviceTurnsView {

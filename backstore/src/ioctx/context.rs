@@ -577,30 +577,25 @@ impl Backstore for IoContext {
 }
 
 /// Counts the reads io_uring served for a passthrough context as its own
-/// direct reads.
+/// direct reads (their latency is the store's: see [`passthrough_read`]).
 impl crate::uring::IoMeter for Shared {
-    fn io_done(&self, kind: crate::uring::IoKind, len: u64, took: std::time::Duration, ok: bool) {
+    fn io_done(&self, kind: crate::uring::IoKind, len: u64, _took: std::time::Duration, ok: bool) {
         if kind == crate::uring::IoKind::Read && ok {
-            let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-            let mut state = lock(&self.state);
-            state.core.count_direct(len);
-            state.core.record_latency(ns);
+            lock(&self.state).core.count_direct(len);
         }
     }
 }
 
-/// A read passed straight to the engine, counted as direct I/O with
-/// its latency; a reactor's refused attempt (`WouldBlock`) is not
-/// counted, as it runs again where it may block.
+/// A read passed straight to the engine, counted as direct I/O; a
+/// reactor's refused attempt (`WouldBlock`) is not counted, as it runs
+/// again where it may block. Its latency is not timed here: a passthrough
+/// context adds nothing to the engine's, which whoever holds the store
+/// (the daemon's per-LUN statistics) times already.
 fn passthrough_read<T>(sh: &Shared, len: u64, read: impl FnOnce() -> Result<T>) -> Result<T> {
-    let t0 = Instant::now();
     let r = read();
     if matches!(r, Err(BackstoreError::WouldBlock)) {
         return r;
     }
-    let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let mut state = lock(&sh.state);
-    state.core.count_direct(len);
-    state.core.record_latency(ns);
+    lock(&sh.state).core.count_direct(len);
     r
 }
