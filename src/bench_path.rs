@@ -213,13 +213,8 @@ async fn measure(a: &PathArgs) -> Result<PathReport, BenchError> {
         NULL_BYTES
     } / 512;
     let mut cmd = Command::new(a, d.cmd_sn, d.exp_stat_sn);
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next_lba = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        u32::try_from((rng % (lun_blocks / blocks)) * blocks).unwrap_or(0)
-    };
+    let mut rng = rustgt_load::schedule::Rng::new(1);
+    let mut next_lba = move || u32::try_from(rng.below(lun_blocks / blocks) * blocks).unwrap_or(0);
     // The checked commands: their replies decoded, their size learnt.
     let mut reply_bytes = None;
     for _ in 0..CHECKED {

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_tool;
+use common::{bench_json, run_tool};
 
 fn path(args: &[&str]) -> common::ToolOutput {
     let args: Vec<String> = ["bench", "path"]
@@ -24,16 +24,9 @@ fn path(args: &[&str]) -> common::ToolOutput {
 }
 
 fn path_json(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["--json"];
+    let mut all = vec!["path"];
     all.extend_from_slice(args);
-    let out = path(&all);
-    assert!(
-        out.success(),
-        "bench path failed:\n{}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout))
+    bench_json(&all, Duration::from_secs(120))
 }
 
 #[test]

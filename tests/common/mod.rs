@@ -444,17 +444,23 @@ impl std::fmt::Display for Interrupted {
 /// `rustgt bench load URL --json EXTRA...` (bounded: 60 s), asserted to
 /// succeed; its JSON report.
 pub fn bench_load_json(url: &str, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec![
-        "bench".to_owned(),
-        "load".to_owned(),
-        url.to_owned(),
-        "--json".to_owned(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    let out = run_tool(env!("CARGO_BIN_EXE_rustgt"), &args, Duration::from_secs(60));
+    let mut args = vec!["load", url];
+    args.extend_from_slice(extra);
+    bench_json(&args, Duration::from_secs(60))
+}
+
+/// `rustgt bench ARGS... --json` (bounded by `timeout`), asserted to
+/// succeed; its JSON report.
+pub fn bench_json(args: &[&str], timeout: Duration) -> serde_json::Value {
+    let args: Vec<String> = std::iter::once("bench")
+        .chain(args.iter().copied())
+        .chain(std::iter::once("--json"))
+        .map(str::to_owned)
+        .collect();
+    let out = run_tool(env!("CARGO_BIN_EXE_rustgt"), &args, timeout);
     assert!(
         out.success(),
-        "bench load failed:\n{}\n{}",
+        "{args:?} failed:\n{}\n{}",
         out.stdout,
         out.stderr
     );
