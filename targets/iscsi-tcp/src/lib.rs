@@ -7,36 +7,36 @@
 //! registry, SCSI dispatch, statistics and the reactor threads are the
 //! port's, shared with the iSER driver. It holds no protocol logic.
 //!
-//! Guarantees: every connection runs on one of the port's [`Reactors`]
-//! (single-threaded tokio runtimes), one task per connection, the port's
-//! ([`rustgt_port::serve`]): this crate's [`Link`] reads what the socket
+//! Guarantees: every connection runs on one of the port's
+//! [`PollReactors`] (threads that each wait for all their connections in
+//! one epoll loop); this crate's [`ReadyLink`] reads what the socket
 //! holds into the core and writes every response ready in a turn with
-//! one vectored write; the port runs each PDU's event (on this thread
-//! each command the LUN can complete without blocking). Only commands that may block cross to the LUN's
-//! workers, whose completions come back through the port. A connection's
-//! failure never affects another; on shutdown (the port's) accepting
-//! stops, in-flight commands finish, queued output is flushed (bounded),
-//! then sockets close.
+//! one vectored write; the port runs the turn (on the reactor's thread
+//! each command the LUN can complete without blocking). Only commands
+//! that may block cross to the LUN's workers, whose completions come back
+//! through the port. A connection's failure never affects another; on
+//! shutdown (the port's) accepting stops, in-flight commands finish,
+//! queued output is flushed (bounded), then sockets close.
 //!
-//! [`Reactors`]: rustgt_port::Reactors
+//! [`PollReactors`]: rustgt_port::PollReactors
 
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io::IoSlice;
+use std::io::{IoSlice, Read, Write};
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rustgt_iscsi::Connection;
-use rustgt_port::{Admitted, ConnInfo, Got, Link, Port, PortConn, Transport};
+use rustgt_port::{Admitted, ConnInfo, Got, Port, ReadyLink, Transport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tracing::Instrument;
 
 /// Accept connections on `listener` until the port shuts down.
 pub async fn serve(port: Arc<Port>, listener: TcpListener) {
@@ -77,13 +77,14 @@ pub async fn serve_until(
 /// Moves an accepted connection to the least loaded reactor, which serves
 /// it from then on.
 fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
-    let reactors = match port.reactors() {
+    let reactors = match port.poll_reactors() {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, %peer, "cannot start reactor threads; connection refused");
             return;
         }
     };
+    // Out of tokio's reactor: the connection's reactor waits on it.
     let sock = match sock.into_std() {
         Ok(s) => s,
         Err(e) => {
@@ -91,16 +92,6 @@ fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted
             return;
         }
     };
-    let port = Arc::clone(port);
-    reactors.spawn(async move {
-        match TcpStream::from_std(sock) {
-            Ok(sock) => run_conn(port, sock, peer, admitted).await,
-            Err(e) => tracing::warn!(error = %e, %peer, "cannot register a connection"),
-        }
-    });
-}
-
-async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
     let local = match sock.local_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -108,15 +99,12 @@ async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: 
             return;
         }
     };
-    let mut pc = port.open(ConnInfo {
+    let _ = sock.set_nodelay(true);
+    let pc = port.open(ConnInfo {
         transport: Transport::Tcp,
         peer,
         local,
-        probe: sock
-            .as_fd()
-            .try_clone_to_owned()
-            .ok()
-            .map(std::net::TcpStream::from),
+        probe: sock.try_clone().ok(),
         admitted,
     });
     let span = tracing::info_span!(
@@ -127,151 +115,113 @@ async fn run_conn(port: Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: 
         isid = tracing::field::Empty,
         tsih = tracing::field::Empty,
     );
-    async move {
-        if let Err(e) = drive(&mut pc, sock, peer, local).await {
-            tracing::debug!(error = %e, "connection ended with error");
+    let setup = match pc.setup(local.to_string(), peer.to_string()) {
+        Ok(s) => s,
+        Err(e) => {
+            let _enter = span.enter();
+            tracing::warn!(error = %e, "cannot set a connection up");
+            return;
         }
-        // Its nexus goes (if logout did not already take it) and the port
-        // forgets it.
-        drop(pc);
-        tracing::info!("connection closed");
-    }
-    .instrument(span)
-    .await
-}
-
-/// Sets up the connection's core and serves it through the port's turn.
-async fn drive(
-    pc: &mut PortConn,
-    sock: TcpStream,
-    peer: SocketAddr,
-    local: SocketAddr,
-) -> std::io::Result<()> {
-    let _ = sock.set_nodelay(true);
-    let setup = pc.setup(local.to_string(), peer.to_string())?;
+    };
     let conn = Connection::new(pc.config(), pc.sessions(), setup, std::time::Instant::now());
-    // The socket's descriptor once more, as a std stream: a connection
-    // alone on its reactor looks at its socket by reading it, without
-    // tokio's readiness, one system call a look.
-    let direct = sock
-        .as_fd()
-        .try_clone_to_owned()
-        .ok()
-        .map(std::net::TcpStream::from);
-    let mut link = TcpLink {
+    let link = TcpLink {
         conn,
         sock,
-        direct,
         out: Output::default(),
         input_at: None,
     };
-    rustgt_port::serve(pc, &mut link).await
+    reactors.spawn(pc, Box::new(link), span);
 }
 
-/// A TCP connection as the port's turn drives it: its core, its socket
-/// and the segments queued for it.
+/// A TCP connection as its reactor's loop drives it: its core, its
+/// socket (non-blocking) and the segments queued for it.
 struct TcpLink {
     conn: Connection,
-    sock: TcpStream,
-    /// A second descriptor of `sock`'s socket (see [`read_some`]).
-    direct: Option<std::net::TcpStream>,
+    sock: std::net::TcpStream,
     out: Output,
     /// The clock the last read that got input gave the core (see
-    /// [`Link::take_input_at`]).
+    /// [`ReadyLink::take_input_at`]).
     input_at: Option<std::time::Instant>,
 }
 
-impl Link for TcpLink {
+impl ReadyLink for TcpLink {
     fn core(&mut self) -> &mut Connection {
         &mut self.conn
     }
 
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
     fn send(&mut self) -> std::io::Result<()> {
         self.out.take_from(&mut self.conn);
-        self.out.flush(&self.sock)
+        let sock = &self.sock;
+        self.out.flush(|s| (&mut &*sock).write_vectored(s))
     }
 
     fn output_pending(&self) -> bool {
         self.out.pending()
     }
 
+    fn output_full(&self) -> bool {
+        // An initiator that does not read its responses gets no more of
+        // its commands read (and so run) until it does: what it can make
+        // the daemon hold for it stays bounded (see [`OUTPUT_FULL`]).
+        self.out.full()
+    }
+
     fn finished(&mut self) -> bool {
         self.conn.is_closing()
     }
 
-    fn can_spin(&self) -> bool {
-        true
-    }
-
-    fn look(&mut self, alone: bool) -> std::io::Result<Got> {
-        if self.out.full() {
-            return Ok(Got::Nothing);
+    fn look(&mut self) -> std::io::Result<(Got, bool)> {
+        let now = std::time::Instant::now();
+        let full_feature = self.conn.session().is_some();
+        let sock = &self.sock;
+        let conn = &mut self.conn;
+        let mut filled = false;
+        let got = got_of(read_into_core(
+            full_feature,
+            |buf| {
+                let n = (&mut &*sock).read(buf)?;
+                filled = n == buf.len();
+                Ok(n)
+            },
+            |data| conn.handle_input(data, now),
+        ))?;
+        if got == Got::Input {
+            self.input_at = Some(now);
         }
-        let direct = if alone { self.direct.as_ref() } else { None };
-        read_into(&self.sock, direct, &mut self.conn, &mut self.input_at)
+        Ok((got, got == Got::Input && filled))
     }
 
     fn take_input_at(&mut self) -> Option<std::time::Instant> {
         self.input_at.take()
     }
 
-    async fn ready(&mut self) -> std::io::Result<Got> {
-        // An initiator that does not read its responses gets no more of
-        // its commands read (and so run) until it does: what it can make
-        // the daemon hold for it stays bounded (see [`OUTPUT_FULL`]).
-        let full = self.out.full();
-        tokio::select! {
-            r = self.sock.readable(), if !full => {
-                r?;
-                read_into(&self.sock, None, &mut self.conn, &mut self.input_at)
-            }
-            r = self.sock.writable(), if self.out.pending() => {
-                r?;
-                Ok(Got::Nothing)
-            }
-        }
-    }
-
     fn fail(&mut self) {
         self.conn.fail();
     }
 
-    async fn close(&mut self, killed: bool) {
-        // What was queued before the end (a Logout Response, a Reject)
-        // still goes out, within a bound.
-        if !killed {
-            let _ = tokio::time::timeout(LINGER, self.out.flush_all(&self.sock)).await;
-        }
-        let _ = self.sock.shutdown().await;
+    fn close(self: Box<Self>, killed: bool) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let TcpLink { sock, mut out, .. } = *self;
+        Box::pin(async move {
+            let Ok(sock) = TcpStream::from_std(sock) else {
+                return;
+            };
+            // What was queued before the end (a Logout Response, a Reject)
+            // still goes out, within a bound.
+            if !killed {
+                let _ = tokio::time::timeout(LINGER, out.flush_all(&sock)).await;
+            }
+            let mut sock = sock;
+            let _ = sock.shutdown().await;
+        })
     }
 }
 
 /// How long a closing connection may take to send what it queued.
 const LINGER: Duration = Duration::from_secs(10);
-
-/// Reads what the socket holds (without waiting) into the connection:
-/// through tokio, or through `direct`, a second descriptor of `sock`'s
-/// socket, whatever tokio last saw of its readiness. Either way a read
-/// that drained the socket clears that readiness (see [`read_some`]).
-/// The clock handed to the core with input goes to `input_at`.
-fn read_into(
-    sock: &TcpStream,
-    direct: Option<&std::net::TcpStream>,
-    conn: &mut Connection,
-    input_at: &mut Option<std::time::Instant>,
-) -> std::io::Result<Got> {
-    let now = std::time::Instant::now();
-    let full_feature = conn.session().is_some();
-    let got = got_of(read_into_core(
-        full_feature,
-        |buf| read_some(sock, direct, buf),
-        |data| conn.handle_input(data, now),
-    ));
-    if matches!(got, Ok(Got::Input)) {
-        *input_at = Some(now);
-    }
-    got
-}
 
 /// What one read's result means for the turn.
 fn got_of(read: std::io::Result<usize>) -> std::io::Result<Got> {
@@ -294,7 +244,7 @@ const LOGIN_READ_MAX: usize = 48 + 8192 + 8;
 thread_local! {
     /// The read buffer of every connection on this reactor thread. A read
     /// is handed to the core, which keeps only what is left of a partial
-    /// PDU, before the connection's task can yield, so no connection
+    /// PDU, before the reactor serves another connection, so no connection
     /// needs a buffer of its own: one that never sends costs no read
     /// buffer, and one in full feature phase no 256 KiB of its own.
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -334,29 +284,6 @@ fn read_into_core(
     })
 }
 
-/// One read of what the socket holds, without waiting: through tokio, or
-/// through `direct` (the same socket, read past tokio's readiness). A read
-/// that did not fill `buf` drained the socket, so tokio's readiness is
-/// cleared at once
-/// rather than by a second read that would only fail with EAGAIN (new data
-/// raises a new edge, which the reactor sees before it sleeps).
-fn read_some(
-    sock: &TcpStream,
-    direct: Option<&std::net::TcpStream>,
-    buf: &mut [u8],
-) -> std::io::Result<usize> {
-    let n = match direct {
-        Some(d) => std::io::Read::read(&mut &*d, buf)?,
-        None => sock.try_read(buf)?,
-    };
-    if n > 0 && n < buf.len() {
-        let _ = sock.try_io(tokio::io::Interest::READABLE, || {
-            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-        });
-    }
-    Ok(n)
-}
-
 /// The connection's queue of PDU segments to send, written with vectored
 /// writes so read payloads go from the SCSI core's buffer to the socket
 /// without another copy, and every response ready in a turn leaves in one
@@ -394,8 +321,12 @@ impl Output {
         self.bytes += self.queue.range(before..).map(Bytes::len).sum::<usize>();
     }
 
-    /// Writes as much as the socket takes now.
-    fn flush(&mut self, sock: &TcpStream) -> std::io::Result<()> {
+    /// Writes as much as `write` (one vectored write, never waiting)
+    /// takes now.
+    fn flush(
+        &mut self,
+        mut write: impl FnMut(&[IoSlice<'_>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<()> {
         while self.pending() {
             let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
             let mut count = 0;
@@ -403,7 +334,7 @@ impl Output {
                 *slot = IoSlice::new(b);
                 count += 1;
             }
-            match sock.try_write_vectored(slices.get(..count).unwrap_or_default()) {
+            match write(slices.get(..count).unwrap_or_default()) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     advance(&mut self.queue, n);
@@ -420,7 +351,7 @@ impl Output {
     async fn flush_all(&mut self, sock: &TcpStream) -> std::io::Result<()> {
         while self.pending() {
             sock.writable().await?;
-            self.flush(sock)?;
+            self.flush(|s| sock.try_write_vectored(s))?;
         }
         Ok(())
     }

@@ -241,6 +241,18 @@ impl PortConn {
         self.rx.recv().await
     }
 
+    /// The next message if one waits; otherwise `cx`'s waker is woken when
+    /// one comes (what a reactor that is not a tokio runtime waits with).
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<PortMsg>> {
+        if let Some(r) = self.local.pop_front() {
+            return std::task::Poll::Ready(Some(PortMsg::Done(r)));
+        }
+        self.rx.poll_recv(cx)
+    }
+
     /// A message already waiting, without waiting.
     pub fn try_recv(&mut self) -> Option<PortMsg> {
         if let Some(r) = self.local.pop_front() {

@@ -18,16 +18,18 @@
 //!   ([`ConnStats`]) and the channel to its task;
 //! - the control surface: [`Port::kill`], [`Port::logout`],
 //!   [`Port::request_logout_all`] and the graceful [`Port::shutdown`];
-//! - I_T nexus release ([`PortConn::release_nexus`]): on the connection's
-//!   own thread, once, under the registry's lock; and before a new session
+//! - I_T nexus release ([`PortConn::release_nexus`]): once, under the
+//!   registry's lock, after the connection's commands in flight; and before a new session
 //!   goes on, the nexuses of its initiator's connections whose sockets are
 //!   already closed;
-//! - the [`Reactors`]: single-threaded tokio runtimes that run the
-//!   connection tasks of both drivers;
-//! - the connection task itself ([`serve`]): the turn, the wait with its
-//!   busy-poll, messages from the port, the core's timer and the end of a
-//!   connection, over a [`Link`], all a driver implements to move bytes
-//!   or work requests;
+//! - the reactor threads: [`PollReactors`] for TCP, one epoll loop each
+//!   for all their connections, with the busy-poll, the core's timers and
+//!   the reactor's io_uring; [`Reactors`] for iSER, single-threaded tokio
+//!   runtimes with one connection task each ([`serve`]);
+//! - the connection turn ([`turn`]), messages from the port ([`on_msg`])
+//!   and the end of a connection ([`drain`]), once for both: a driver
+//!   implements only a [`ReadyLink`] (TCP) or a [`Link`] (iSER), which
+//!   moves bytes or work requests;
 //! - the mapping of core [`Event`](rustgt_iscsi::Event)s to SCSI work
 //!   ([`PortConn::on_event`]): commands the LUN can finish without
 //!   blocking run to completion on the calling thread
@@ -38,7 +40,8 @@
 //!   ([`TMF_THREADS`]), never one thread per request.
 //!
 //! Guarantees: no I/O of its own (no sockets, no verbs: those are the
-//! [`Link`]'s); every lock is
+//! links'; the TCP reactors only wait on the descriptors a link gives
+//! them); every lock is
 //! short and never held across an await; nothing a peer sends reaches
 //! this layer other than through the core's validated events; every wait
 //! is bounded.
@@ -49,6 +52,7 @@ mod admission;
 mod conn;
 mod msg;
 pub mod poll;
+mod poller;
 mod reactors;
 mod registry;
 mod ring;
@@ -60,12 +64,13 @@ pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
 pub use conn::{PortConn, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
 pub use poll::{spin_slots, BusyPoll, Governor, SpinSlot};
-pub use reactors::{connections_here, Reactors, ThreadSetup};
+pub use poller::{PollReactors, ReadyLink};
+pub use reactors::{Reactors, ThreadSetup};
 pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;
 pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};
 pub use tmf::TMF_THREADS;
-pub use turn::{serve, Got, Link};
+pub use turn::{drain, on_msg, serve, turn, Got, Link};
 
 #[cfg(test)]
 mod tests;

@@ -325,6 +325,11 @@ impl BusyPoll {
         }
     }
 
+    /// Whether it never spins (its bound is zero).
+    pub fn off(&self) -> bool {
+        self.max.is_zero()
+    }
+
     /// How long to spin, from `now`, before the next park (zero: park at
     /// once); no longer than [`HELD_SPIN`] while a hold-off lasts.
     pub fn budget(&self, now: Instant) -> Duration {

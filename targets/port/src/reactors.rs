@@ -1,28 +1,26 @@
-//! The reactor threads both drivers run their connections on.
+//! The iSER driver's reactor threads: single-threaded tokio runtimes, one
+//! task per connection ([`crate::serve`]). The TCP driver's are
+//! [`crate::PollReactors`].
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-thread_local! {
-    /// On a reactor thread, the count of connections it serves.
-    static HERE: RefCell<Option<Arc<AtomicUsize>>> = const { RefCell::new(None) };
-}
-
-/// How many connections the reactor whose thread calls this serves now;
-/// `None` on any other thread. A connection alone on its reactor may wait
-/// for its peer without letting other tasks of the reactor look at their
-/// sockets, for there are none.
-pub fn connections_here() -> Option<usize> {
-    HERE.with(|h| h.borrow().as_ref().map(|l| l.load(Ordering::Relaxed)))
+/// How many reactor threads `[reactor] threads = count` starts: `count`,
+/// or one per available core for 0.
+pub(crate) fn thread_count(count: usize) -> usize {
+    if count == 0 {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        count
+    }
 }
 
 /// What a reactor thread runs first, on itself (the daemon's scheduling
 /// settings, for example).
 pub type ThreadSetup = Arc<dyn Fn() + Send + Sync>;
 
-/// The reactor threads: each runs a single-threaded tokio runtime (its own
+/// The iSER reactor threads: each runs a single-threaded tokio runtime (its own
 /// epoll, timers and tasks), so a connection's reads, inline commands and
 /// writes all happen on one thread and no wake-up crosses to another.
 #[derive(Debug)]
@@ -41,7 +39,7 @@ struct Reactor {
 
 /// Counts a connection on its reactor while alive.
 #[derive(Debug)]
-struct LoadGuard(Arc<AtomicUsize>);
+pub(crate) struct LoadGuard(pub(crate) Arc<AtomicUsize>);
 
 impl Drop for LoadGuard {
     fn drop(&mut self) {
@@ -53,11 +51,7 @@ impl Reactors {
     /// Starts `count` reactor threads (0: one per available core), each
     /// running `setup` first.
     pub fn start(count: usize, setup: Option<ThreadSetup>) -> std::io::Result<Reactors> {
-        let count = if count == 0 {
-            std::thread::available_parallelism().map_or(1, usize::from)
-        } else {
-            count
-        };
+        let count = thread_count(count);
         let mut reactors = Vec::with_capacity(count);
         for i in 0..count {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -67,7 +61,6 @@ impl Reactors {
             let handle = rt.handle().clone();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let load = Arc::new(AtomicUsize::new(0));
-            let here = Arc::clone(&load);
             let setup = setup.clone();
             std::thread::Builder::new()
                 .name(format!("rustgt-reactor{i}"))
@@ -75,7 +68,6 @@ impl Reactors {
                     if let Some(setup) = setup {
                         setup();
                     }
-                    HERE.with(|h| *h.borrow_mut() = Some(here));
                     rt.block_on(crate::ring::serve_until(stopped));
                 })?;
             reactors.push(Reactor {

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 use crate::admission::{self, Admitted, ConnLimits, Refusal};
 use crate::msg::{ConnInfo, PortMsg};
 use crate::poll::BusyPoll;
+use crate::poller::PollReactors;
 use crate::reactors::{Reactors, ThreadSetup};
 use crate::stats::{ConnStats, ConnStatsSnapshot};
 use crate::tmf;
@@ -68,8 +69,10 @@ const KILL_WAIT: Duration = Duration::from_secs(10);
 /// What the daemon serves, and every connection of every transport.
 #[derive(Debug)]
 pub struct Port {
-    /// Started at the first connection of any transport.
+    /// The iSER driver's, started at its first connection.
     reactors: OnceLock<Reactors>,
+    /// The TCP driver's, started at its first connection.
+    poll_reactors: OnceLock<PollReactors>,
     /// How many reactors to start (0: one per core).
     reactor_count: AtomicUsize,
     /// Commands may run to completion on the connection's thread.
@@ -107,6 +110,7 @@ impl Port {
         let (shutdown, _) = watch::channel(false);
         Arc::new(Port {
             reactors: OnceLock::new(),
+            poll_reactors: OnceLock::new(),
             reactor_count: AtomicUsize::new(0),
             run_to_completion: AtomicBool::new(true),
             busy_poll_us: AtomicU64::new(0),
@@ -195,16 +199,32 @@ impl Port {
         ))
     }
 
-    /// The reactor threads, started at the first call.
+    /// The TCP reactor threads, started at the first call (on a tokio
+    /// runtime, where closing connections finish).
+    pub fn poll_reactors(&self) -> std::io::Result<&PollReactors> {
+        self.started(&self.poll_reactors, PollReactors::start)
+    }
+
+    /// The iSER reactor threads, started at the first call.
     pub fn reactors(&self) -> std::io::Result<&Reactors> {
-        if let Some(r) = self.reactors.get() {
+        self.started(&self.reactors, Reactors::start)
+    }
+
+    /// `cell`'s reactors, started with `start` at the first call with the
+    /// count and setup in force.
+    fn started<'a, R>(
+        &self,
+        cell: &'a OnceLock<R>,
+        start: impl FnOnce(usize, Option<ThreadSetup>) -> std::io::Result<R>,
+    ) -> std::io::Result<&'a R> {
+        if let Some(r) = cell.get() {
             return Ok(r);
         }
         let setup = self.reactor_setup.0.lock().ok().and_then(|s| s.clone());
-        let r = Reactors::start(self.reactor_count.load(Ordering::Relaxed), setup)?;
+        let r = start(self.reactor_count.load(Ordering::Relaxed), setup)?;
         // Another listener may have started a set meanwhile: keep the first
         // (the spare one stops when dropped).
-        Ok(self.reactors.get_or_init(|| r))
+        Ok(cell.get_or_init(|| r))
     }
 
     /// Replace the protocol configuration; new logins on every transport

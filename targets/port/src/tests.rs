@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rustgt_backstore::{open, BackstoreSpec, EngineKind};
 use rustgt_iscsi::iser::ControlHeader;
-use rustgt_iscsi::pdu::{LoginRequest, LoginStatus, Reply, Request, RequestHeader, Stage};
+use rustgt_iscsi::pdu::{LoginRequest, LoginStatus, NopOut, Reply, Request, RequestHeader, Stage};
 use rustgt_iscsi::text::encode_text;
 use rustgt_iscsi::{Connection, ConnectionSetup, IserOp, IserParams, PortalConfig, TargetInfo};
 use rustgt_scsi::{LunConfig, ScsiTarget};
@@ -149,6 +149,16 @@ impl Driven {
     /// A Normal session of INITIATOR with ISID to TARGET, no
     /// authentication; returns its TSIH.
     fn login(&mut self) -> u16 {
+        let transport = self.transport;
+        login_with(transport, |req| self.send(req))
+    }
+}
+
+/// Logs in a Normal session of INITIATOR with ISID to TARGET, no
+/// authentication, through `send` (a request in, the target's replies
+/// out); returns its TSIH.
+fn login_with(transport: Transport, mut send: impl FnMut(&Request) -> Vec<Reply>) -> u16 {
+    {
         let mut exp_stat_sn = 0;
         let mut tsih = 0;
         let mut steps = vec![(
@@ -162,7 +172,7 @@ impl Driven {
             ],
         )];
         let mut ops = vec![("HeaderDigest", "None"), ("DataDigest", "None")];
-        if self.transport == Transport::Iser {
+        if transport == Transport::Iser {
             ops.push(("RDMAExtensions", "Yes"));
         }
         steps.push((Stage::OPERATIONAL, Stage::FULL_FEATURE, ops));
@@ -188,7 +198,7 @@ impl Driven {
                 }),
                 data: encode_text(&pairs),
             };
-            let replies = self.send(&req);
+            let replies = send(&req);
             let Some(Reply::LoginResponse(lr)) = replies.into_iter().next() else {
                 panic!("no login response");
             };
@@ -359,4 +369,180 @@ async fn caps_count_both_transports_and_logged_in_connections_leave_the_login_ca
     drop(tcp);
     assert_eq!(port.admitted_counts(ip), (1, 1, 0));
     let _again = Driven::open(&port, Transport::Tcp, "127.0.0.1:50003");
+}
+
+/// A [`ReadyLink`] over one end of a Unix socket pair: what the TCP
+/// driver does, on a socket the test holds the other end of.
+struct PairLink {
+    core: Connection,
+    sock: std::os::unix::net::UnixStream,
+    out: Vec<u8>,
+    input_at: Option<Instant>,
+}
+
+impl ReadyLink for PairLink {
+    fn core(&mut self) -> &mut Connection {
+        &mut self.core
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        if let Some(segs) = self.core.poll_transmit() {
+            for s in segs {
+                self.out.extend_from_slice(&s);
+            }
+        }
+        while !self.out.is_empty() {
+            match (&self.sock).write(&self.out) {
+                Ok(n) => drop(self.out.drain(..n)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn output_pending(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    fn output_full(&self) -> bool {
+        false
+    }
+
+    fn finished(&mut self) -> bool {
+        self.core.is_closing()
+    }
+
+    fn look(&mut self) -> std::io::Result<(Got, bool)> {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        match (&self.sock).read(&mut buf) {
+            Ok(0) => Ok((Got::Eof, false)),
+            Ok(n) => {
+                let now = Instant::now();
+                self.core.handle_input(&buf[..n], now);
+                self.input_at = Some(now);
+                Ok((Got::Input, n == buf.len()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok((Got::Nothing, false)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn take_input_at(&mut self) -> Option<Instant> {
+        self.input_at.take()
+    }
+
+    fn fail(&mut self) {
+        self.core.fail();
+    }
+
+    fn close(
+        self: Box<Self>,
+        _killed: bool,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(async move { drop(self) })
+    }
+}
+
+/// The test's end of a [`PairLink`]: sends a request, reads one reply.
+fn exchange(sock: &mut std::os::unix::net::UnixStream, req: &Request) -> Vec<Reply> {
+    use std::io::Write;
+    sock.write_all(&req.encode(false, false)).expect("write");
+    vec![read_reply(sock).expect("a reply")]
+}
+
+/// One whole PDU from `sock`, or `None` at end of stream.
+fn read_reply(sock: &mut std::os::unix::net::UnixStream) -> Option<Reply> {
+    use std::io::Read;
+    let mut pdu = vec![0u8; 48];
+    if sock.read_exact(&mut pdu).is_err() {
+        return None;
+    }
+    let ahs = usize::from(pdu[4]) * 4;
+    let data = (usize::from(pdu[5]) << 16 | usize::from(pdu[6]) << 8 | usize::from(pdu[7]))
+        .next_multiple_of(4);
+    pdu.resize(48 + ahs + data, 0);
+    sock.read_exact(&mut pdu[48..])
+        .expect("the rest of the PDU");
+    Some(Reply::decode(&pdu, false, false).expect("a PDU").0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_reactor_serves_its_socket_and_ends_the_connection_on_kill() {
+    let port = port();
+    let reactors = PollReactors::start(1, None).expect("a reactor");
+    let (mut mine, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    theirs.set_nonblocking(true).expect("non-blocking");
+    mine.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    let d = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
+    let id = d.pc.id();
+    reactors.spawn(
+        d.pc,
+        Box::new(PairLink {
+            core: d.core,
+            sock: theirs,
+            out: Vec::new(),
+            input_at: None,
+        }),
+        tracing::Span::none(),
+    );
+    // Served by the reactor's thread: a login, then a ping answered.
+    let tsih =
+        tokio::task::block_in_place(|| login_with(Transport::Tcp, |req| exchange(&mut mine, req)));
+    assert_ne!(tsih, 0);
+    assert!(summary(&port, id).session.is_some());
+    let ping = Request {
+        header: RequestHeader::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 9,
+            ttt: 0xffff_ffff,
+            cmd_sn: 2,
+            exp_stat_sn: 0,
+        }),
+        data: b"ping".to_vec(),
+    };
+    let replies = tokio::task::block_in_place(|| exchange(&mut mine, &ping));
+    match replies.first() {
+        Some(Reply::NopIn(n)) => assert_eq!(n.itt, 9),
+        other => panic!("not a NOP-In: {other:?}"),
+    }
+
+    // A logout request from the port reaches the initiator (a message
+    // from another thread wakes the reactor).
+    // Parked by now (past any busy-poll).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let asked = Instant::now();
+    assert_eq!(port.request_logout_all(), 1);
+    let r = tokio::task::block_in_place(|| read_reply(&mut mine));
+    assert!(matches!(r, Some(Reply::AsyncMessage(_))), "{r:?}");
+    // Not at the core's next timer (seconds away): at once.
+    assert!(
+        asked.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    // Killed: the reactor ends the connection, its socket closes and the
+    // port forgets it.
+    assert!(port.kill(id));
+    let r = tokio::task::block_in_place(|| read_reply(&mut mine));
+    assert!(r.is_none(), "the socket closes: {r:?}");
+    let mut waited = 0;
+    while !port.connections().is_empty() && waited < 100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+    }
+    assert!(
+        port.connections().is_empty(),
+        "the port forgot the connection"
+    );
+    assert_eq!(port.sessions().lock().expect("table").len(), 0);
 }
