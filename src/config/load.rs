@@ -311,3 +311,21 @@ fn display_figment_path(path: &[String]) -> String {
     }
     out
 }
+
+/// [`load_text`] in a figment `Jail`, for tests: the jail serializes every
+/// test that sets `RUSTGT_*` variables, so none of them leaks into this
+/// load (the default-overriding environment is read by every load).
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // the closure type is figment's
+pub fn load_text_jailed(
+    path: &Path,
+    text: String,
+    overrides: &Overrides,
+) -> Result<Config, ConfigError> {
+    let mut out = None;
+    figment::Jail::expect_with(|_| {
+        out = Some(load_text(path, text, overrides));
+        Ok(())
+    });
+    out.unwrap_or_else(|| panic!("the jail ran no load"))
+}

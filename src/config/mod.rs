@@ -58,6 +58,8 @@ pub(crate) use groups::initiator_groups;
 pub use groups::{GroupSettings, LunMapping};
 #[cfg(test)]
 pub use iscsi::IscsiSettings;
+#[cfg(test)]
+pub use load::load_text_jailed;
 pub use load::{admin_socket_of, load, load_text};
 pub use luns::LunSettings;
 pub use qos::QosSettings;

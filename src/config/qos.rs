@@ -378,7 +378,7 @@ pub(super) fn check_qos(c: &mut Checker, key: &KeyPath, q: &QosSettings, lun: bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{load_text, Overrides};
+    use crate::config::{load_text_jailed, Overrides};
     use std::path::Path;
 
     fn load(target: &str, lun: &str) -> Result<crate::config::Config, crate::config::ConfigError> {
@@ -386,7 +386,7 @@ mod tests {
             "[[targets]]\niqn = \"iqn.2026-11.org.rustgt:q\"\n{target}\n\
              [[targets.luns]]\nid = 0\nbackstore = \"ram\"\nsize = \"64M\"\n{lun}\n"
         );
-        load_text(Path::new("qos.toml"), body, &Overrides::default())
+        load_text_jailed(Path::new("qos.toml"), body, &Overrides::default())
     }
 
     fn problem(target: &str, lun: &str, key: &str, fragment: &str) {

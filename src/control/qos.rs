@@ -303,8 +303,8 @@ mod tests {
         let text = "# my target\n[[targets]]\niqn = \"iqn.2026-11.org.rustgt:p\"\n\
                     [[targets.luns]]\nid = 0 # the disk\nbackstore = \"ram\"\nsize = \"64M\"\n";
         let path = std::path::Path::new("p.toml");
-        let old =
-            crate::config::load_text(path, text.to_owned(), &Default::default()).expect("loads");
+        let old = crate::config::load_text_jailed(path, text.to_owned(), &Default::default())
+            .expect("loads");
         let mut new = old.clone();
         let set: BTreeMap<String, String> = [
             ("total_iops_sec".to_owned(), "2000".to_owned()),
@@ -326,8 +326,8 @@ mod tests {
         wanted_set_qos(&mut new, iqn, None, None, &set, &[], false).expect("target");
         let written = crate::persist::edit::update(text, &old, &new).expect("edit");
         assert!(written.contains("# the disk"), "{written}");
-        let back =
-            crate::config::load_text(path, written.clone(), &Default::default()).expect("reloads");
+        let back = crate::config::load_text_jailed(path, written.clone(), &Default::default())
+            .expect("reloads");
         assert_eq!(back.targets[0].qos, new.targets[0].qos, "{written}");
         assert_eq!(
             back.targets[0].luns[0].qos, new.targets[0].luns[0].qos,

@@ -315,7 +315,7 @@ fn prune(table: &mut Table, full: &toml::Table, min: &toml::Table, keep: &[&str]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{load_text, ChapSettings, Overrides};
+    use crate::config::{load_text_jailed, ChapSettings, Overrides};
     use std::path::Path;
 
     const FILE: &str = r#"# rustgt at the lab
@@ -348,7 +348,7 @@ size = "1G"
 "#;
 
     fn load(text: &str) -> Config {
-        load_text(
+        load_text_jailed(
             Path::new("test.toml"),
             text.to_owned(),
             &Overrides::default(),

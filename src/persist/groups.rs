@@ -102,7 +102,7 @@ pub(super) fn update_groups(
 mod tests {
     use std::path::Path;
 
-    use crate::config::{load_text, Config, Overrides};
+    use crate::config::{load_text_jailed, Config, Overrides};
     use crate::persist::edit::update;
 
     const TEXT: &str = r#"
@@ -125,19 +125,9 @@ name = "web"
 initiators = ["iqn.2026-11.org.example:web*"]
 "#;
 
-    /// In a figment `Jail`, as every test that loads a configuration: no
-    /// other test's `RUSTGT_*` variables leak into the load.
-    #[allow(clippy::result_large_err)] // the closure type is figment's
     fn load(text: &str) -> Config {
-        let mut out = None;
-        figment::Jail::expect_with(|_| {
-            out = Some(
-                load_text(Path::new("t.toml"), text.to_owned(), &Overrides::default())
-                    .expect("valid"),
-            );
-            Ok(())
-        });
-        out.expect("ran in the jail")
+        load_text_jailed(Path::new("t.toml"), text.to_owned(), &Overrides::default())
+            .expect("valid")
     }
 
     #[test]
