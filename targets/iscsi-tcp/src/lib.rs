@@ -28,13 +28,12 @@ use std::future::Future;
 use std::io::{IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rustgt_iscsi::Connection;
-use rustgt_port::{Admitted, ConnInfo, Got, Port, ReadyLink, Transport};
+use rustgt_port::{Admitted, Closing, ConnInfo, Got, Port, PortConn, ReadyLink, Transport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -74,8 +73,8 @@ pub async fn serve_until(
     }
 }
 
-/// Moves an accepted connection to the least loaded reactor, which serves
-/// it from then on.
+/// Moves an accepted connection to the least loaded reactor, which sets
+/// it up and serves it from then on.
 fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted: Admitted) {
     let reactors = match port.poll_reactors() {
         Ok(r) => r,
@@ -92,11 +91,23 @@ fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted
             return;
         }
     };
+    let port = Arc::clone(port);
+    reactors.spawn(move || open(&port, sock, peer, admitted));
+}
+
+/// Sets an accepted connection up (on its reactor): its place in the
+/// port, its span and its core.
+fn open(
+    port: &Arc<Port>,
+    sock: std::net::TcpStream,
+    peer: SocketAddr,
+    admitted: Admitted,
+) -> Option<(PortConn, Box<dyn ReadyLink>, tracing::Span)> {
     let local = match sock.local_addr() {
         Ok(a) => a,
         Err(e) => {
             tracing::warn!(error = %e, %peer, "accepted connection without a local address");
-            return;
+            return None;
         }
     };
     let _ = sock.set_nodelay(true);
@@ -120,7 +131,7 @@ fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted
         Err(e) => {
             let _enter = span.enter();
             tracing::warn!(error = %e, "cannot set a connection up");
-            return;
+            return None;
         }
     };
     let conn = Connection::new(pc.config(), pc.sessions(), setup, std::time::Instant::now());
@@ -130,7 +141,7 @@ fn hand_to_reactor(port: &Arc<Port>, sock: TcpStream, peer: SocketAddr, admitted
         out: Output::default(),
         input_at: None,
     };
-    reactors.spawn(pc, Box::new(link), span);
+    Some((pc, Box::new(link), span))
 }
 
 /// A TCP connection as its reactor's loop drives it: its core, its
@@ -203,20 +214,30 @@ impl ReadyLink for TcpLink {
         self.conn.fail();
     }
 
-    fn close(self: Box<Self>, killed: bool) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        let TcpLink { sock, mut out, .. } = *self;
-        Box::pin(async move {
+    fn close(self: Box<Self>, killed: bool) -> Option<Closing> {
+        let TcpLink {
+            mut conn,
+            sock,
+            mut out,
+            ..
+        } = *self;
+        if !killed {
+            out.take_from(&mut conn);
+        }
+        if killed || !out.pending() {
+            let _ = sock.shutdown(std::net::Shutdown::Write);
+            return None;
+        }
+        Some(Box::pin(async move {
             let Ok(sock) = TcpStream::from_std(sock) else {
                 return;
             };
             // What was queued before the end (a Logout Response, a Reject)
             // still goes out, within a bound.
-            if !killed {
-                let _ = tokio::time::timeout(LINGER, out.flush_all(&sock)).await;
-            }
+            let _ = tokio::time::timeout(LINGER, out.flush_all(&sock)).await;
             let mut sock = sock;
             let _ = sock.shutdown().await;
-        })
+        }))
     }
 }
 

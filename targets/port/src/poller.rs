@@ -90,10 +90,21 @@ pub trait ReadyLink: Send + 'static {
     /// moving data and tell the core.
     fn fail(&mut self);
 
-    /// The connection ends, off the reactor, on a tokio runtime: deliver
-    /// what is still queued, within a bound, unless `killed`, and close.
-    fn close(self: Box<Self>, killed: bool) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// The connection ends: deliver what is still queued, within a bound,
+    /// unless `killed`, and close. With nothing to deliver (or killed) it
+    /// closes at once and returns `None`; otherwise it returns what
+    /// delivers and closes, which the port runs on a tokio runtime.
+    fn close(self: Box<Self>, killed: bool) -> Option<Closing>;
 }
+
+/// What is left of a connection's end once it has left its reactor
+/// (see [`ReadyLink::close`]).
+pub type Closing = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What a reactor runs, on its own thread, to set a new connection up:
+/// the port's side, the link and the connection's span, or `None` if it
+/// could not be set up (the opener reported why).
+pub type Opener = Box<dyn FnOnce() -> Option<(PortConn, Box<dyn ReadyLink>, tracing::Span)> + Send>;
 
 /// The reactor threads of the TCP driver (see the module's text).
 #[derive(Debug)]
@@ -123,17 +134,13 @@ struct Shared {
 }
 
 struct Incoming {
-    pc: PortConn,
-    link: Box<dyn ReadyLink>,
-    span: tracing::Span,
+    open: Opener,
     load: LoadGuard,
 }
 
 impl std::fmt::Debug for Incoming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Incoming")
-            .field("conn", &self.pc.id())
-            .finish()
+        f.debug_struct("Incoming").finish_non_exhaustive()
     }
 }
 
@@ -205,8 +212,13 @@ impl PollReactors {
     }
 
     /// Serves a connection on the reactor with the fewest connections
-    /// from now on; `span` is entered whenever the reactor works for it.
-    pub fn spawn(&self, pc: PortConn, link: Box<dyn ReadyLink>, span: tracing::Span) {
+    /// from now on: `open` sets it up there (so accepting stays cheap and
+    /// set-ups run on every reactor at once); its span is entered whenever
+    /// the reactor works for it.
+    pub fn spawn(
+        &self,
+        open: impl FnOnce() -> Option<(PortConn, Box<dyn ReadyLink>, tracing::Span)> + Send + 'static,
+    ) {
         let Some(r) = self
             .reactors
             .iter()
@@ -218,9 +230,7 @@ impl PollReactors {
         let load = LoadGuard(Arc::clone(&r.load));
         if let Ok(mut inbox) = r.shared.inbox.lock() {
             inbox.push(Incoming {
-                pc,
-                link,
-                span,
+                open: Box::new(open),
                 load,
             });
         }
@@ -258,6 +268,14 @@ impl Wake for ConnWake {
             let _ = self.shared.waker.wake();
         }
     }
+}
+
+/// A connection set up, before it joins the loop.
+struct Opened {
+    pc: PortConn,
+    link: Box<dyn ReadyLink>,
+    span: tracing::Span,
+    load: LoadGuard,
 }
 
 /// One connection in a reactor's loop.
@@ -424,7 +442,16 @@ impl Reactor {
         }
     }
 
-    fn add(&mut self, c: Incoming) {
+    fn add(&mut self, incoming: Incoming) {
+        let Some((pc, link, span)) = (incoming.open)() else {
+            return;
+        };
+        let c = Opened {
+            pc,
+            link,
+            span,
+            load: incoming.load,
+        };
         let slot = self.free.pop().unwrap_or(self.conns.len());
         let token = Token(FIRST + slot);
         let fd = c.link.fd();
@@ -544,7 +571,8 @@ impl Reactor {
         }
     }
 
-    /// The connection leaves the loop and finishes on the closer runtime.
+    /// The connection leaves the loop. With commands in flight or output
+    /// to deliver it finishes on the closer runtime; otherwise here, now.
     fn end(&mut self, slot: usize, failed: bool) {
         let Some(Some(mut c)) = self.conns.get_mut(slot).map(Option::take) else {
             return;
@@ -563,22 +591,36 @@ impl Reactor {
             _load,
             ..
         } = c;
-        self.closer.spawn(
-            async move {
-                // In-flight commands finish before the nexus goes away, so
-                // no write is lost half-done; bounded by the commands.
-                if !killed {
+        if !killed && link.core().in_flight() > 0 {
+            self.closer.spawn(
+                async move {
+                    // In-flight commands finish before the nexus goes away,
+                    // so no write is lost half-done; bounded by the commands.
                     drain(&mut pc, link.core()).await;
+                    if let Some(rest) = link.close(killed) {
+                        rest.await;
+                    }
+                    closed(pc, _load);
                 }
-                link.close(killed).await;
-                // Its nexus goes (if logout did not already take it) and
-                // the port forgets it.
-                drop(pc);
-                drop(_load);
-                tracing::info!("connection closed");
+                .instrument(span),
+            );
+            return;
+        }
+        match link.close(killed) {
+            None => {
+                let _enter = span.enter();
+                closed(pc, _load);
             }
-            .instrument(span),
-        );
+            Some(rest) => {
+                self.closer.spawn(
+                    async move {
+                        rest.await;
+                        closed(pc, _load);
+                    }
+                    .instrument(span),
+                );
+            }
+        }
     }
 
     /// The busy-poll of a connection alone on its reactor, while it pays:
@@ -729,6 +771,14 @@ impl Slot {
         self.killed = true;
         self.link.fail();
     }
+}
+
+/// The end of a closed connection: its nexus goes (if logout did not
+/// already take it), the port forgets it, its reactor no longer counts it.
+fn closed(pc: PortConn, load: LoadGuard) {
+    drop(pc);
+    drop(load);
+    tracing::info!("connection closed");
 }
 
 /// Keeps the CPU busy, without a system call, until `deadline`.

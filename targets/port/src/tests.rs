@@ -442,11 +442,9 @@ impl ReadyLink for PairLink {
         self.core.fail();
     }
 
-    fn close(
-        self: Box<Self>,
-        _killed: bool,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-        Box::pin(async move { drop(self) })
+    fn close(self: Box<Self>, _killed: bool) -> Option<Closing> {
+        drop(self);
+        None
     }
 }
 
@@ -483,16 +481,19 @@ async fn a_poll_reactor_serves_its_socket_and_ends_the_connection_on_kill() {
         .expect("a read timeout");
     let d = Driven::open(&port, Transport::Tcp, "127.0.0.1:50000");
     let id = d.pc.id();
-    reactors.spawn(
-        d.pc,
-        Box::new(PairLink {
+    reactors.spawn(move || {
+        let link = PairLink {
             core: d.core,
             sock: theirs,
             out: Vec::new(),
             input_at: None,
-        }),
-        tracing::Span::none(),
-    );
+        };
+        Some((
+            d.pc,
+            Box::new(link) as Box<dyn ReadyLink>,
+            tracing::Span::none(),
+        ))
+    });
     // Served by the reactor's thread: a login, then a ping answered.
     let tsih =
         tokio::task::block_in_place(|| login_with(Transport::Tcp, |req| exchange(&mut mine, req)));
