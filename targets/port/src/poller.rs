@@ -17,7 +17,9 @@
 //!   own thread (an io_uring completion reaped there) nothing is woken;
 //! - the core's timer: one heap per reactor, a deadline pushed only when
 //!   it moves earlier (the keepalive moves later after every PDU, and
-//!   then fires early once, for nothing);
+//!   then fires early once, for nothing); one the core no longer has (a
+//!   login deadline once the login completed) is dropped without waking
+//!   the reactor;
 //! - the busy-poll: only a connection alone on its reactor spins, with
 //!   its [`BusyPoll`] and a [`SpinSlot`], looking at its socket with
 //!   one read a look; with several, the reactor does not spin;
@@ -496,14 +498,21 @@ impl Reactor {
 
     /// How long the loop may wait: not at all with work left, until the
     /// earliest timer otherwise.
-    fn timeout(&self) -> Option<Duration> {
+    fn timeout(&mut self) -> Option<Duration> {
         let woken = self.shared.woken.lock().is_ok_and(|w| !w.is_empty());
         if woken || !self.again.is_empty() {
             return Some(Duration::ZERO);
         }
-        self.timers
-            .peek()
-            .map(|Reverse((at, _))| at.saturating_duration_since(Instant::now()))
+        // Deadlines no connection waits for any more (a login's, once it
+        // completed) do not wake the reactor.
+        while let Some(Reverse((at, slot))) = self.timers.peek().copied() {
+            let armed = matches!(self.conns.get(slot), Some(Some(c)) if c.armed == Some(at));
+            if armed {
+                return Some(at.saturating_duration_since(Instant::now()));
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Runs the core's timer of every connection whose deadline passed.
@@ -560,11 +569,16 @@ impl Reactor {
                 if c.readable && !c.link.output_full() {
                     self.again.push(slot);
                 }
-                if let Some(t) = c.link.core().poll_timeout() {
-                    if c.armed.is_none_or(|armed| t < armed) {
-                        c.armed = Some(t);
-                        self.timers.push(Reverse((t, slot)));
+                match c.link.core().poll_timeout() {
+                    Some(t) => {
+                        if c.armed.is_none_or(|armed| t < armed) {
+                            c.armed = Some(t);
+                            self.timers.push(Reverse((t, slot)));
+                        }
                     }
+                    // No timer left (a login that completed, without
+                    // keepalive): its heap entry is dropped unfired.
+                    None => c.armed = None,
                 }
             }
             Step::End { failed } => self.end(slot, failed),
@@ -713,7 +727,7 @@ impl Slot {
     /// while something comes (at most [`ROUNDS`]). `got`: what a spin
     /// already handed to the core.
     fn step(&mut self, mut got: Got) -> io::Result<Step> {
-        for _ in 0..ROUNDS {
+        for round in 0..ROUNDS {
             if got == Got::Nothing && self.readable && !self.link.output_full() {
                 let (g, more) = self.link.look()?;
                 got = g;
@@ -729,6 +743,12 @@ impl Slot {
             }
             if killed {
                 self.kill();
+            }
+            // The first round runs the turn whatever woke the connection
+            // (its timer's events, room to send); a later one only for
+            // new input.
+            if round > 0 && got == Got::Nothing {
+                break;
             }
             let mut input_at = None;
             match got {
@@ -755,9 +775,6 @@ impl Slot {
             self.link.send()?;
             if self.link.finished() {
                 return Ok(Step::End { failed: false });
-            }
-            if got == Got::Nothing {
-                break;
             }
             got = Got::Nothing;
         }
