@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustgt_iscsi::Connection;
-use rustgt_port::{Admitted, Closing, ConnInfo, Got, Port, PortConn, ReadyLink, Transport};
+use rustgt_port::{Admitted, Closing, ConnInfo, Got, Opened, Port, ReadyLink, Transport};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -102,7 +102,7 @@ fn open(
     sock: std::net::TcpStream,
     peer: SocketAddr,
     admitted: Admitted,
-) -> Option<(PortConn, Box<dyn ReadyLink>, tracing::Span)> {
+) -> Option<Opened> {
     let local = match sock.local_addr() {
         Ok(a) => a,
         Err(e) => {

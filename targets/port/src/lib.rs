@@ -64,7 +64,7 @@ pub use admission::{Admitted, ConnLimits, Refusal, REFUSAL_LOG_EVERY};
 pub use conn::{PortConn, TURN_ROUNDS};
 pub use msg::{ConnInfo, PortMsg};
 pub use poll::{spin_slots, BusyPoll, Governor, SpinSlot};
-pub use poller::{Closing, Opener, PollReactors, ReadyLink};
+pub use poller::{Closing, Opened, PollReactors, ReadyLink};
 pub use reactors::{Reactors, ThreadSetup};
 pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;

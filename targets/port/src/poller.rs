@@ -103,10 +103,13 @@ pub trait ReadyLink: Send + 'static {
 /// (see [`ReadyLink::close`]).
 pub type Closing = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// What a reactor runs, on its own thread, to set a new connection up:
-/// the port's side, the link and the connection's span, or `None` if it
-/// could not be set up (the opener reported why).
-pub type Opener = Box<dyn FnOnce() -> Option<(PortConn, Box<dyn ReadyLink>, tracing::Span)> + Send>;
+/// A connection a driver set up for a [`PollReactors`] loop: the port's
+/// side, the link and the connection's span.
+pub type Opened = (PortConn, Box<dyn ReadyLink>, tracing::Span);
+
+/// What a reactor runs, on its own thread, to set a new connection up
+/// (`None`: it could not be, and the opener reported why).
+type Opener = Box<dyn FnOnce() -> Option<Opened> + Send>;
 
 /// The reactor threads of the TCP driver (see the module's text).
 #[derive(Debug)]
@@ -217,10 +220,7 @@ impl PollReactors {
     /// from now on: `open` sets it up there (so accepting stays cheap and
     /// set-ups run on every reactor at once); its span is entered whenever
     /// the reactor works for it.
-    pub fn spawn(
-        &self,
-        open: impl FnOnce() -> Option<(PortConn, Box<dyn ReadyLink>, tracing::Span)> + Send + 'static,
-    ) {
+    pub fn spawn(&self, open: impl FnOnce() -> Option<Opened> + Send + 'static) {
         let Some(r) = self
             .reactors
             .iter()
@@ -273,7 +273,7 @@ impl Wake for ConnWake {
 }
 
 /// A connection set up, before it joins the loop.
-struct Opened {
+struct Joining {
     pc: PortConn,
     link: Box<dyn ReadyLink>,
     span: tracing::Span,
@@ -448,7 +448,7 @@ impl Reactor {
         let Some((pc, link, span)) = (incoming.open)() else {
             return;
         };
-        let c = Opened {
+        let c = Joining {
             pc,
             link,
             span,
