@@ -4,7 +4,8 @@
 //! the initiator takes, refuses a write it cannot take with CHECK
 //! CONDITION, closes a connection that sends garbage while it serves the
 //! others, serves connections that queued while it had no file descriptor
-//! left once one frees, and listens on loopback addresses only.
+//! left once one frees, and listens on loopback addresses only; over epoll
+//! and over io_uring (`--io-uring`) alike.
 
 mod common;
 
@@ -24,18 +25,31 @@ struct Floor {
     addr: String,
 }
 
+/// The floor's two drivers: epoll readiness and io_uring.
+const MODES: [&[&str]; 2] = [&[], &["--io-uring"]];
+
 impl Floor {
-    fn start() -> Floor {
-        Floor::spawn(Command::new(BIN).args(["bench", "floor", "--listen", "127.0.0.1:0"]))
+    fn start(mode: &[&str]) -> Floor {
+        Floor::spawn(
+            Command::new(BIN)
+                .args(["bench", "floor", "--listen", "127.0.0.1:0"])
+                .args(mode),
+        )
     }
 
     /// The floor with at most `nofile` file descriptors (`ulimit -n`).
-    fn start_with_nofile(nofile: u32) -> Floor {
-        Floor::spawn(Command::new("sh").args([
-            "-c",
-            &format!("ulimit -n {nofile} && exec \"$0\" bench floor --listen 127.0.0.1:0"),
-            BIN,
-        ]))
+    fn start_with_nofile(nofile: u32, mode: &[&str]) -> Floor {
+        Floor::spawn(
+            Command::new("sh")
+                .args([
+                    "-c",
+                    &format!(
+                        "ulimit -n {nofile} && exec \"$0\" bench floor --listen 127.0.0.1:0 \"$@\""
+                    ),
+                    BIN,
+                ])
+                .args(mode),
+        )
     }
 
     fn spawn(cmd: &mut Command) -> Floor {
@@ -93,7 +107,14 @@ fn assert_clean(r: &serde_json::Value) {
 
 #[test]
 fn the_floor_holds_a_paced_load_of_reads_and_writes() {
-    let f = Floor::start();
+    for mode in MODES {
+        eprintln!("floor {mode:?}");
+        the_floor_holds_a_paced_load_of_reads_and_writes_on(mode);
+    }
+}
+
+fn the_floor_holds_a_paced_load_of_reads_and_writes_on(mode: &[&str]) {
+    let f = Floor::start(mode);
     let pid = f.pid();
     for rw in ["read", "write"] {
         let r = f.load(&[
@@ -142,7 +163,14 @@ fn the_floor_holds_a_paced_load_of_reads_and_writes() {
 
 #[test]
 fn a_write_beyond_its_immediate_data_gets_check_condition() {
-    let f = Floor::start();
+    for mode in MODES {
+        eprintln!("floor {mode:?}");
+        a_write_beyond_its_immediate_data_gets_check_condition_on(mode);
+    }
+}
+
+fn a_write_beyond_its_immediate_data_gets_check_condition_on(mode: &[&str]) {
+    let f = Floor::start(mode);
     // 256 KiB writes carry 64 KiB of immediate data (FirstBurstLength);
     // the floor sends no R2T and refuses them, ILLEGAL REQUEST / INVALID
     // FIELD IN CDB.
@@ -173,7 +201,14 @@ fn a_write_beyond_its_immediate_data_gets_check_condition() {
 
 #[test]
 fn garbage_closes_that_connection_and_the_floor_serves_on() {
-    let f = Floor::start();
+    for mode in MODES {
+        eprintln!("floor {mode:?}");
+        garbage_closes_that_connection_and_the_floor_serves_on_on(mode);
+    }
+}
+
+fn garbage_closes_that_connection_and_the_floor_serves_on_on(mode: &[&str]) {
+    let f = Floor::start(mode);
     // A header declaring a data segment larger than the floor takes, and
     // one of an opcode no initiator sends.
     let mut unknown = [0u8; 48];
@@ -238,10 +273,17 @@ fn login_answered(s: &mut TcpStream, wait: Duration) -> bool {
 
 #[test]
 fn connections_queued_while_descriptors_ran_out_are_served_once_one_frees() {
+    for mode in MODES {
+        eprintln!("floor {mode:?}");
+        connections_queued_while_descriptors_ran_out_are_served_once_one_frees_on(mode);
+    }
+}
+
+fn connections_queued_while_descriptors_ran_out_are_served_once_one_frees_on(mode: &[&str]) {
     // Descriptors 0-2, the epoll and the listener leave five for
     // connections, fewer if the floor inherited some: connect until one
     // is not answered, for want of a descriptor to accept it with.
-    let f = Floor::start_with_nofile(10);
+    let f = Floor::start_with_nofile(10, mode);
     let mut served: Vec<TcpStream> = Vec::new();
     let mut queued = loop {
         assert!(served.len() < 10, "the floor never ran out of descriptors");
