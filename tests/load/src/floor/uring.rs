@@ -1,13 +1,21 @@
 //! The floor over one io_uring: each connection keeps a receive in flight
 //! and, while it has answers to send, one send; an accept stays armed on
 //! the listener. A wake-up is one `io_uring_enter` that submits what the
-//! last completions queued (answers, the next receives) and waits for the
-//! next completion; the received bytes are copied in that same call (with
-//! `DEFER_TASKRUN`, where the kernel has it).
+//! last completions queued (answers, the next receives) and waits; the
+//! received bytes are copied in that same call (with `DEFER_TASKRUN`,
+//! where the kernel has it).
+//!
+//! A send to a socket with room completes as it is submitted, so a call
+//! that waited for one completion would return at once with it, and every
+//! answer would cost a second call. After queuing a short send
+//! ([`SURE_SEND`]) the loop waits for two completions instead, bounded by
+//! [`SEND_WAIT`]: a send that did not complete as submitted (a full socket)
+//! delays the loop by that much at most.
 
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 use nix::errno::Errno;
@@ -21,6 +29,13 @@ const SQ_ENTRIES: u32 = 1024;
 /// flight (a receive and a send per connection, the accept and its retry
 /// timer), so none waits in the kernel's overflow list.
 const CQ_ENTRIES: u32 = 4 * MAX_CONNECTIONS as u32;
+/// The longest the loop waits for a second completion after queuing
+/// sends (see the module's documentation).
+const SEND_WAIT: Duration = Duration::from_millis(10);
+/// A send of at most this many bytes, queued with no answer waiting behind
+/// it, is taken to complete as it is submitted (the loop then waits for
+/// two completions); a longer one, or the rest of a partial one, is not.
+const SURE_SEND: usize = 16 * 1024;
 /// A connection's receive buffer.
 const RECV_BUF: usize = 16 * 1024;
 /// `user_data` of the accept and of its retry timer; a connection's
@@ -95,15 +110,16 @@ impl Conn {
 
     /// Answers what waits while the output has room, starts a send of the
     /// answers when none is in flight and arms the next receive when the
-    /// input was all answered.
-    fn drive(&mut self, id: usize, ring: &mut Ring) -> io::Result<()> {
+    /// input was all answered. True when it queued a send.
+    fn drive(&mut self, id: usize, ring: &mut Ring) -> io::Result<bool> {
         if self.dead {
-            return Ok(());
+            return Ok(false);
         }
         let Some(all) = self.s.answer() else {
             self.kill();
-            return Ok(());
+            return Ok(false);
         };
+        let mut queued = false;
         let fd = types::Fd(self.sock.as_raw_fd());
         if !self.send_busy && !self.s.out.is_empty() {
             std::mem::swap(&mut self.sending, &mut self.s.out);
@@ -114,6 +130,8 @@ impl Conn {
                 .user_data(tag(id, SEND));
             ring.push(&sqe)?;
             self.send_busy = true;
+            // Likely to complete as submitted: short, with nothing behind.
+            queued = self.sending.len() <= SURE_SEND;
         }
         if self.s.closing {
             if !self.send_busy {
@@ -125,7 +143,7 @@ impl Conn {
                 .min(self.rbuf.len());
             if room == 0 {
                 self.kill(); // a PDU larger than it may be
-                return Ok(());
+                return Ok(queued);
             }
             let sqe = opcode::Recv::new(fd, self.rbuf.as_mut_ptr(), len32(room))
                 .build()
@@ -133,7 +151,7 @@ impl Conn {
             ring.push(&sqe)?;
             self.recv_busy = true;
         }
-        Ok(())
+        Ok(queued)
     }
 
     /// A receive completed with `res`.
@@ -197,11 +215,22 @@ pub(super) fn serve(mut ring: Ring, listener: TcpListener) -> io::Result<()> {
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut done: Vec<(u64, i32)> = Vec::with_capacity(CQ_ENTRIES as usize);
+    let send_wait = types::Timespec::from(SEND_WAIT);
+    let bounded = types::SubmitArgs::new().timespec(&send_wait);
+    let mut sends = false;
     loop {
-        match ring.0.submit_and_wait(1) {
+        let waited = if sends {
+            ring.0.submitter().submit_with_args(2, &bounded)
+        } else {
+            ring.0.submit_and_wait(1)
+        };
+        sends = false;
+        match waited {
             Ok(_) => {}
-            // A signal, or completions waiting in the overflow list: reap.
-            Err(e) if matches!(e.raw_os_error(), Some(n) if n == EINTR || n == EBUSY) => {}
+            // A signal, completions waiting in the overflow list, or the
+            // bound of a wait for two: reap what there is.
+            Err(e) if matches!(e.raw_os_error(), Some(n) if n == EINTR || n == EBUSY || n == ETIME) =>
+                {}
             Err(e) => return Err(e),
         }
         done.clear();
@@ -230,7 +259,7 @@ pub(super) fn serve(mut ring: Ring, listener: TcpListener) -> io::Result<()> {
                             None => conns.push(Some(c)),
                         }
                         if let Some(Some(c)) = conns.get_mut(id) {
-                            c.drive(id, &mut ring)?;
+                            sends |= c.drive(id, &mut ring)?;
                         }
                     } // else dropped: closed
                     ring.push(&accept)?;
@@ -259,7 +288,7 @@ pub(super) fn serve(mut ring: Ring, listener: TcpListener) -> io::Result<()> {
                 SEND => c.sent(id, res, &mut ring)?,
                 _ => continue,
             }
-            c.drive(id, &mut ring)?;
+            sends |= c.drive(id, &mut ring)?;
             if c.dead && !c.recv_busy && !c.send_busy {
                 *slot = None; // closes the socket
                 free.push(id);
@@ -271,4 +300,5 @@ pub(super) fn serve(mut ring: Ring, listener: TcpListener) -> io::Result<()> {
 const EINTR: i32 = Errno::EINTR as i32;
 const EAGAIN: i32 = Errno::EAGAIN as i32;
 const EBUSY: i32 = Errno::EBUSY as i32;
+const ETIME: i32 = Errno::ETIME as i32;
 const ECONNABORTED: i32 = Errno::ECONNABORTED as i32;
