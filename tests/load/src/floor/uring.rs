@@ -99,6 +99,20 @@ struct Conn {
 }
 
 impl Conn {
+    fn new(sock: TcpStream) -> Conn {
+        let _ = sock.set_nodelay(true);
+        Conn {
+            sock,
+            s: Session::new(),
+            rbuf: vec![0u8; RECV_BUF].into_boxed_slice(),
+            sending: Vec::new(),
+            sent: 0,
+            recv_busy: false,
+            send_busy: false,
+            dead: false,
+        }
+    }
+
     fn kill(&mut self) {
         if !self.dead {
             self.dead = true;
@@ -130,7 +144,7 @@ impl Conn {
                 .user_data(tag(id, SEND));
             ring.push(&sqe)?;
             self.send_busy = true;
-            // Likely to complete as submitted: short, with nothing behind.
+            // Short enough to complete as it is submitted, most likely.
             queued = self.sending.len() <= SURE_SEND;
         }
         if self.s.closing {
@@ -242,24 +256,12 @@ pub(super) fn serve(mut ring: Ring, listener: TcpListener) -> io::Result<()> {
                     // kernel gave this process alone; the stream owns it.
                     let sock = unsafe { TcpStream::from_raw_fd(res) };
                     if conns.len() - free.len() < MAX_CONNECTIONS {
-                        let _ = sock.set_nodelay(true);
                         let id = free.pop().unwrap_or(conns.len());
-                        let c = Conn {
-                            sock,
-                            s: Session::new(),
-                            rbuf: vec![0u8; RECV_BUF].into_boxed_slice(),
-                            sending: Vec::new(),
-                            sent: 0,
-                            recv_busy: false,
-                            send_busy: false,
-                            dead: false,
-                        };
-                        match conns.get_mut(id) {
-                            Some(slot) => *slot = Some(c),
-                            None => conns.push(Some(c)),
+                        if id == conns.len() {
+                            conns.push(None);
                         }
-                        if let Some(Some(c)) = conns.get_mut(id) {
-                            sends |= c.drive(id, &mut ring)?;
+                        if let Some(slot) = conns.get_mut(id) {
+                            sends |= slot.insert(Conn::new(sock)).drive(id, &mut ring)?;
                         }
                     } // else dropped: closed
                     ring.push(&accept)?;
