@@ -253,6 +253,13 @@ impl PortConn {
         self.rx.poll_recv(cx)
     }
 
+    /// Whether answers that finished on this thread wait for
+    /// [`Self::poll_recv`] (they never pass through the channel, so no
+    /// waker announces them).
+    pub fn has_local(&self) -> bool {
+        !self.local.is_empty()
+    }
+
     /// A message already waiting, without waiting.
     pub fn try_recv(&mut self) -> Option<PortMsg> {
         if let Some(r) = self.local.pop_front() {

@@ -14,7 +14,9 @@
 //!   result, a kill, a logout request) come through the connection's
 //!   channel, polled with a waker that marks the connection and, from
 //!   another thread, wakes the loop ([`mio::Waker`]); from the reactor's
-//!   own thread (an io_uring completion reaped there) nothing is woken;
+//!   own thread (an io_uring completion reaped there) nothing is woken.
+//!   The channel is polled again only after such a wake (its mark), not
+//!   on every round;
 //! - the core's timer: one heap per reactor, a deadline pushed only when
 //!   it moves earlier (the keepalive moves later after every PDU, and
 //!   then fires early once, for nothing); one the core no longer has (a
@@ -253,6 +255,11 @@ impl Drop for PollReactors {
 struct ConnWake {
     shared: Arc<Shared>,
     slot: usize,
+    /// A message may wait in the channel: set by a wake, taken by the
+    /// connection's next look at its channel. While it is clear the
+    /// channel is not polled (the waker its last empty poll registered
+    /// still stands), which spares a poll of an empty channel per round.
+    mail: AtomicBool,
 }
 
 impl Wake for ConnWake {
@@ -261,6 +268,7 @@ impl Wake for ConnWake {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        self.mail.store(true, Ordering::Release);
         if let Ok(mut woken) = self.shared.woken.lock() {
             woken.push(self.slot);
         }
@@ -285,6 +293,7 @@ struct Slot {
     pc: PortConn,
     link: Box<dyn ReadyLink>,
     span: tracing::Span,
+    wake: Arc<ConnWake>,
     waker: Waker,
     _load: LoadGuard,
     /// The socket may hold input not read yet (an edge was seen, and no
@@ -469,15 +478,19 @@ impl Reactor {
             tracing::warn!(error = %e, "cannot register a connection");
             return;
         }
-        let waker = Waker::from(Arc::new(ConnWake {
+        // A new connection looks at its channel on its first round.
+        let wake = Arc::new(ConnWake {
             shared: Arc::clone(&self.shared),
             slot,
-        }));
+            mail: AtomicBool::new(true),
+        });
+        let waker = Waker::from(Arc::clone(&wake));
         let poll = c.pc.busy_poll();
         let new = Slot {
             pc: c.pc,
             link: c.link,
             span: c.span,
+            wake,
             waker,
             _load: c.load,
             readable: true,
@@ -733,12 +746,15 @@ impl Slot {
                 got = g;
                 self.readable = more;
             }
-            let mut cx = Context::from_waker(&self.waker);
             let mut killed = false;
-            while let Poll::Ready(Some(msg)) = self.pc.poll_recv(&mut cx) {
-                killed |= on_msg(self.link.core(), msg);
-                if got == Got::Nothing {
-                    got = Got::Input;
+            let mail = self.wake.mail.swap(false, Ordering::Acquire);
+            if mail || self.pc.has_local() {
+                let mut cx = Context::from_waker(&self.waker);
+                while let Poll::Ready(Some(msg)) = self.pc.poll_recv(&mut cx) {
+                    killed |= on_msg(self.link.core(), msg);
+                    if got == Got::Nothing {
+                        got = Got::Input;
+                    }
                 }
             }
             if killed {
