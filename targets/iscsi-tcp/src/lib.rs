@@ -349,13 +349,14 @@ impl Output {
         mut write: impl FnMut(&[IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<()> {
         while self.pending() {
-            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
-            let mut count = 0;
-            for (slot, b) in slices.iter_mut().zip(self.queue.iter()) {
-                *slot = IoSlice::new(b);
-                count += 1;
-            }
-            match write(slices.get(..count).unwrap_or_default()) {
+            // A turn's answers are a few segments: their array is filled,
+            // not the largest one.
+            let written = if self.queue.len() <= FEW_IOVECS {
+                write_from::<FEW_IOVECS>(&self.queue, &mut write)
+            } else {
+                write_from::<MAX_IOVECS>(&self.queue, &mut write)
+            };
+            match written {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     advance(&mut self.queue, n);
@@ -380,6 +381,23 @@ impl Output {
 
 /// Most segments handed to one writev (Linux's UIO_MAXIOV is 1024).
 const MAX_IOVECS: usize = 64;
+
+/// Segments of a short queue (one or two answers).
+const FEW_IOVECS: usize = 4;
+
+/// One vectored write of the first `N` segments of `queue` at most.
+fn write_from<const N: usize>(
+    queue: &VecDeque<Bytes>,
+    write: &mut impl FnMut(&[IoSlice<'_>]) -> std::io::Result<usize>,
+) -> std::io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); N];
+    let mut count = 0;
+    for (slot, b) in slices.iter_mut().zip(queue.iter()) {
+        *slot = IoSlice::new(b);
+        count += 1;
+    }
+    write(slices.get(..count).unwrap_or_default())
+}
 
 /// Drop `n` written bytes from the front of `queue`.
 fn advance(queue: &mut VecDeque<Bytes>, mut n: usize) {
