@@ -30,7 +30,8 @@ pub enum Nonblocking {
     /// the page cache, read with `RWF_NOWAIT`). Writes go to workers.
     TryReads,
     /// Reads and writes complete without waiting for a device (memory,
-    /// null, a mapping of memory).
+    /// null, a mapping of memory). Such a store has no file for a ring
+    /// ([`crate::Backstore::has_uring_file`] is false).
     Always,
 }
 

@@ -82,16 +82,21 @@ pub(crate) fn run_inline(
     target: &TargetShared,
 ) -> Result<Response, Command> {
     use rustgt_backstore::Nonblocking;
-    let allowed = match (inline_class(&cmd.cdb), lu.backstore.nonblocking()) {
-        (None, _) => false,
-        (Some(InlineClass::NoMedium), _) => true,
-        (Some(InlineClass::Read), nb) => nb != Nonblocking::Never,
-        (Some(InlineClass::Write), nb) => nb == Nonblocking::Always,
+    let Some(class) = inline_class(&cmd.cdb) else {
+        return Err(cmd);
+    };
+    let nb = lu.backstore.nonblocking();
+    let allowed = match class {
+        InlineClass::NoMedium => true,
+        InlineClass::Read => nb != Nonblocking::Never,
+        InlineClass::Write => nb == Nonblocking::Always,
     };
     if !allowed || cmd.attr != TaskAttr::Simple {
         return Err(cmd);
     }
-    if inline_class(&cmd.cdb) == Some(InlineClass::Read) && crate::ring::batches_reads(lu) {
+    // Only a store that may have to wait (a file: `TryReads`) hands out a
+    // file to a ring; one of memory never does.
+    if class == InlineClass::Read && nb == Nonblocking::TryReads && crate::ring::batches_reads(lu) {
         // Not one `preadv2` per read here: after the turn's first, the
         // reactor's io_uring takes the turn's reads together
         // (`ring::start`), and cached pages are read inside the one
