@@ -115,6 +115,12 @@ impl Connection {
             };
             let edtl = task.edtl() as usize;
             task.buf.append(data, edtl);
+            if admitted && task.complete() {
+                // All its data came with it: it runs now, without a stay
+                // among the writes that collect data.
+                self.run_write(task);
+                return;
+            }
             let itt = task.cmd.itt;
             self.writes.insert(itt, task);
             if !admitted {
@@ -164,23 +170,7 @@ impl Connection {
                 return;
             }
             if let Some(task) = self.writes.remove(&itt) {
-                let r2ts = task.r2t_sn;
-                let (lun, remote, cmd, grant) = (task.lun, task.remote, task.cmd, task.grant);
-                if let Some(data) = task.buf.into_data() {
-                    self.submit(cmd, lun, data, r2ts, remote, Some(grant));
-                } else {
-                    // Not lent a moment ago, so unreachable; should it ever
-                    // happen, write nothing rather than what may not have
-                    // landed, and end the command.
-                    tracing::error!(itt, "write data still held by an RDMA Read");
-                    let end = Ending {
-                        itt: cmd.itt,
-                        immediate: cmd.immediate,
-                        r2ts,
-                        remote,
-                    };
-                    self.send_status(end, Status::CHECK_CONDITION, internal_failure());
-                }
+                self.run_write(task);
             }
             return;
         }
@@ -190,6 +180,28 @@ impl Connection {
         match self.wire {
             Wire::Stream(_) => self.send_r2ts(itt, max_burst, max_r2t),
             Wire::Rdma(_) => self.issue_reads(itt, max_burst, max_r2t),
+        }
+    }
+
+    /// A write whose data all arrived, none of it lent to an RDMA Read,
+    /// goes to the SCSI core.
+    fn run_write(&mut self, task: WriteTask) {
+        let r2ts = task.r2t_sn;
+        let (lun, remote, cmd, grant) = (task.lun, task.remote, task.cmd, task.grant);
+        if let Some(data) = task.buf.into_data() {
+            self.submit(cmd, lun, data, r2ts, remote, Some(grant));
+        } else {
+            // Checked not lent just before, so unreachable; should it ever
+            // happen, write nothing rather than what may not have landed,
+            // and end the command.
+            tracing::error!(itt = cmd.itt, "write data still held by an RDMA Read");
+            let end = Ending {
+                itt: cmd.itt,
+                immediate: cmd.immediate,
+                r2ts,
+                remote,
+            };
+            self.send_status(end, Status::CHECK_CONDITION, internal_failure());
         }
     }
 
