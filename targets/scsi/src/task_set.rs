@@ -236,6 +236,10 @@ impl TaskSet {
     /// The first queued task its attribute and the QoS limits let run now;
     /// without one, how soon a throttled task may go.
     fn scan(&self) -> (Option<usize>, Option<Duration>) {
+        // The set of a unit served inline is empty most of the time.
+        if self.entries.is_empty() {
+            return (None, None);
+        }
         let qos = self.qos_active().then(Instant::now);
         let mut blocked = Blocked::default();
         let mut wait: Option<Duration> = None;
