@@ -522,3 +522,39 @@ fn turns_never_strand_a_reader() {
     }
     worker.join().expect("worker");
 }
+
+#[test]
+fn a_passthrough_context_counts_every_read_from_every_thread() {
+    let ctx = Arc::new(
+        IoContext::passthrough(
+            filled_ram(4 * MIB),
+            &opts(ReadaheadPolicy::Kernel, ContextMode::Shared),
+        )
+        .expect("ctx"),
+    );
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let ctx = Arc::clone(&ctx);
+            thread::spawn(move || {
+                for i in 0..100u64 {
+                    let off = (t * 100 + i) * 4096 % (4 * MIB);
+                    let got = ctx.read_buf(off, 4096).expect("read");
+                    assert_eq!(&got[..], &pattern(4096, 0, 0, off)[..]);
+                }
+                let mut buf = vec![0u8; 8192];
+                ctx.read_at(&mut buf, t * 8192).expect("read_at");
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("reader");
+    }
+    let s = ctx.stats();
+    assert_eq!(s.requests, 404);
+    assert_eq!(s.bytes, 400 * 4096 + 4 * 8192);
+    assert_eq!(s.miss_bytes, s.bytes);
+    assert_eq!(s.hit_bytes, 0);
+    assert_eq!(s.backing_requests, 404);
+    assert_eq!(s.backing_bytes, s.bytes);
+    assert_eq!(s.backing_sizes.buckets(), vec![(4096, 400), (8192, 4)]);
+}

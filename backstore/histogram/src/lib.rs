@@ -45,6 +45,15 @@ impl<const N: usize> Log2Histogram<N> {
         self.sum += u128::from(value);
     }
 
+    /// Adds the buckets and sum of an [`AtomicLog2Histogram`]'s snapshot.
+    pub fn add(&mut self, counts: &[u64; N], sum: u64) {
+        for (c, n) in self.counts.iter_mut().zip(counts) {
+            *c += n;
+            self.total += n;
+        }
+        self.sum += u128::from(sum);
+    }
+
     /// Values counted.
     pub fn count(&self) -> u64 {
         self.total
@@ -130,6 +139,20 @@ impl<const N: usize> AtomicLog2Histogram<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_atomic_snapshot_adds_to_a_plain_histogram() {
+        let a = AtomicLog2Histogram::<8>::default();
+        for v in [0, 3, 4096, 4096] {
+            a.record(v);
+        }
+        let mut h = Log2Histogram::<8>::default();
+        h.record(3);
+        h.add(&a.counts(), a.sum());
+        assert_eq!(h.count(), 5);
+        assert_eq!(h.buckets(), vec![(0, 1), (2, 2), (128, 2)]);
+        assert_eq!(h.mean(), (3.0 + 3.0 + 4096.0 * 2.0) / 5.0);
+    }
 
     #[test]
     fn buckets_are_powers_of_two_and_the_last_saturates() {

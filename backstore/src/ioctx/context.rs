@@ -16,7 +16,7 @@
 //!   only during this context's turn (see [`DeviceGate`]);
 //! - dropping the context stops and joins its I/O threads.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -68,6 +68,38 @@ struct Shared {
     /// Shared mode: reads whose pages are all cached may be served on a
     /// thread that must not block (a reactor).
     inline_hits: bool,
+    /// A passthrough context's reads, counted without the state lock
+    /// (every command of the LUN would take it, from every reactor);
+    /// [`IoContext::stats`] adds them in.
+    direct: DirectReads,
+}
+
+/// Reads passed straight to the engine: each is a demand request, a miss
+/// and a backing read of its own length.
+#[derive(Debug, Default)]
+struct DirectReads {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    sizes: rustgt_histogram::AtomicLog2Histogram<64>,
+}
+
+impl DirectReads {
+    fn count(&self, len: u64) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(len, Ordering::Relaxed);
+        self.sizes.record(len);
+    }
+
+    fn add_to(&self, s: &mut IoStats) {
+        let requests = self.requests.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        s.requests += requests;
+        s.bytes += bytes;
+        s.miss_bytes += bytes;
+        s.backing_requests += requests;
+        s.backing_bytes += bytes;
+        s.backing_sizes.add(&self.sizes.counts(), self.sizes.sum());
+    }
 }
 
 /// This context's place at its device's gate.
@@ -128,6 +160,7 @@ impl IoContext {
             stop: AtomicBool::new(false),
             auto: AtomicBool::new(false),
             inline_hits: opts.mode == ContextMode::Shared,
+            direct: DirectReads::default(),
             inner,
         });
         let ctx = IoContext {
@@ -148,7 +181,9 @@ impl IoContext {
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> IoStats {
-        lock(&self.shared.state).core.stats()
+        let mut s = lock(&self.shared.state).core.stats();
+        self.shared.direct.add_to(&mut s);
+        s
     }
 
     /// Bytes held by the readahead cache, and its bound.
@@ -581,7 +616,7 @@ impl Backstore for IoContext {
 impl crate::uring::IoMeter for Shared {
     fn io_done(&self, kind: crate::uring::IoKind, len: u64, _took: std::time::Duration, ok: bool) {
         if kind == crate::uring::IoKind::Read && ok {
-            lock(&self.state).core.count_direct(len);
+            self.direct.count(len);
         }
     }
 }
@@ -596,6 +631,6 @@ fn passthrough_read<T>(sh: &Shared, len: u64, read: impl FnOnce() -> Result<T>) 
     if matches!(r, Err(BackstoreError::WouldBlock)) {
         return r;
     }
-    lock(&sh.state).core.count_direct(len);
+    sh.direct.count(len);
     r
 }

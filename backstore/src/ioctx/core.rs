@@ -432,17 +432,6 @@ impl<D> Core<D> {
             self.writes.swap_remove(i);
         }
     }
-
-    /// A read served by the engine directly (passthrough).
-    pub(crate) fn count_direct(&mut self, len: u64) {
-        self.stats.requests += 1;
-        self.stats.bytes += len;
-        self.stats.miss_bytes += len;
-        self.stats.backing_requests += 1;
-        self.stats.backing_bytes += len;
-        self.stats.backing_sizes.record(len);
-    }
-
     pub(crate) fn record_latency(&mut self, ns: u64) {
         self.stats.latency_ns.record(ns);
     }
