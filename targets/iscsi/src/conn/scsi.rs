@@ -191,9 +191,10 @@ impl Connection {
         if let Some(data) = task.buf.into_data() {
             self.submit(cmd, lun, data, r2ts, remote, Some(grant));
         } else {
-            // Checked not lent just before, so unreachable; should it ever
-            // happen, write nothing rather than what may not have landed,
-            // and end the command.
+            // Unreachable: a caller either checked the buffer is not lent
+            // or hands in one that never was (all data immediate). Should
+            // it ever happen, write nothing rather than what may not have
+            // landed, and end the command.
             tracing::error!(itt = cmd.itt, "write data still held by an RDMA Read");
             let end = Ending {
                 itt: cmd.itt,
