@@ -137,6 +137,10 @@ struct Shared {
     woken: Mutex<Vec<usize>>,
     /// Connections handed to the reactor, not yet in its loop.
     inbox: Mutex<Vec<Incoming>>,
+    /// Set after a push to `woken` or `inbox`, taken by the loop before it
+    /// looks at them: a pass with nothing new locks neither.
+    has_woken: AtomicBool,
+    has_inbox: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -186,6 +190,8 @@ impl PollReactors {
                 waker,
                 woken: Mutex::new(Vec::new()),
                 inbox: Mutex::new(Vec::new()),
+                has_woken: AtomicBool::new(false),
+                has_inbox: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
             });
             let mine = Arc::clone(&shared);
@@ -238,6 +244,7 @@ impl PollReactors {
                 load,
             });
         }
+        r.shared.has_inbox.store(true, Ordering::Release);
         let _ = r.shared.waker.wake();
     }
 }
@@ -272,6 +279,7 @@ impl Wake for ConnWake {
         if let Ok(mut woken) = self.shared.woken.lock() {
             woken.push(self.slot);
         }
+        self.shared.has_woken.store(true, Ordering::Release);
         // On the reactor's own thread the loop looks at `woken` before it
         // waits; from anywhere else it must be woken.
         if ON_REACTOR.get() != self.shared.id {
@@ -395,8 +403,10 @@ impl Reactor {
             for slot in again.drain(..) {
                 self.drive(slot, Got::Nothing);
             }
-            if let Ok(mut w) = self.shared.woken.lock() {
-                std::mem::swap(&mut woken, &mut *w);
+            if self.shared.has_woken.swap(false, Ordering::Acquire) {
+                if let Ok(mut w) = self.shared.woken.lock() {
+                    std::mem::swap(&mut woken, &mut *w);
+                }
             }
             for slot in woken.drain(..) {
                 self.drive(slot, Got::Nothing);
@@ -444,6 +454,9 @@ impl Reactor {
     }
 
     fn take_inbox(&mut self) {
+        if !self.shared.has_inbox.swap(false, Ordering::Acquire) {
+            return;
+        }
         let incoming = match self.shared.inbox.lock() {
             Ok(mut inbox) if !inbox.is_empty() => std::mem::take(&mut *inbox),
             _ => return,
@@ -512,8 +525,7 @@ impl Reactor {
     /// How long the loop may wait: not at all with work left, until the
     /// earliest timer otherwise.
     fn timeout(&mut self) -> Option<Duration> {
-        let woken = self.shared.woken.lock().is_ok_and(|w| !w.is_empty());
-        if woken || !self.again.is_empty() {
+        if self.shared.has_woken.load(Ordering::Acquire) || !self.again.is_empty() {
             return Some(Duration::ZERO);
         }
         // Deadlines no connection waits for any more (a login's, once it
@@ -686,8 +698,8 @@ impl Reactor {
         let shared = &self.shared;
         while !c.link.output_pending() && Instant::now() < until {
             looks += 1;
-            let other = shared.woken.lock().is_ok_and(|w| !w.is_empty())
-                || shared.inbox.lock().is_ok_and(|i| !i.is_empty())
+            let other = shared.has_woken.load(Ordering::Acquire)
+                || shared.has_inbox.load(Ordering::Acquire)
                 || shared.stop.load(Ordering::Relaxed);
             if other {
                 break;
