@@ -25,7 +25,7 @@ use crate::pr::Reservations;
 use crate::sanitize::Sanitizer;
 use crate::sense::{Asc, SenseFormat};
 use crate::task_set::{Refused, TaskKey, Tasks};
-use crate::ua::UnitAttentions;
+use crate::ua::SharedAttentions;
 
 /// INQUIRY vendor and product identification when not configured.
 pub(crate) const DEFAULT_VENDOR: &str = "RUSTGT";
@@ -223,7 +223,7 @@ pub(crate) struct LogicalUnit {
     pub copies: CopyResults,
     mode: Mutex<ModeState>,
     mode_defaults: ModeState,
-    ua: Mutex<UnitAttentions>,
+    ua: SharedAttentions,
     /// The task set: queued and running tasks, in execution order.
     pub tasks: Tasks,
     /// Access states set by SET TARGET PORT GROUPS.
@@ -271,7 +271,7 @@ impl LogicalUnit {
             copies: CopyResults::default(),
             mode: Mutex::new(defaults),
             mode_defaults: defaults,
-            ua: Mutex::new(UnitAttentions::default()),
+            ua: SharedAttentions::default(),
             tasks: Tasks::default(),
             workers: Mutex::new(Vec::new()),
         }
@@ -316,20 +316,20 @@ impl LogicalUnit {
     }
 
     pub(crate) fn take_unit_attention(&self, nexus: u64) -> Option<Asc> {
-        lock(&self.ua).take(nexus)
+        self.ua.take(nexus)
     }
 
     pub(crate) fn establish_ua<I>(&self, nexuses: I, asc: Asc, except: Option<u64>)
     where
         I: IntoIterator<Item = u64>,
     {
-        lock(&self.ua).establish_for(nexuses, asc, except);
+        self.ua.establish_for(nexuses, asc, except);
     }
 
     /// Forgets what the unit kept for `nexus`; `true` when that changed
     /// the reservation state other gateways share (announce it).
     pub(crate) fn drop_nexus(&self, nexus: &Nexus) -> bool {
-        lock(&self.ua).drop_nexus(nexus.id);
+        self.ua.drop_nexus(nexus.id);
         let changed = self.pr.nexus_lost(nexus);
         self.medium.drop_nexus(nexus.id);
         self.copies.drop_nexus(nexus.id);

@@ -19,6 +19,7 @@
 //! "medium may have changed" unit attention is established.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::sense::{Asc, Sense, SenseKey};
@@ -51,7 +52,6 @@ pub(crate) fn works_without_medium(opcode: u8) -> bool {
 
 #[derive(Debug)]
 struct MediumState {
-    loaded: bool,
     /// Nexuses that hold a medium removal prevention.
     preventing: HashSet<u64>,
 }
@@ -60,6 +60,9 @@ struct MediumState {
 #[derive(Debug)]
 pub(crate) struct Medium {
     removable: bool,
+    /// Whether the medium is in: read by every command without the lock,
+    /// written under it.
+    loaded: AtomicBool,
     state: Mutex<MediumState>,
 }
 
@@ -67,8 +70,8 @@ impl Medium {
     pub(crate) fn new(removable: bool) -> Medium {
         Medium {
             removable,
+            loaded: AtomicBool::new(true),
             state: Mutex::new(MediumState {
-                loaded: true,
                 preventing: HashSet::new(),
             }),
         }
@@ -83,7 +86,7 @@ impl Medium {
     }
 
     pub(crate) fn present(&self) -> bool {
-        self.lock().loaded
+        self.loaded.load(Ordering::Acquire)
     }
 
     /// NOT READY sense for a command that needs the medium while it is out.
@@ -125,11 +128,11 @@ impl Medium {
 
     /// Ejects (`load == false`) or loads the medium, unless prevented.
     pub(crate) fn load_eject(&self, load: bool) -> Result<(), Sense> {
-        let mut st = self.lock();
+        let st = self.lock();
         if !st.preventing.is_empty() {
             return Err(Sense::illegal(MEDIUM_REMOVAL_PREVENTED));
         }
-        st.loaded = load;
+        self.loaded.store(load, Ordering::Release);
         Ok(())
     }
 }

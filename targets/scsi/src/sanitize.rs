@@ -102,11 +102,22 @@ struct Shared {
     status: Mutex<Status>,
     ended: Condvar,
     cancel: AtomicBool,
+    /// Whether the phase is [`Phase::Idle`], so that
+    /// [`Sanitizer::check`], run for every command, takes no lock while no
+    /// sanitize runs or failed. Written with the phase, under its lock.
+    idle: AtomicBool,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Status> {
         self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the phase of `st` (this `Shared`'s status, locked).
+    fn set_phase(&self, st: &mut Status, phase: Phase) {
+        st.phase = phase;
+        self.idle
+            .store(matches!(phase, Phase::Idle), Ordering::Release);
     }
 }
 
@@ -153,6 +164,7 @@ impl Sanitizer {
                 }),
                 ended: Condvar::new(),
                 cancel: AtomicBool::new(false),
+                idle: AtomicBool::new(true),
             }),
             worker: Mutex::new(None),
             rate: rate.filter(|&r| r > 0),
@@ -161,6 +173,9 @@ impl Sanitizer {
 
     /// Refuses `opcode` while a sanitize runs or after one failed.
     pub(crate) fn check(&self, opcode: u8) -> Result<(), Sense> {
+        if self.shared.idle.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match self.shared.lock().phase {
             Phase::Running { done, total } if !allowed_while_running(opcode) => {
                 Err(in_progress(done, total))
@@ -187,7 +202,7 @@ impl Sanitizer {
         match st.phase {
             Phase::Failed { ause: false } => Err(Sense::invalid_cdb_field(1, Some(5))),
             Phase::Failed { ause: true } => {
-                st.phase = Phase::Idle;
+                self.shared.set_phase(&mut st, Phase::Idle);
                 Ok(())
             }
             Phase::Idle | Phase::Running { .. } => Ok(()),
@@ -208,7 +223,8 @@ impl Sanitizer {
             if let Phase::Running { done, total } = st.phase {
                 return Err(in_progress(done, total));
             }
-            st.phase = Phase::Running { done: 0, total };
+            self.shared
+                .set_phase(&mut st, Phase::Running { done: 0, total });
             st.started += 1;
             st.started
         };
@@ -228,11 +244,12 @@ impl Sanitizer {
                     tracing::error!(error = %e, "sanitize failed");
                 }
                 let mut st = shared.lock();
-                st.phase = if result.is_ok() {
+                let phase = if result.is_ok() {
                     Phase::Idle
                 } else {
                     Phase::Failed { ause }
                 };
+                shared.set_phase(&mut st, phase);
                 st.record(number, result.is_ok());
                 drop(st);
                 shared.ended.notify_all();
@@ -245,7 +262,7 @@ impl Sanitizer {
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the sanitize thread");
                 let mut st = self.shared.lock();
-                st.phase = Phase::Idle;
+                self.shared.set_phase(&mut st, Phase::Idle);
                 st.record(number, false);
                 Err(Sense::new(
                     SenseKey::HARDWARE_ERROR,
@@ -461,24 +478,29 @@ mod tests {
         assert_eq!(in_progress(1, 0).progress, Some(0));
     }
 
+    fn set(s: &Sanitizer, phase: Phase) {
+        let mut st = s.shared.lock();
+        s.shared.set_phase(&mut st, phase);
+    }
+
     #[test]
     fn gate_by_phase() {
         let s = Sanitizer::new(None);
         assert!(s.check(0x28).is_ok());
-        s.shared.lock().phase = Phase::Running { done: 1, total: 4 };
+        set(&s, Phase::Running { done: 1, total: 4 });
         let e = s.check(0x00).expect_err("TUR is refused while running");
         assert_eq!((e.key, e.asc), (SenseKey::NOT_READY, SANITIZE_IN_PROGRESS));
         assert_eq!(e.progress, Some(0x4000));
         assert!(s.check(0x12).is_ok() && s.check(0xA0).is_ok() && s.check(0x03).is_ok());
         assert!(s.pending_sense().is_some());
-        s.shared.lock().phase = Phase::Failed { ause: false };
+        set(&s, Phase::Failed { ause: false });
         assert_eq!(
             s.check(0x28).map_err(|e| e.asc),
             Err(SANITIZE_COMMAND_FAILED)
         );
         assert!(s.check(0x48).is_ok() && s.check(0x12).is_ok());
         assert!(s.exit_failure_mode().is_err());
-        s.shared.lock().phase = Phase::Failed { ause: true };
+        set(&s, Phase::Failed { ause: true });
         assert!(s.exit_failure_mode().is_ok());
         assert!(s.check(0x28).is_ok());
     }

@@ -12,6 +12,8 @@
 //! and tgt behave).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::sense::Asc;
 
@@ -73,9 +75,65 @@ impl UnitAttentions {
     }
 }
 
+/// The [`UnitAttentions`] of a unit, shared by all its commands: behind a
+/// mutex, with a flag every command reads first, so that admission takes
+/// no lock while no nexus has a condition pending (the usual state).
+#[derive(Debug, Default)]
+pub(crate) struct SharedAttentions {
+    table: Mutex<UnitAttentions>,
+    /// Whether `table` holds any condition; written under its lock.
+    any: AtomicBool,
+}
+
+impl SharedAttentions {
+    fn update<R>(&self, f: impl FnOnce(&mut UnitAttentions) -> R) -> R {
+        // A poisoned lock only means a panic elsewhere; the table stays valid.
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = f(&mut table);
+        self.any.store(!table.pending.is_empty(), Ordering::Release);
+        r
+    }
+
+    /// Removes and returns the oldest condition for `nexus`.
+    pub(crate) fn take(&self, nexus: u64) -> Option<Asc> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        self.update(|t| t.take(nexus))
+    }
+
+    /// Queues `asc` for each nexus in `nexuses` other than `except`.
+    pub(crate) fn establish_for<I>(&self, nexuses: I, asc: Asc, except: Option<u64>)
+    where
+        I: IntoIterator<Item = u64>,
+    {
+        self.update(|t| t.establish_for(nexuses, asc, except));
+    }
+
+    /// Forgets everything about `nexus` (I_T nexus loss).
+    pub(crate) fn drop_nexus(&self, nexus: u64) {
+        self.update(|t| t.drop_nexus(nexus));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_flag_follows_the_table() {
+        let s = SharedAttentions::default();
+        assert_eq!(s.take(1), None);
+        s.establish_for([1, 2], Asc::CAPACITY_DATA_HAS_CHANGED, Some(2));
+        assert!(s.any.load(Ordering::Acquire));
+        assert_eq!(s.take(2), None);
+        assert_eq!(s.take(1), Some(Asc::CAPACITY_DATA_HAS_CHANGED));
+        assert!(!s.any.load(Ordering::Acquire), "the last condition taken");
+        s.establish_for([3], Asc::CAPACITY_DATA_HAS_CHANGED, None);
+        s.drop_nexus(3);
+        assert!(!s.any.load(Ordering::Acquire), "the last nexus dropped");
+        assert_eq!(s.take(3), None);
+    }
 
     #[test]
     fn fifo_per_nexus_without_duplicates() {
