@@ -364,9 +364,12 @@ impl Reactor {
         let mut events = Events::with_capacity(256);
         let mut woken = Vec::new();
         let mut again = Vec::new();
+        // The clock as the last pass's timers read it: the next wait's
+        // timeout is taken from it, not from a clock read of its own.
+        let mut now = None;
         while !self.shared.stop.load(Ordering::Acquire) {
             self.take_inbox();
-            let timeout = self.timeout();
+            let timeout = self.timeout(now.take());
             if timeout != Some(Duration::ZERO) {
                 if let Some((slot, got)) = self.spin() {
                     self.drive(slot, got);
@@ -411,7 +414,7 @@ impl Reactor {
             for slot in woken.drain(..) {
                 self.drive(slot, Got::Nothing);
             }
-            self.fire_timers();
+            now = self.fire_timers();
             self.flush_ring();
         }
         // Stopped: every connection left goes now (its nexus with it).
@@ -523,8 +526,9 @@ impl Reactor {
     }
 
     /// How long the loop may wait: not at all with work left, until the
-    /// earliest timer otherwise.
-    fn timeout(&mut self) -> Option<Duration> {
+    /// earliest timer otherwise. `now`: a clock reading of this pass, if
+    /// one was taken.
+    fn timeout(&mut self, now: Option<Instant>) -> Option<Duration> {
         if self.shared.has_woken.load(Ordering::Acquire) || !self.again.is_empty() {
             return Some(Duration::ZERO);
         }
@@ -533,7 +537,7 @@ impl Reactor {
         while let Some(Reverse((at, slot))) = self.timers.peek().copied() {
             let armed = matches!(self.conns.get(slot), Some(Some(c)) if c.armed == Some(at));
             if armed {
-                return Some(at.saturating_duration_since(Instant::now()));
+                return Some(at.saturating_duration_since(now.unwrap_or_else(Instant::now)));
             }
             self.timers.pop();
         }
@@ -541,13 +545,12 @@ impl Reactor {
     }
 
     /// Runs the core's timer of every connection whose deadline passed.
-    fn fire_timers(&mut self) {
-        let Some(Reverse((first, _))) = self.timers.peek() else {
-            return;
-        };
+    /// Returns the clock it read, if it had a timer to look at.
+    fn fire_timers(&mut self) -> Option<Instant> {
+        let Reverse((first, _)) = self.timers.peek()?;
         let now = Instant::now();
         if *first > now {
-            return;
+            return Some(now);
         }
         while let Some(Reverse((at, slot))) = self.timers.peek().copied() {
             if at > now {
@@ -568,6 +571,7 @@ impl Reactor {
             }
             self.drive(slot, Got::Nothing);
         }
+        Some(now)
     }
 
     /// One wake-up of a connection: what its socket holds, its messages,
