@@ -336,10 +336,7 @@ pub(crate) fn announce_owner(lu: &LogicalUnit, owner: Option<u16>, within: Durat
 /// whole lease), then kept until lifted or the lease ends.
 fn hold_fence(lu: &Arc<LogicalUnit>, token: String, lba: u64, blocks: u64, lease: Duration) {
     let start = Instant::now();
-    let Some(id) = lu
-        .lba_locks
-        .hold_until(lba, blocks, true, start + lease / 2)
-    else {
+    let Some(id) = lu.lba_locks.hold_until(lba, blocks, start + lease / 2) else {
         tracing::error!(
             lun = lu.lun,
             lba,

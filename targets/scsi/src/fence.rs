@@ -19,7 +19,7 @@ pub(crate) const MAX_FENCES: usize = 1024;
 struct Fence {
     token: String,
     /// The range lock ([`crate::lba_lock::LbaLocks::hold_until`]).
-    id: Option<u64>,
+    id: Option<crate::lba_lock::Hold>,
     until: Instant,
 }
 
@@ -55,7 +55,12 @@ fn lock(m: &Mutex<List>) -> MutexGuard<'_, List> {
 
 impl Fences {
     /// Keeps range lock `id` for `token` until [`Self::take`] or `until`.
-    pub(crate) fn add(&self, token: String, id: Option<u64>, until: Instant) -> Added {
+    pub(crate) fn add(
+        &self,
+        token: String,
+        id: Option<crate::lba_lock::Hold>,
+        until: Instant,
+    ) -> Added {
         let mut list = lock(&self.list);
         if list.fences.len() >= MAX_FENCES {
             return Added::Refused;
@@ -71,7 +76,7 @@ impl Fences {
     }
 
     /// The range lock of `token`, no longer kept (the fence was lifted).
-    pub(crate) fn take(&self, token: &str) -> Option<Option<u64>> {
+    pub(crate) fn take(&self, token: &str) -> Option<Option<crate::lba_lock::Hold>> {
         let mut list = lock(&self.list);
         let at = list.fences.iter().position(|f| f.token == token)?;
         let f = list.fences.swap_remove(at);
@@ -83,7 +88,7 @@ impl Fences {
     /// range locks whose leases ended (to release, with a warning), or
     /// `None` once no fence is left (the reaper ends; the next
     /// [`Self::add`] starts another).
-    pub(crate) fn reap(&self) -> Option<Vec<(String, Option<u64>)>> {
+    pub(crate) fn reap(&self) -> Option<Vec<(String, Option<crate::lba_lock::Hold>)>> {
         let mut list = lock(&self.list);
         loop {
             let Some(first) = list.fences.iter().map(|f| f.until).min() else {
@@ -109,17 +114,24 @@ impl Fences {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lba_lock::Hold;
     use std::time::Duration;
 
     #[test]
     fn fences_are_lifted_or_expire() {
         let f = Fences::default();
         let far = Instant::now() + Duration::from_secs(600);
-        assert_eq!(f.add("a".into(), Some(1), far), Added::StartReaper);
-        assert_eq!(f.add("b".into(), Some(2), Instant::now()), Added::Kept);
-        assert_eq!(f.take("a"), Some(Some(1)));
+        assert_eq!(
+            f.add("a".into(), Some(Hold::Range(1)), far),
+            Added::StartReaper
+        );
+        assert_eq!(
+            f.add("b".into(), Some(Hold::Range(2)), Instant::now()),
+            Added::Kept
+        );
+        assert_eq!(f.take("a"), Some(Some(Hold::Range(1))));
         assert_eq!(f.take("a"), None);
-        assert_eq!(f.reap(), Some(vec![("b".to_owned(), Some(2))]));
+        assert_eq!(f.reap(), Some(vec![("b".to_owned(), Some(Hold::Range(2)))]));
         assert_eq!(f.reap(), None);
         assert_eq!(f.add("c".into(), None, far), Added::StartReaper);
     }
@@ -129,8 +141,14 @@ mod tests {
         let f = Fences::default();
         let far = Instant::now() + Duration::from_secs(600);
         for i in 0..MAX_FENCES {
-            assert_ne!(f.add(i.to_string(), Some(i as u64), far), Added::Refused);
+            assert_ne!(
+                f.add(i.to_string(), Some(Hold::Range(i as u64)), far),
+                Added::Refused
+            );
         }
-        assert_eq!(f.add("over".into(), Some(0), far), Added::Refused);
+        assert_eq!(
+            f.add("over".into(), Some(Hold::Range(0)), far),
+            Added::Refused
+        );
     }
 }

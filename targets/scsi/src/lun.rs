@@ -209,7 +209,9 @@ pub(crate) struct LogicalUnit {
     pub phys_exp: u8,
     /// UNMAP supported on a thin LUN (LBPU).
     pub unmap_command: bool,
-    /// LBA range locks taken by medium reads (shared) and writes (exclusive).
+    /// LBA range locks: writes exclude overlapping writes; COMPARE AND
+    /// WRITE, ORWRITE, WRITE ATOMIC and fences exclude everything; reads
+    /// register only while one of those is (`lba_lock`).
     pub lba_locks: LbaLocks,
     /// Ranges other gateways fenced off ([`crate::fence`]).
     pub fences: Fences,

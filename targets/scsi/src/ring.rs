@@ -119,7 +119,7 @@ impl Via {
 /// An LBA range held until dropped.
 struct Held {
     lu: Arc<LogicalUnit>,
-    id: Option<u64>,
+    id: Option<crate::lba_lock::Hold>,
 }
 
 impl Drop for Held {
@@ -415,7 +415,12 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
     let locked = if class == Class::Sync {
         Some(None)
     } else {
-        lu.lba_locks.try_hold(ext.lba, ext.blocks, exclusive)
+        let kind = if exclusive {
+            crate::lba_lock::Kind::Write
+        } else {
+            crate::lba_lock::Kind::Read
+        };
+        lu.lba_locks.try_hold(ext.lba, ext.blocks, kind)
     };
     let Some(id) = locked else {
         // Another command holds the range: the workers wait for it.

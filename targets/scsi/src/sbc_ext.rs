@@ -91,7 +91,7 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     }
     let (verify, write) = data.split_at(bytes as usize);
     {
-        let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
+        let _range = lu.lba_locks.atomic(ext.lba, ext.blocks)?;
         // The store's own atomic compare-and-write where it has one: atomic
         // against every writer of the backing, other gateways' included.
         if let Some(done) = lu.backstore.compare_and_write(offset, verify, write) {
@@ -105,7 +105,7 @@ pub(crate) fn compare_and_write(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     // Other gateways' COMPARE AND WRITEs wait meanwhile; then the range
     // here, then on every other gateway.
     let gateways = exclude_gateways(lu)?;
-    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
+    let _range = lu.lba_locks.atomic(ext.lba, ext.blocks)?;
     let _fence = crate::cluster::fence(lu, gateways.as_ref(), ext.lba, ext.blocks)?;
     let medium = read_medium(lu, offset, bytes, ctx.hint)?;
     if let Some(at) = first_difference(&medium, verify) {
@@ -129,7 +129,7 @@ pub(crate) fn orwrite(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     if !data.is_empty() {
         let blocks = data.len() as u64 / bs;
         let gateways = exclude_gateways(lu)?;
-        let _range = lu.lba_locks.exclusive(ext.lba, blocks)?;
+        let _range = lu.lba_locks.atomic(ext.lba, blocks)?;
         let _fence = crate::cluster::fence(lu, gateways.as_ref(), ext.lba, blocks)?;
         let mut medium = read_medium(lu, offset, data.len() as u64, ctx.hint)?;
         for (m, d) in medium.iter_mut().zip(data) {
@@ -208,7 +208,7 @@ pub(crate) fn write_atomic(ctx: &Ctx<'_>) -> Result<Outcome, Sense> {
     let Some(data) = ctx.cmd.data_out.get(..bytes as usize) else {
         return Err(Sense::invalid_cdb_field(ext.len_at, None));
     };
-    let _range = lu.lba_locks.exclusive(ext.lba, ext.blocks)?;
+    let _range = lu.lba_locks.atomic(ext.lba, ext.blocks)?;
     write_medium(ctx, lu, data, offset)?;
     Ok(Outcome::data_out(bytes))
 }

@@ -179,12 +179,15 @@ fn unit_attention_is_reported_inline_once() {
 }
 
 #[test]
-fn a_range_locked_by_a_running_write_sends_the_read_to_the_workers() {
+fn a_range_held_by_a_running_compare_and_write_sends_the_read_to_the_workers() {
     let s = setup(Nonblocking::Always);
     s.store.inner.close_gate();
-    // A WRITE on a worker holds the exclusive lock on blocks 0..4 while it
-    // waits at the gate.
-    let write = submit(&s.h.target, s.cmd(&cdb10(0x2A, 0, 0, 4), 0, pattern(4)));
+    // A COMPARE AND WRITE on a worker holds block 2 atomically (a read must
+    // not see it half done) while its read of the medium waits at the gate.
+    // The block holds zeros, so the compare matches and the write goes on.
+    let mut data = vec![0u8; BS as usize];
+    data.extend_from_slice(&pattern(1));
+    let caw = submit(&s.h.target, s.cmd(&cdb16(0x89, 0, 2, 1), 0, data));
     s.store.inner.wait_blocked(1);
     let read = s.cmd(&cdb10(0x28, 0, 2, 1), BS, vec![]);
     let back = s
@@ -192,11 +195,11 @@ fn a_range_locked_by_a_running_write_sends_the_read_to_the_workers() {
         .expect_err("the read must not wait on the reactor");
     s.store.inner.open_gate();
     assert_eq!(
-        write.recv_timeout(Duration::from_secs(10)).unwrap().status,
+        caw.recv_timeout(Duration::from_secs(10)).unwrap().status,
         Status::GOOD
     );
     let r = s.h.exec(back);
-    assert_eq!(r.data_in, pattern(4)[2 * BS as usize..3 * BS as usize]);
+    assert_eq!(r.data_in, pattern(1), "the read saw the whole write");
 }
 
 #[test]
