@@ -614,10 +614,12 @@ fn without_a_ring_cached_reads_still_run_inline() {
 }
 
 #[test]
-fn a_queued_ring_read_holds_its_range_until_the_batch_ends() {
-    // A READ queued on the ring (not yet submitted) holds its blocks
-    // shared: a WRITE over them on the workers waits for it, so the read
-    // returns the data from before the write, whatever the threads' order.
+fn a_queued_ring_read_holds_off_a_compare_and_write_until_it_completes() {
+    // A READ queued on the ring (not yet submitted) counts as a read in
+    // flight: a COMPARE AND WRITE over its blocks on the workers waits for
+    // it, so the read returns the data from before the write, whatever the
+    // threads' order. (A plain WRITE would not wait: SBC orders nothing
+    // between a read and an overlapping write, and reads take no range.)
     if !ring_available() {
         return;
     }
@@ -628,10 +630,19 @@ fn a_queued_ring_read_holds_its_range_until_the_batch_ends() {
     uring::defer_submission(Box::new(|| {}));
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
     let rx = start_on_ring(&h, cmd);
-    let data = pattern(8, 0x77);
+    // Block 0 holds zeros, so the compare matches and the write goes on.
+    let written = pattern(1, 0x77);
+    let mut data = vec![0u8; BS as usize];
+    data.extend_from_slice(&written);
     let wrx = submit(
         &h.target,
-        h.cmd_on(&h.nexus, 1, &cdb10(0x2A, 0, 0, 8), 0, data.clone()),
+        h.cmd_on(&h.nexus, 1, &cdb16(0x89, 0, 0, 1), 0, data),
+    );
+    // The read is not submitted yet: the COMPARE AND WRITE must wait.
+    assert!(
+        wrx.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "the COMPARE AND WRITE ended before the queued read"
     );
     let mut rounds = 0;
     let r = loop {
@@ -647,11 +658,13 @@ fn a_queued_ring_read_holds_its_range_until_the_batch_ends() {
     assert_eq!(r.status, Status::GOOD);
     assert!(
         r.data_in.iter().all(|&b| b == 0),
-        "the read saw the blocks before the write"
+        "the queued read saw the COMPARE AND WRITE's data"
     );
-    let w = wrx.recv().unwrap();
+    let w = wrx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the COMPARE AND WRITE ended");
     assert_eq!(w.status, Status::GOOD);
-    let r = h.exec(h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]));
-    assert_eq!(r.data_in, data);
+    let r = h.exec(h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]));
+    assert_eq!(r.data_in, written);
     uring::stop_thread();
 }
