@@ -334,12 +334,13 @@ impl Driven {
         let now = Instant::now();
         self.core.handle_input(pdu, now);
         loop {
+            // No ring: null and RAM LUNs serve every command inline.
             while let Some(ev) = self.core.poll_event() {
-                if let Some(resp) = self.pc.on_event_at(ev, now) {
+                if let Some(resp) = self.pc.on_event_at(ev, now, None) {
                     self.core.complete(resp);
                 }
             }
-            self.pc.end_ring_batch();
+            self.pc.end_ring_batch(None);
             while let Some(msg) = self.pc.try_recv() {
                 self.on_msg(msg);
             }

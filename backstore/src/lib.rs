@@ -8,7 +8,7 @@
 //! `rustgt-histogram` only (the histograms of [`IoStats`]). The SCSI core
 //! (`rustgt-scsi`) issues the commands' I/O through it; the
 //! port layer, the iSER driver and the `rustgt` binary use it to open
-//! stores from configuration, for the per-thread [`uring`] and for the
+//! stores from configuration, for each reactor's [`uring::Ring`] and for the
 //! buffer pool ([`IoBuf`], [`buf::set_release_hook`]); `rustgt-rabench`
 //! drives its I/O contexts in simulated time.
 //!
@@ -39,7 +39,7 @@
 //! stats); the readahead benchmark, in simulated time, is the
 //! `rustgt-rabench` crate, which drives [`ioctx::simulation`].
 //! [`nowait`] and [`uring`] serve reactor threads, which must not block:
-//! non-blocking attempts, and a per-thread io_uring driving the file and
+//! non-blocking attempts, and a reactor's own io_uring driving the file and
 //! block-device engines' fd ([`Backstore::uring_file`]).
 //! [`aio`] is the same for stores with an asynchronous API of their own
 //! (librbd), completed on the store's threads.

@@ -2,15 +2,17 @@
 //! block-device stores that would otherwise block, submitted by the thread
 //! that owns the ring and completed on that same thread.
 //!
-//! Each reactor thread has at most one ring, thread-local: [`start_thread`]
-//! creates it (when io_uring is [enabled](set_enabled) and the
-//! [probe] passed) and returns an eventfd the kernel signals on
-//! every completion; the reactor waits on it and calls [`reap`], which runs
-//! each finished operation's callback on the reactor thread. [`stop_thread`]
-//! waits for every operation still in flight and runs their callbacks
-//! before the ring is freed. With [`defer_submission`] the ops submitted
-//! during one reactor turn wait in the submission queue and go to the
-//! kernel together at [`flush`] (one `io_uring_enter` per batch).
+//! A reactor creates its [`Ring`] on its own thread ([`Ring::start`], when
+//! io_uring is [enabled](set_enabled) and the [probe] passed) and hands it
+//! by reference to what runs in its turns; nothing reaches it through a
+//! thread-local. The kernel signals the eventfd `start` returns on every
+//! completion; the reactor waits on it and calls [`Ring::reap`], which
+//! runs each finished operation's callback ([`Complete`]) on the reactor
+//! thread. Dropping the ring (or [`Ring::drain`]) waits for every
+//! operation still in flight and runs their callbacks first. With
+//! [`Ring::defer_submission`] the ops submitted during one reactor turn
+//! wait in the submission queue and go to the kernel together at
+//! [`Ring::flush`] (one `io_uring_enter` per batch).
 //!
 //! An operation owns its buffer ([`RingBuf`]) and a clone of the store's
 //! `Arc<File>` ([`UringFile`]) until its completion has been reaped, so
@@ -50,7 +52,7 @@ const RETRIES: u8 = 3;
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
 /// Whether the kernel's CQ ring has its flags word, so the eventfd can be
-/// muted while a turn reaps its own completions ([`submit_and_reap`]).
+/// muted while a turn reaps its own completions ([`Ring::submit_and_reap`]).
 /// Set by [`probe`].
 static CQ_FLAGS: AtomicBool = AtomicBool::new(false);
 
@@ -272,133 +274,92 @@ pub enum Op {
     Fsync,
 }
 
-/// Called once on the ring's thread with the op's outcome (bytes moved)
-/// and its buffer back.
+/// A boxed completion: called once on the ring's thread with the op's
+/// outcome (bytes moved) and its buffer back.
 pub type OpDone = Box<dyn FnOnce(io::Result<usize>, RingBuf)>;
 
-/// A caller's typed completion: a plain function and the index of the
-/// caller's own record of the op (its slab slot). Nothing is boxed.
-pub type SlotDone = fn(usize, io::Result<usize>, RingBuf);
-
-/// What runs when an op completes.
-enum Callback {
-    Boxed(OpDone),
-    Slot(SlotDone, usize),
+/// What a caller keeps with an op in the ring until it completes: its own
+/// record of the op, stored in the ring's slot (so submitting and reaping
+/// allocate nothing once the slots have grown to the ops in flight), and
+/// what runs with the op's outcome.
+pub trait Complete {
+    /// Runs once, on the ring's thread, with the op's outcome (bytes
+    /// moved, or why not) and its buffer back.
+    fn complete(self, result: io::Result<usize>, buf: RingBuf);
 }
 
-impl Callback {
-    fn run(self, result: io::Result<usize>, buf: RingBuf) {
-        match self {
-            Callback::Boxed(f) => f(result, buf),
-            Callback::Slot(f, slot) => f(slot, result, buf),
-        }
+impl Complete for OpDone {
+    fn complete(self, result: io::Result<usize>, buf: RingBuf) {
+        self(result, buf)
     }
 }
 
 /// Completions taken off the queue at once that stay on the stack.
 const REAP_INLINE: usize = 32;
 
-/// Finished ops of one reap, with their outcome.
-type Finished = SmallVec<[(InFlight, io::Result<usize>); REAP_INLINE]>;
+/// Finished ops of one reap: their slot and outcome. The ops stay in
+/// their slots until their callbacks run.
+type Finished = SmallVec<[(usize, io::Result<usize>); REAP_INLINE]>;
 
-struct InFlight {
+struct InFlight<T> {
     file: Arc<File>,
     buf: RingBuf,
     op: Op,
     /// Bytes already moved (short reads and writes go on from here).
     done_bytes: usize,
     retries: u8,
-    callback: Callback,
+    owner: T,
 }
 
-struct Ring {
+/// One reactor's io_uring (see the module's text): created by the reactor
+/// on its own thread ([`Ring::start`]) and handed by reference to whatever
+/// submits or reaps during its turns. It is not `Send`: an op's callback
+/// runs on the thread that submitted it. Dropping it waits for the ops
+/// still in flight and runs their callbacks.
+pub struct Ring<T: Complete> {
+    inner: RefCell<Inner<T>>,
+    /// Reads counted by [`Ring::turn_read`] since the last
+    /// [`Ring::submit_and_reap`].
+    turn_reads: Cell<u32>,
+    /// The reactor's pause of inline writes ([`Ring::may_write_now`]).
+    paused: Cell<InlinePause>,
+}
+
+struct Inner<T> {
     ring: IoUring,
     /// Kept open while registered with the ring.
     _eventfd: OwnedFd,
-    slots: Vec<Option<InFlight>>,
+    slots: Vec<Option<InFlight<T>>>,
     free: Vec<usize>,
     in_flight: usize,
-    /// Set by [`defer_submission`]: new SQEs wait for [`flush`], and this
-    /// is called when the first of them is queued.
+    /// Set by [`Ring::defer_submission`]: new SQEs wait for
+    /// [`Ring::flush`], and this is called when the first of them is
+    /// queued.
     deferred: Option<Box<dyn Fn()>>,
     /// SQEs queued and not yet handed to the kernel.
     unsubmitted: bool,
+    /// [`Ring::close`]d: takes no more ops.
+    closed: bool,
 }
 
-thread_local! {
-    static RING: RefCell<Option<Ring>> = const { RefCell::new(None) };
-}
-
-/// Creates this thread's ring if io_uring is enabled and the probe passes;
-/// returns a duplicate of its eventfd (readable after completions), or
-/// `None` when this thread is to leave blocking I/O to the workers.
-/// A second call on a thread with a ring fails.
-pub fn start_thread() -> io::Result<Option<OwnedFd>> {
-    if !enabled() {
-        return Ok(None);
+impl<T: Complete> fmt::Debug for Ring<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("in_flight", &self.in_flight())
+            .finish_non_exhaustive()
     }
-    if let Err(why) = probe() {
-        tracing::debug!(%why, "io_uring unavailable");
-        return Ok(None);
-    }
-    if active() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "this thread already has a ring",
-        ));
-    }
-    let ring = IoUring::builder()
-        .setup_cqsize(RING_ENTRIES * 2)
-        .build(RING_ENTRIES)?;
-    // SAFETY: eventfd only reads its scalar arguments.
-    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a new descriptor this function alone owns.
-    let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
-    ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
-    let dup = eventfd.try_clone()?;
-    RING.with(|r| {
-        *r.borrow_mut() = Some(Ring {
-            ring,
-            _eventfd: eventfd,
-            slots: Vec::new(),
-            free: Vec::new(),
-            in_flight: 0,
-            deferred: None,
-            unsubmitted: false,
-        });
-    });
-    Ok(Some(dup))
-}
-
-/// Whether this thread has a ring.
-pub fn active() -> bool {
-    RING.with(|r| r.try_borrow().map(|r| r.is_some()).unwrap_or(true))
-}
-
-/// Whether one more op can be submitted now on this thread (a ring with
-/// room): a caller checks this before taking locks for an op.
-pub fn has_room() -> bool {
-    RING.with(|r| {
-        r.try_borrow().is_ok_and(|r| {
-            r.as_ref()
-                .is_some_and(|r| r.in_flight < RING_ENTRIES as usize)
-        })
-    })
 }
 
 /// Buffered writes at most this long may run on the reactor thread
-/// ([`write_now`]); longer ones go to the LUN's workers.
+/// ([`Ring::write_now`]); longer ones go to the LUN's workers.
 pub const INLINE_WRITE_MAX: usize = 128 * 1024;
 
 /// An inline write that slept and took longer than this (the kernel
 /// throttled the writer, or waited for a lock or a page under writeback)
-/// stops inline writes on this thread for a while ([`next_pause`]).
+/// stops inline writes on this reactor for a while ([`next_pause`]).
 const INLINE_WRITE_SLOW: Duration = Duration::from_micros(500);
 
-/// How long an isolated slow inline write sends this thread's buffered
+/// How long an isolated slow inline write sends this reactor's buffered
 /// writes back to the workers: a file under writeback makes one wait now
 /// and then (measured: one to four writes of 1-4 ms in 6 s of 8,000
 /// writes a second to a freshly copied file), and a longer pause would
@@ -417,7 +378,7 @@ const INLINE_WRITE_CALM: Duration = Duration::from_secs(2);
 
 static INLINE_WRITES: AtomicBool = AtomicBool::new(true);
 
-/// This thread's pause of inline writes.
+/// A reactor's pause of inline writes.
 #[derive(Debug, Clone, Copy)]
 struct InlinePause {
     /// Until when buffered writes go to the workers.
@@ -426,16 +387,6 @@ struct InlinePause {
     len: Duration,
     /// When the last pause ends (or ended).
     ends: Option<Instant>,
-}
-
-thread_local! {
-    static INLINE_PAUSED: Cell<InlinePause> = const {
-        Cell::new(InlinePause {
-            until: None,
-            len: Duration::ZERO,
-            ends: None,
-        })
-    };
 }
 
 /// The pause after a slow inline write at `now`, given the last pause's
@@ -457,60 +408,6 @@ pub fn set_inline_writes(on: bool) {
     INLINE_WRITES.store(on, Ordering::Relaxed);
 }
 
-/// Whether a buffered, non-FUA write of `len` bytes at `offset` may run
-/// on this thread now ([`write_now`]): a reactor with a ring, inline
-/// writes on, not too long, whole pages only (a partial page not in the
-/// cache would be read from the disk first), and inline writes not
-/// paused after a slow one ([`next_pause`]).
-pub fn may_write_now(offset: u64, len: usize) -> bool {
-    let page = crate::common::page_size();
-    if len == 0
-        || len > INLINE_WRITE_MAX
-        || len % page != 0
-        || offset % page as u64 != 0
-        || !INLINE_WRITES.load(Ordering::Relaxed)
-        || !active()
-    {
-        return false;
-    }
-    INLINE_PAUSED.with(|p| {
-        let mut pause = p.get();
-        match pause.until {
-            None => true,
-            Some(until) if Instant::now() >= until => {
-                pause.until = None;
-                p.set(pause);
-                true
-            }
-            Some(_) => false,
-        }
-    })
-}
-
-/// Writes `data` at `offset` of a buffered file on this thread, with
-/// `pwrite`: a buffered write only copies into the page cache, a few
-/// microseconds for 4 KiB, cheaper than handing it to another thread and
-/// back (two context switches each way). The kernel may still make it
-/// wait (dirty-page throttling, a lock held by writeback): a write that
-/// slept (a voluntary context switch of this thread, `getrusage`) and
-/// took longer than [`INLINE_WRITE_SLOW`] pauses inline writes on this
-/// thread ([`next_pause`]: briefly after an isolated one, up to a second
-/// while they keep coming), so a throttled file costs the reactor at most
-/// one such wait per pause.
-pub fn write_now(file: &UringFile, offset: u64, data: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let slept_before = voluntary_switches();
-    let started = Instant::now();
-    let r = file.file.write_all_at(data, offset);
-    let took = started.elapsed();
-    // Only a write that slept counts: one that was merely preempted on a
-    // busy CPU would have taken as long on a worker.
-    if took > INLINE_WRITE_SLOW && voluntary_switches() != slept_before {
-        note_inline_write(took);
-    }
-    r
-}
-
 /// This thread's voluntary context switches (it slept), 0 if unknown.
 fn voluntary_switches() -> i64 {
     // SAFETY: getrusage writes one `rusage` (plain old data, all-zero is
@@ -524,243 +421,8 @@ fn voluntary_switches() -> i64 {
     }
 }
 
-/// Pauses this thread's inline writes after one that slept for `took`,
-/// longer than [`INLINE_WRITE_SLOW`].
-fn note_inline_write(took: Duration) {
-    if took > INLINE_WRITE_SLOW {
-        let now = Instant::now();
-        let pause = INLINE_PAUSED.with(|p| {
-            let last = p.get();
-            let len = next_pause(last.len, last.ends, now);
-            p.set(InlinePause {
-                until: Some(now + len),
-                len,
-                ends: Some(now + len),
-            });
-            len
-        });
-        tracing::debug!(
-            ?took,
-            ?pause,
-            "slow inline write: buffered writes go to the workers for a while"
-        );
-    }
-}
-
-/// Ops submitted on this thread and not yet reaped.
-pub fn in_flight() -> usize {
-    RING.with(|r| {
-        r.try_borrow()
-            .map_or(0, |r| r.as_ref().map_or(0, |r| r.in_flight))
-    })
-}
-
-/// Submits `op` on `buf` to this thread's ring; `callback` runs from a
-/// later [`reap`] (or [`stop_thread`]) on this thread. Without a ring or
-/// room, the callback runs now with a `WouldBlock` error.
-pub fn submit(file: &UringFile, op: Op, buf: RingBuf, callback: OpDone) {
-    submit_callback(&file.file, op, buf, Callback::Boxed(callback));
-}
-
-/// [`submit`] with a typed completion: `done(slot, result, buf)` runs from
-/// a later [`reap`] on this thread (or now, refused, without a ring or
-/// room). Submitting and reaping this way allocates nothing once the
-/// ring's slots have grown to the ops in flight. Only the file is taken
-/// here: the caller keeps its [`UringFile`] (meters, holds) with the slot.
-pub fn submit_slot(file: &Arc<File>, op: Op, buf: RingBuf, done: SlotDone, slot: usize) {
-    submit_callback(file, op, buf, Callback::Slot(done, slot));
-}
-
-fn submit_callback(file: &Arc<File>, op: Op, buf: RingBuf, callback: Callback) {
-    let bad_len = match op {
-        Op::Read { len, .. } | Op::Write { len, .. } => len > buf.len() || len > u32::MAX as usize,
-        Op::Fsync => false,
-    };
-    if bad_len {
-        let e = io::Error::new(io::ErrorKind::InvalidInput, "op longer than its buffer");
-        callback.run(Err(e), buf);
-        return;
-    }
-    let entry = InFlight {
-        file: Arc::clone(file),
-        buf,
-        op,
-        done_bytes: 0,
-        retries: 0,
-        callback,
-    };
-    let refused = RING.with(|r| match r.try_borrow_mut() {
-        Ok(mut guard) => match guard.as_mut() {
-            Some(ring) if ring.in_flight < RING_ENTRIES as usize => ring.start(entry),
-            _ => Err(entry),
-        },
-        Err(_) => Err(entry),
-    });
-    if let Err(entry) = refused {
-        entry.callback.run(Err(not_performed()), entry.buf);
-    }
-}
-
-/// Batches submissions on this thread's ring: from now on a submitted op
-/// waits in the submission queue until [`flush`], and `wake` is called
-/// when the first op of a batch is queued (a reactor then flushes once
-/// its current task yields, so a turn's commands go to the kernel with one
-/// system call). Without a ring it does nothing.
-pub fn defer_submission(wake: Box<dyn Fn()>) {
-    RING.with(|r| {
-        if let Ok(mut guard) = r.try_borrow_mut() {
-            if let Some(ring) = guard.as_mut() {
-                ring.deferred = Some(wake);
-            }
-        }
-    });
-}
-
-/// Hands every queued op of this thread's ring to the kernel.
-pub fn flush() {
-    RING.with(|r| {
-        if let Ok(mut guard) = r.try_borrow_mut() {
-            if let Some(ring) = guard.as_mut() {
-                if ring.unsubmitted {
-                    ring.flush();
-                }
-            }
-        }
-    });
-}
-
-thread_local! {
-    /// Reads counted by [`turn_read`] since the last [`submit_and_reap`].
-    static TURN_READS: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Counts one read of the current reactor turn that this thread's ring
-/// could take, and returns how many came before it since the turn's batch
-/// last ended ([`submit_and_reap`]). The SCSI core runs the first read of
-/// a turn inline (`preadv2(RWF_NOWAIT)`: one system call, as the ring's
-/// `io_uring_enter` would be, without the ring's extra work, which showed
-/// at queue depth 1) and queues the rest on the ring.
-pub fn turn_read() -> u32 {
-    TURN_READS.with(|c| {
-        let n = c.get();
-        c.set(n.saturating_add(1));
-        n
-    })
-}
-
-/// Ends a reactor turn's batch at once: hands every queued op to the
-/// kernel (one `io_uring_enter`) and runs the callbacks of every op that
-/// has completed, including reads of cached pages, which the kernel
-/// finishes inside that same `io_uring_enter`. A connection calls this
-/// after it has run the PDUs of one read so that the responses of those
-/// reads leave in the turn's `writev`, instead of a turn later after the
-/// ring's task has submitted and been woken by the eventfd. While it runs
-/// the eventfd is muted (`IORING_CQ_EVENTFD_DISABLED`, Linux 5.8 on; an
-/// older kernel's eventfd wakes the ring's task for nothing), so the
-/// completions reaped here wake nobody; it is unmuted before a last look at the
-/// completion queue, so an op finishing later (a page the cache did not
-/// hold) still signals it. Returns how many callbacks ran; 0 without a
-/// ring or with nothing queued and nothing completed.
-pub fn submit_and_reap() -> usize {
-    TURN_READS.with(|c| c.set(0));
-    // Most turns queue nothing (inline commands, no ring): return before
-    // a `Finished` (a few KiB on the stack) is built and moved.
-    let queued = RING.with(|r| {
-        r.try_borrow()
-            .is_ok_and(|g| g.as_ref().is_some_and(|ring| ring.unsubmitted))
-    });
-    if !queued {
-        return 0;
-    }
-    let finished = RING.with(|r| match r.try_borrow_mut() {
-        Ok(mut guard) => match guard.as_mut() {
-            Some(ring) if ring.unsubmitted => {
-                let mute = CQ_FLAGS.load(Ordering::Relaxed);
-                if mute {
-                    ring.ring.completion().disable_eventfd();
-                }
-                ring.flush();
-                let mut finished = ring.collect();
-                if mute {
-                    ring.ring.completion().enable_eventfd();
-                    // A completion posted while muted signalled nobody.
-                    if !ring.ring.completion().is_empty() {
-                        finished.extend(ring.collect());
-                    }
-                }
-                finished
-            }
-            _ => Finished::new(),
-        },
-        Err(_) => Finished::new(),
-    });
-    let n = finished.len();
-    for (entry, result) in finished {
-        entry.callback.run(result, entry.buf);
-    }
-    n
-}
-
-/// Runs the callbacks of every completed op of this thread's ring;
-/// returns how many ran.
-pub fn reap() -> usize {
-    let idle = RING.with(|r| {
-        r.try_borrow()
-            .is_ok_and(|g| g.as_ref().is_none_or(|ring| ring.in_flight == 0))
-    });
-    if idle {
-        return 0;
-    }
-    let finished = RING.with(|r| match r.try_borrow_mut() {
-        Ok(mut guard) => guard.as_mut().map(Ring::collect).unwrap_or_default(),
-        Err(_) => Finished::new(),
-    });
-    let n = finished.len();
-    for (entry, result) in finished {
-        entry.callback.run(result, entry.buf);
-    }
-    n
-}
-
-/// Waits until at least one op of this thread's ring has completed (when
-/// any is in flight), then reaps like [`reap`]. For a thread that has
-/// nothing else to wait for (tests; a reactor waits on the eventfd).
-pub fn reap_blocking() -> usize {
-    let waited = RING.with(|r| match r.try_borrow_mut() {
-        Ok(mut guard) => match guard.as_mut() {
-            Some(ring) if ring.in_flight > 0 => ring.ring.submit_and_wait(1).map(|_| ()),
-            _ => Ok(()),
-        },
-        Err(_) => Ok(()),
-    });
-    if let Err(e) = waited {
-        tracing::debug!(error = %e, "io_uring wait");
-    }
-    reap()
-}
-
-/// Takes this thread's ring away, waits for every op still in flight and
-/// runs their callbacks, then frees the ring. A callback that submits
-/// meanwhile finds no ring (its op is refused as not performed).
-pub fn stop_thread() {
-    let ring = RING.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
-    let Some(mut ring) = ring else {
-        return;
-    };
-    while ring.in_flight > 0 {
-        if let Err(e) = ring.ring.submit_and_wait(1) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::error!(error = %e, "io_uring: waiting for ops in flight");
-                break;
-            }
-        }
-        for (entry, result) in ring.collect() {
-            entry.callback.run(result, entry.buf);
-        }
-    }
-}
-
-/// Reads the eventfd's counter to zero (after a wake-up; before [`reap`]).
+/// Reads an eventfd's counter to zero (after a wake-up; before
+/// [`Ring::reap`]).
 pub fn clear_eventfd(fd: &OwnedFd) {
     let mut counter = 0u64;
     loop {
@@ -783,9 +445,331 @@ fn not_performed() -> io::Error {
     io::Error::new(io::ErrorKind::WouldBlock, "io_uring op not performed")
 }
 
-impl Ring {
+impl<T: Complete> Ring<T> {
+    /// Creates a reactor's ring if io_uring is enabled and the probe
+    /// passes, with a duplicate of its eventfd (readable after
+    /// completions); `None` when the reactor is to leave blocking I/O to
+    /// the workers.
+    pub fn start() -> io::Result<Option<(Ring<T>, OwnedFd)>> {
+        if !enabled() {
+            return Ok(None);
+        }
+        if let Err(why) = probe() {
+            tracing::debug!(%why, "io_uring unavailable");
+            return Ok(None);
+        }
+        let ring = IoUring::builder()
+            .setup_cqsize(RING_ENTRIES * 2)
+            .build(RING_ENTRIES)?;
+        // SAFETY: eventfd only reads its scalar arguments.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new descriptor this function alone owns.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
+        let dup = eventfd.try_clone()?;
+        let ring = Ring {
+            inner: RefCell::new(Inner {
+                ring,
+                _eventfd: eventfd,
+                slots: Vec::new(),
+                free: Vec::new(),
+                in_flight: 0,
+                deferred: None,
+                unsubmitted: false,
+                closed: false,
+            }),
+            turn_reads: Cell::new(0),
+            paused: Cell::new(InlinePause {
+                until: None,
+                len: Duration::ZERO,
+                ends: None,
+            }),
+        };
+        Ok(Some((ring, dup)))
+    }
+
+    /// Whether one more op can be submitted now (a caller checks this
+    /// before taking locks for an op).
+    pub fn has_room(&self) -> bool {
+        self.inner
+            .try_borrow()
+            .is_ok_and(|r| r.in_flight < RING_ENTRIES as usize && !r.closed)
+    }
+
+    /// Ops submitted and not yet reaped.
+    pub fn in_flight(&self) -> usize {
+        self.inner.try_borrow().map_or(0, |r| r.in_flight)
+    }
+
+    /// Submits `op` on `buf`, on `file`'s descriptor; `owner` completes
+    /// from a later [`Ring::reap`] (or the ring's end) on this thread.
+    /// Without room it completes now with a `WouldBlock` error.
+    pub fn submit(&self, file: &Arc<File>, op: Op, buf: RingBuf, owner: T) {
+        let bad_len = match op {
+            Op::Read { len, .. } | Op::Write { len, .. } => {
+                len > buf.len() || len > u32::MAX as usize
+            }
+            Op::Fsync => false,
+        };
+        if bad_len {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "op longer than its buffer");
+            owner.complete(Err(e), buf);
+            return;
+        }
+        let entry = InFlight {
+            file: Arc::clone(file),
+            buf,
+            op,
+            done_bytes: 0,
+            retries: 0,
+            owner,
+        };
+        let refused = match self.inner.try_borrow_mut() {
+            Ok(mut ring) if ring.in_flight < RING_ENTRIES as usize && !ring.closed => {
+                ring.start(entry)
+            }
+            _ => Err(entry),
+        };
+        if let Err(entry) = refused {
+            entry.owner.complete(Err(not_performed()), entry.buf);
+        }
+    }
+
+    /// Batches submissions: from now on a submitted op waits in the
+    /// submission queue until [`Ring::flush`], and `wake` is called when
+    /// the first op of a batch is queued (a reactor then flushes once its
+    /// current task yields, so a turn's commands go to the kernel with one
+    /// system call).
+    pub fn defer_submission(&self, wake: Box<dyn Fn()>) {
+        if let Ok(mut ring) = self.inner.try_borrow_mut() {
+            ring.deferred = Some(wake);
+        }
+    }
+
+    /// Hands every queued op to the kernel.
+    pub fn flush(&self) {
+        if let Ok(mut ring) = self.inner.try_borrow_mut() {
+            if ring.unsubmitted {
+                ring.flush();
+            }
+        }
+    }
+
+    /// Counts one read of the current reactor turn that the ring could
+    /// take, and returns how many came before it since the turn's batch
+    /// last ended ([`Ring::submit_and_reap`]). The SCSI core runs the first
+    /// read of a turn inline (`preadv2(RWF_NOWAIT)`: one system call, as
+    /// the ring's `io_uring_enter` would be, without the ring's extra
+    /// work, which showed at queue depth 1) and queues the rest on the
+    /// ring.
+    pub fn turn_read(&self) -> u32 {
+        let n = self.turn_reads.get();
+        self.turn_reads.set(n.saturating_add(1));
+        n
+    }
+
+    /// Ends a reactor turn's batch at once: hands every queued op to the
+    /// kernel (one `io_uring_enter`) and runs the callbacks of every op
+    /// that has completed, including reads of cached pages, which the
+    /// kernel finishes inside that same `io_uring_enter`. A connection
+    /// calls this after it has run the PDUs of one read so that the
+    /// responses of those reads leave in the turn's `writev`, instead of a
+    /// turn later after the reactor has submitted and been woken by the
+    /// eventfd. While it runs the eventfd is muted
+    /// (`IORING_CQ_EVENTFD_DISABLED`, Linux 5.8 on; an older kernel's
+    /// eventfd wakes the reactor for nothing), so the completions reaped
+    /// here wake nobody; it is unmuted before a last look at the
+    /// completion queue, so an op finishing later (a page the cache did
+    /// not hold) still signals it. Returns how many callbacks ran; 0 with
+    /// nothing queued and nothing completed.
+    pub fn submit_and_reap(&self) -> usize {
+        self.turn_reads.set(0);
+        // Most turns queue nothing (inline commands): return before a
+        // `Finished` is built.
+        let finished = match self.inner.try_borrow_mut() {
+            Ok(mut ring) if ring.unsubmitted => {
+                let mute = CQ_FLAGS.load(Ordering::Relaxed);
+                if mute {
+                    ring.ring.completion().disable_eventfd();
+                }
+                ring.flush();
+                let mut finished = ring.collect();
+                if mute {
+                    ring.ring.completion().enable_eventfd();
+                    // A completion posted while muted signalled nobody.
+                    if !ring.ring.completion().is_empty() {
+                        finished.extend(ring.collect());
+                    }
+                }
+                finished
+            }
+            _ => return 0,
+        };
+        self.run(finished)
+    }
+
+    /// Runs the callbacks of every completed op; returns how many ran.
+    pub fn reap(&self) -> usize {
+        let finished = match self.inner.try_borrow_mut() {
+            Ok(mut ring) if ring.in_flight > 0 => ring.collect(),
+            _ => return 0,
+        };
+        self.run(finished)
+    }
+
+    /// Waits until at least one op has completed (when any is in flight),
+    /// then reaps like [`Ring::reap`]. For a thread that has nothing else
+    /// to wait for (tests, the ring's end; a reactor waits on the
+    /// eventfd).
+    pub fn reap_blocking(&self) -> usize {
+        let waited = match self.inner.try_borrow_mut() {
+            Ok(ring) if ring.in_flight > 0 => ring.ring.submit_and_wait(1).map(|_| ()),
+            _ => Ok(()),
+        };
+        if let Err(e) = waited {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!(error = %e, "io_uring: waiting for ops in flight");
+            }
+        }
+        self.reap()
+    }
+
+    /// Waits for every op in flight and runs their callbacks (the
+    /// reactor's end; `Drop` does it too). Callbacks may submit more;
+    /// those are waited for as well. A wait that fails gives up (the
+    /// slots' memory is then leaked, never freed under the kernel).
+    pub fn drain(&self) {
+        // Each wait ends at least one op unless interrupted.
+        for _ in 0..1_000_000 {
+            let waited = match self.inner.try_borrow_mut() {
+                Ok(mut ring) if ring.in_flight > 0 => {
+                    ring.unsubmitted = false;
+                    ring.ring.submit_and_wait(1).map(drop)
+                }
+                _ => return,
+            };
+            if let Err(e) = waited {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "io_uring: waiting for ops in flight");
+                    return;
+                }
+            }
+            self.reap();
+        }
+    }
+
+    /// Takes no more ops (each is refused as not performed, so its caller
+    /// runs it elsewhere), then waits for those in flight ([`Ring::drain`]):
+    /// for a reactor that can no longer wait on the eventfd.
+    pub fn close(&self) {
+        if let Ok(mut ring) = self.inner.try_borrow_mut() {
+            ring.closed = true;
+        }
+        self.drain();
+    }
+
+    /// Runs the callbacks of `finished`, each op taken out of its slot
+    /// after the ring is released (a callback may submit again).
+    fn run(&self, finished: Finished) -> usize {
+        let n = finished.len();
+        for (slot, result) in finished {
+            let entry = match self.inner.try_borrow_mut() {
+                Ok(mut ring) => ring.take(slot),
+                Err(_) => None,
+            };
+            if let Some(entry) = entry {
+                entry.owner.complete(result, entry.buf);
+            }
+        }
+        n
+    }
+
+    /// Whether a buffered, non-FUA write of `len` bytes at `offset` may
+    /// run on this reactor now ([`Ring::write_now`]): inline writes on,
+    /// not too long, whole pages only (a partial page not in the cache
+    /// would be read from the disk first), and inline writes not paused
+    /// after a slow one ([`next_pause`]).
+    pub fn may_write_now(&self, offset: u64, len: usize) -> bool {
+        let page = crate::common::page_size();
+        if len == 0
+            || len > INLINE_WRITE_MAX
+            || len % page != 0
+            || offset % page as u64 != 0
+            || !INLINE_WRITES.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        let mut pause = self.paused.get();
+        match pause.until {
+            None => true,
+            Some(until) if Instant::now() >= until => {
+                pause.until = None;
+                self.paused.set(pause);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Writes `data` at `offset` of a buffered file on this thread, with
+    /// `pwrite`: a buffered write only copies into the page cache, a few
+    /// microseconds for 4 KiB, cheaper than handing it to another thread
+    /// and back (two context switches each way). The kernel may still make
+    /// it wait (dirty-page throttling, a lock held by writeback): a write
+    /// that slept (a voluntary context switch of this thread, `getrusage`)
+    /// and took longer than [`INLINE_WRITE_SLOW`] pauses this reactor's
+    /// inline writes ([`next_pause`]: briefly after an isolated one, up to
+    /// a second while they keep coming), so a throttled file costs the
+    /// reactor at most one such wait per pause.
+    pub fn write_now(&self, file: &UringFile, offset: u64, data: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let slept_before = voluntary_switches();
+        let started = Instant::now();
+        let r = file.file.write_all_at(data, offset);
+        let took = started.elapsed();
+        // Only a write that slept counts: one that was merely preempted on
+        // a busy CPU would have taken as long on a worker.
+        if took > INLINE_WRITE_SLOW && voluntary_switches() != slept_before {
+            self.note_inline_write(took);
+        }
+        r
+    }
+
+    /// Pauses this reactor's inline writes after one that slept for
+    /// `took`, longer than [`INLINE_WRITE_SLOW`].
+    fn note_inline_write(&self, took: Duration) {
+        if took > INLINE_WRITE_SLOW {
+            let now = Instant::now();
+            let last = self.paused.get();
+            let len = next_pause(last.len, last.ends, now);
+            self.paused.set(InlinePause {
+                until: Some(now + len),
+                len,
+                ends: Some(now + len),
+            });
+            tracing::debug!(
+                ?took,
+                pause = ?len,
+                "slow inline write: buffered writes go to the workers for a while"
+            );
+        }
+    }
+}
+
+impl<T: Complete> Drop for Ring<T> {
+    /// Waits for every op still in flight and runs their callbacks, so
+    /// neither memory nor a command is lost with the ring.
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+impl<T> Inner<T> {
     /// Puts `entry` in a slot and its SQE on the ring, then submits.
-    fn start(&mut self, entry: InFlight) -> Result<(), InFlight> {
+    fn start(&mut self, entry: InFlight<T>) -> Result<(), InFlight<T>> {
         let slot = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -816,6 +800,13 @@ impl Ring {
                 None => Ok(()),
             }
         }
+    }
+
+    /// Takes a finished op out of its slot, which becomes free.
+    fn take(&mut self, slot: usize) -> Option<InFlight<T>> {
+        let entry = self.slots.get_mut(slot).and_then(Option::take)?;
+        self.free.push(slot);
+        Some(entry)
     }
 
     /// Pushes the SQE for what is left of the op in `slot`.
@@ -850,9 +841,10 @@ impl Ring {
         let sqe = sqe.user_data(slot as u64);
         // SAFETY: the SQE points into `e.buf` and names `e.file`'s fd; both
         // are owned by the slot, which stays filled until this op's CQE has
-        // been reaped (`collect`) or the ring has waited for it
-        // (`stop_thread`, `Drop`). The buffer's heap memory does not move
-        // when the slot's struct does.
+        // been reaped (`collect`, then `take`) or the ring has waited for
+        // it (`Ring::drain`, which `Drop` runs; a failed wait leaks the
+        // slots, see `Inner`'s `Drop`). The buffer's heap memory does not
+        // move when the slot's struct does.
         unsafe { self.ring.submission().push(&sqe).is_ok() }
     }
 
@@ -872,10 +864,10 @@ impl Ring {
         }
     }
 
-    /// Takes every completion off the queue: finished ops come back with
-    /// their result; short transfers and retries are pushed again.
-    /// On the stack up to a reactor turn's usual count: reaping allocates
-    /// nothing then.
+    /// Takes every completion off the queue: finished ops come back as
+    /// their slot and result (they stay in the slot until taken); short
+    /// transfers and retries are pushed again. On the stack up to a
+    /// reactor turn's usual count: reaping allocates nothing then.
     fn collect(&mut self) -> Finished {
         let cqes: SmallVec<[(u64, i32); REAP_INLINE]> = self
             .ring
@@ -890,24 +882,18 @@ impl Ring {
                 tracing::error!(user_data, "io_uring completion for no op");
                 continue;
             };
-            let again = match progress(e, res) {
-                Progress::Again => true,
-                Progress::Done(result) => {
-                    if let Some(entry) = self.slots.get_mut(slot).and_then(Option::take) {
-                        self.free.push(slot);
+            match progress(e, res) {
+                Progress::Again => {
+                    if self.push(slot) {
+                        resubmitted = true;
+                    } else {
                         self.in_flight -= 1;
-                        finished.push((entry, result));
+                        finished.push((slot, Err(not_performed())));
                     }
-                    false
                 }
-            };
-            if again {
-                if self.push(slot) {
-                    resubmitted = true;
-                } else if let Some(entry) = self.slots.get_mut(slot).and_then(Option::take) {
-                    self.free.push(slot);
+                Progress::Done(result) => {
                     self.in_flight -= 1;
-                    finished.push((entry, Err(not_performed())));
+                    finished.push((slot, result));
                 }
             }
         }
@@ -918,13 +904,26 @@ impl Ring {
     }
 }
 
+impl<T> Drop for Inner<T> {
+    /// [`Ring::drain`] has run (the ring's `Drop`). If ops are still in
+    /// flight (the wait failed), leak their buffers rather than free
+    /// memory the kernel may still write.
+    fn drop(&mut self) {
+        if self.in_flight > 0 {
+            for slot in self.slots.drain(..).flatten() {
+                std::mem::forget(slot);
+            }
+        }
+    }
+}
+
 enum Progress {
     Again,
     Done(io::Result<usize>),
 }
 
 /// Accounts one CQE result for the op `e`.
-fn progress(e: &mut InFlight, res: i32) -> Progress {
+fn progress<T>(e: &mut InFlight<T>, res: i32) -> Progress {
     let total = match e.op {
         Op::Read { len, .. } | Op::Write { len, .. } => len,
         Op::Fsync => 0,
@@ -959,46 +958,18 @@ fn progress(e: &mut InFlight, res: i32) -> Progress {
     }
 }
 
-impl Drop for Ring {
-    /// Normally [`stop_thread`] has drained the ring. If not (a thread
-    /// ending without it), wait for the kernel to finish with every buffer
-    /// before they are freed; callbacks are dropped without running.
-    fn drop(&mut self) {
-        while self.in_flight > 0 {
-            if self.ring.submit_and_wait(1).is_err() {
-                // Cannot wait: leak the buffers rather than free memory
-                // the kernel may still write.
-                for slot in self.slots.drain(..).flatten() {
-                    std::mem::forget(slot);
-                }
-                return;
-            }
-            let done: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
-            for slot in done {
-                if self
-                    .slots
-                    .get_mut(slot as usize)
-                    .and_then(Option::take)
-                    .is_some()
-                {
-                    self.in_flight -= 1;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
     use std::io::Write as _;
     use std::os::unix::fs::FileExt;
     use std::rc::Rc;
 
     type Outcome = Rc<RefCell<Option<(io::Result<usize>, RingBuf)>>>;
+    type TestRing = Ring<OpDone>;
 
-    fn ring_or_skip() -> bool {
+    /// A ring for this test, or None (skipped) where the kernel has none.
+    fn ring_or_skip() -> Option<(TestRing, OwnedFd)> {
         if let Err(why) = probe() {
             // tests/run sets RUSTGT_TEST_STRICT: there the ring must be there.
             assert!(
@@ -1006,22 +977,27 @@ mod tests {
                 "io_uring unavailable: {why} (RUSTGT_TEST_STRICT is set)"
             );
             eprintln!("skipping: io_uring unavailable here: {why}");
-            return false;
+            return None;
         }
-        true
+        Some(TestRing::start().expect("ring").expect("enabled"))
     }
 
-    fn run(file: &UringFile, op: Op, buf: RingBuf) -> (io::Result<usize>, RingBuf) {
+    fn run(
+        ring: &TestRing,
+        file: &UringFile,
+        op: Op,
+        buf: RingBuf,
+    ) -> (io::Result<usize>, RingBuf) {
         let out: Outcome = Rc::new(RefCell::new(None));
         let sink = Rc::clone(&out);
-        submit(
-            file,
+        ring.submit(
+            &file.file,
             op,
             buf,
             Box::new(move |r, b| *sink.borrow_mut() = Some((r, b))),
         );
-        // Blocks until the op is done: stop_thread waits for it.
-        stop_thread();
+        // Blocks until the op is done.
+        ring.drain();
         let got = out.borrow_mut().take();
         got.expect("callback ran")
     }
@@ -1037,16 +1013,16 @@ mod tests {
 
     #[test]
     fn write_then_read_fua_and_fsync_on_a_tempfile() {
-        if !ring_or_skip() {
+        let Some((ring, _fd)) = ring_or_skip() else {
             return;
-        }
+        };
         let mut tmp = tempfile::tempfile().expect("tempfile");
         tmp.write_all(&[0u8; 8192]).expect("fill");
         let f = uring_file(tmp);
 
-        assert!(start_thread().expect("ring").is_some());
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
         let (r, buf) = run(
+            &ring,
             &f,
             Op::Write {
                 offset: 4096,
@@ -1061,8 +1037,8 @@ mod tests {
         f.file.read_exact_at(&mut check, 4096).expect("pread");
         assert_eq!(check, data, "the ring's write is in the file");
 
-        assert!(start_thread().expect("ring").is_some());
         let (r, buf) = run(
+            &ring,
             &f,
             Op::Read {
                 offset: 4096,
@@ -1073,58 +1049,60 @@ mod tests {
         assert_eq!(r.expect("read"), 4096);
         assert_eq!(buf.into_pooled().into_vec(), data);
 
-        assert!(start_thread().expect("ring").is_some());
-        let (r, _) = run(&f, Op::Fsync, RingBuf::Empty);
+        let (r, _) = run(&ring, &f, Op::Fsync, RingBuf::Empty);
         assert_eq!(r.expect("fsync"), 0);
-        assert!(!active(), "stop_thread freed the ring");
+        assert_eq!(ring.in_flight(), 0);
     }
 
     #[test]
-    fn inline_writes_take_whole_short_pages_on_a_reactor_until_one_is_slow() {
-        assert!(!may_write_now(0, 4096), "no ring on this thread: never");
-        if !ring_or_skip() {
+    fn inline_writes_take_whole_short_pages_until_one_is_slow() {
+        let Some((ring, _fd)) = ring_or_skip() else {
             return;
-        }
-        assert!(start_thread().expect("ring").is_some());
+        };
         let page = crate::common::page_size();
-        assert!(may_write_now(0, page));
-        assert!(may_write_now(page as u64 * 3, INLINE_WRITE_MAX));
-        assert!(!may_write_now(0, INLINE_WRITE_MAX + page), "too long");
-        assert!(!may_write_now(512, page), "starts inside a page");
-        assert!(!may_write_now(0, 512), "ends inside a page");
-        assert!(!may_write_now(0, 0));
+        assert!(ring.may_write_now(0, page));
+        assert!(ring.may_write_now(page as u64 * 3, INLINE_WRITE_MAX));
+        assert!(!ring.may_write_now(0, INLINE_WRITE_MAX + page), "too long");
+        assert!(!ring.may_write_now(512, page), "starts inside a page");
+        assert!(!ring.may_write_now(0, 512), "ends inside a page");
+        assert!(!ring.may_write_now(0, 0));
 
         let mut tmp = tempfile::tempfile().expect("tempfile");
         tmp.write_all(&vec![0u8; page * 2]).expect("fill");
         let f = uring_file(tmp);
         let data = vec![0x5a_u8; page];
-        write_now(&f, page as u64, &data).expect("inline write");
+        ring.write_now(&f, page as u64, &data)
+            .expect("inline write");
         let mut check = vec![0u8; page];
         f.file
             .read_exact_at(&mut check, page as u64)
             .expect("pread");
         assert_eq!(check, data, "the inline write is in the file");
 
-        note_inline_write(INLINE_WRITE_SLOW / 2);
-        assert!(may_write_now(0, page), "a quick write changes nothing");
-        note_inline_write(INLINE_WRITE_SLOW * 2);
-        assert!(!may_write_now(0, page), "a slow write pauses inline writes");
-        INLINE_PAUSED.with(|p| {
-            let mut pause = p.get();
-            assert_eq!(pause.len, INLINE_WRITE_PAUSE_MIN, "isolated: briefly");
-            pause.until = Some(Instant::now());
-            p.set(pause);
-        });
-        assert!(may_write_now(0, page), "the pause ends");
-        note_inline_write(INLINE_WRITE_SLOW * 2);
-        assert!(!may_write_now(0, page));
+        ring.note_inline_write(INLINE_WRITE_SLOW / 2);
+        assert!(ring.may_write_now(0, page), "a quick write changes nothing");
+        ring.note_inline_write(INLINE_WRITE_SLOW * 2);
+        assert!(
+            !ring.may_write_now(0, page),
+            "a slow write pauses inline writes"
+        );
+        let mut pause = ring.paused.get();
+        assert_eq!(pause.len, INLINE_WRITE_PAUSE_MIN, "isolated: briefly");
+        pause.until = Some(Instant::now());
+        ring.paused.set(pause);
+        assert!(ring.may_write_now(0, page), "the pause ends");
+        ring.note_inline_write(INLINE_WRITE_SLOW * 2);
+        assert!(!ring.may_write_now(0, page));
         assert_eq!(
-            INLINE_PAUSED.with(|p| p.get().len),
+            ring.paused.get().len,
             INLINE_WRITE_PAUSE_MIN * 2,
             "another soon after: twice as long"
         );
-        stop_thread();
-        assert!(!may_write_now(0, page));
+        let (other, _fd) = TestRing::start().expect("ring").expect("enabled");
+        assert!(
+            other.may_write_now(0, page),
+            "the pause is the reactor's own: another ring's writes go on"
+        );
     }
 
     #[test]
@@ -1154,16 +1132,16 @@ mod tests {
 
     #[test]
     fn read_past_the_end_is_an_eof_error_and_bad_fd_an_os_error() {
-        if !ring_or_skip() {
+        let Some((ring, _fd)) = ring_or_skip() else {
             return;
-        }
+        };
         let mut tmp = tempfile::tempfile().expect("tempfile");
         tmp.write_all(&[7u8; 1024]).expect("fill");
         let f = uring_file(tmp);
-        assert!(start_thread().expect("ring").is_some());
         // 512 bytes exist from 512 on, 1024 are asked for: the ring
         // continues the short read, then meets the end.
         let (r, _) = run(
+            &ring,
             &f,
             Op::Read {
                 offset: 512,
@@ -1176,8 +1154,8 @@ mod tests {
         // A file opened read-only refuses the write with EBADF.
         let path = tempfile::NamedTempFile::new().expect("named");
         let ro = uring_file(File::open(path.path()).expect("open"));
-        assert!(start_thread().expect("ring").is_some());
         let (r, _) = run(
+            &ring,
             &ro,
             Op::Write {
                 offset: 0,
@@ -1190,39 +1168,87 @@ mod tests {
     }
 
     #[test]
-    fn without_a_ring_the_op_is_refused_as_not_performed() {
+    fn an_op_longer_than_its_buffer_is_refused_at_once() {
+        let Some((ring, _fd)) = ring_or_skip() else {
+            return;
+        };
         let f = uring_file(tempfile::tempfile().expect("tempfile"));
-        assert!(!active());
-        assert!(!has_room());
         let called = Rc::new(Cell::new(false));
         let c = Rc::clone(&called);
-        submit(
-            &f,
-            Op::Fsync,
-            RingBuf::Empty,
+        ring.submit(
+            &f.file,
+            Op::Read {
+                offset: 0,
+                len: 8192,
+            },
+            RingBuf::Pooled(vec![0; 4096].into()),
             Box::new(move |r, _| {
-                assert_eq!(r.expect_err("refused").kind(), io::ErrorKind::WouldBlock);
+                assert_eq!(r.expect_err("refused").kind(), io::ErrorKind::InvalidInput);
                 c.set(true);
             }),
         );
         assert!(called.get(), "refusal runs the callback at once");
+        assert_eq!(ring.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_closed_ring_completes_what_it_holds_and_refuses_more() {
+        let Some((ring, _fd)) = ring_or_skip() else {
+            return;
+        };
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&[5u8; 4096]).expect("fill");
+        let f = uring_file(tmp);
+        ring.defer_submission(Box::new(|| {}));
+        let read = Rc::new(Cell::new(false));
+        let r = Rc::clone(&read);
+        ring.submit(
+            &f.file,
+            Op::Read {
+                offset: 0,
+                len: 4096,
+            },
+            RingBuf::Pooled(vec![0; 4096].into()),
+            Box::new(move |res, b| {
+                assert_eq!(res.expect("read"), 4096);
+                assert!(b.as_slice().iter().all(|&x| x == 5));
+                r.set(true);
+            }),
+        );
+        assert!(ring.has_room());
+        ring.close();
+        assert!(read.get(), "the queued op was submitted and completed");
+        assert_eq!(ring.in_flight(), 0);
+        assert!(!ring.has_room(), "closed: no room");
+        let refused = Rc::new(Cell::new(false));
+        let c = Rc::clone(&refused);
+        ring.submit(
+            &f.file,
+            Op::Fsync,
+            RingBuf::Empty,
+            Box::new(move |res, _| {
+                assert_eq!(res.expect_err("refused").kind(), io::ErrorKind::WouldBlock);
+                c.set(true);
+            }),
+        );
+        assert!(refused.get(), "refused at once, as not performed");
+        assert_eq!(ring.in_flight(), 0);
     }
 
     #[test]
     fn reap_runs_callbacks_on_this_thread_and_aligned_buffers_are_aligned() {
-        if !ring_or_skip() {
+        let Some((ring, fd)) = ring_or_skip() else {
             return;
-        }
+        };
         let b = RingBuf::aligned(4096, 4096).expect("aligned");
         assert_eq!(b.as_slice().as_ptr() as usize % 4096, 0);
         let mut tmp = tempfile::tempfile().expect("tempfile");
         tmp.write_all(&[3u8; 4096]).expect("fill");
         let f = uring_file(tmp);
-        let fd = start_thread().expect("ring").expect("eventfd");
         let out: Outcome = Rc::new(RefCell::new(None));
         let sink = Rc::clone(&out);
-        submit(
-            &f,
+        ring.submit(
+            &f.file,
             Op::Read {
                 offset: 0,
                 len: 4096,
@@ -1236,37 +1262,38 @@ mod tests {
             events: libc::POLLIN,
             revents: 0,
         };
-        while out.borrow().is_none() {
+        for _ in 0..1000 {
+            if out.borrow().is_some() {
+                break;
+            }
             // SAFETY: one pollfd that lives across the call.
-            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            let rc = unsafe { libc::poll(&mut pfd, 1, 10_000) };
             assert!(rc >= 0, "poll");
             clear_eventfd(&fd);
-            reap();
+            ring.reap();
         }
         let (r, buf) = out.borrow_mut().take().expect("done");
         assert_eq!(r.expect("read"), 4096);
         assert!(buf.as_slice().iter().all(|&b| b == 3));
-        assert_eq!(in_flight(), 0);
-        stop_thread();
+        assert_eq!(ring.in_flight(), 0);
     }
 
     #[test]
     fn deferred_submission_wakes_once_per_batch_and_flush_submits() {
-        if !ring_or_skip() {
+        let Some((ring, fd)) = ring_or_skip() else {
             return;
-        }
+        };
         let mut tmp = tempfile::tempfile().expect("tempfile");
         tmp.write_all(&[9u8; 8192]).expect("fill");
         let f = uring_file(tmp);
-        let fd = start_thread().expect("ring").expect("eventfd");
         let wakes = Rc::new(Cell::new(0));
         let w = Rc::clone(&wakes);
-        defer_submission(Box::new(move || w.set(w.get() + 1)));
+        ring.defer_submission(Box::new(move || w.set(w.get() + 1)));
         let done = Rc::new(Cell::new(0));
         for offset in [0u64, 4096] {
             let d = Rc::clone(&done);
-            submit(
-                &f,
+            ring.submit(
+                &f.file,
                 Op::Read { offset, len: 4096 },
                 RingBuf::Pooled(vec![0; 4096].into()),
                 Box::new(move |r, b| {
@@ -1277,22 +1304,32 @@ mod tests {
             );
         }
         assert_eq!(wakes.get(), 1, "one wake for the batch");
-        assert_eq!(in_flight(), 2);
-        flush();
-        while done.get() < 2 {
-            reap_blocking();
+        assert_eq!(ring.in_flight(), 2);
+        ring.flush();
+        for _ in 0..1000 {
+            if done.get() >= 2 {
+                break;
+            }
+            ring.reap_blocking();
         }
+        assert_eq!(done.get(), 2);
         clear_eventfd(&fd);
         // The next batch wakes again.
-        submit(
-            &f,
+        let synced = Rc::new(Cell::new(false));
+        let s = Rc::clone(&synced);
+        ring.submit(
+            &f.file,
             Op::Fsync,
             RingBuf::Empty,
-            Box::new(|r, _| assert!(r.is_ok())),
+            Box::new(move |r, _| {
+                assert!(r.is_ok());
+                s.set(true);
+            }),
         );
         assert_eq!(wakes.get(), 2);
-        // stop_thread submits what is queued and waits for it.
-        stop_thread();
-        assert_eq!(in_flight(), 0);
+        // Dropping the ring submits what is queued, waits for it and runs
+        // its callback.
+        drop(ring);
+        assert!(synced.get(), "the ring's end completed the queued op");
     }
 }

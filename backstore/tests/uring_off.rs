@@ -1,14 +1,18 @@
-//! `[reactor] io_uring = "off"`: a thread then gets no ring, whatever the
+//! `[reactor] io_uring = "off"`: a reactor then gets no ring, whatever the
 //! kernel offers (its own test binary: the switch is process-wide).
 
-use rustgt_backstore::uring;
+use rustgt_backstore::uring::{self, OpDone, Ring};
 
 #[test]
 fn off_means_no_ring() {
     assert!(uring::enabled(), "on by default");
     uring::set_enabled(false);
-    assert!(uring::start_thread().expect("no error").is_none());
-    assert!(!uring::active());
-    assert!(!uring::has_room());
+    assert!(Ring::<OpDone>::start().expect("no error").is_none());
     uring::set_enabled(true);
+    if uring::probe().is_ok() {
+        assert!(
+            Ring::<OpDone>::start().expect("no error").is_some(),
+            "on again"
+        );
+    }
 }

@@ -19,13 +19,14 @@
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_sys::rdma_cm_event_type as cm_event;
 use rustgt_iscsi::iser::CmPrivateData;
 use rustgt_iscsi::{Connection, IserParams};
-use rustgt_port::{Admitted, ConnInfo, Got, Link, Port, PortConn, Transport};
+use rustgt_port::{Admitted, ConnInfo, Got, Link, Port, PortConn, Ring, Transport};
 use tokio::io::unix::AsyncFd;
 use tracing::Instrument;
 
@@ -138,14 +139,12 @@ fn accept_pending(port: &Arc<Port>, listener: &IserListener, settings: &IserSett
                         let Ok(admitted) = port.admit(cm.id.peer_addr().unwrap_or(unknown)) else {
                             continue;
                         };
-                        reactors.spawn(run_conn(
-                            Arc::clone(port),
-                            *settings,
-                            cm,
-                            peer,
-                            ev.private_data,
-                            admitted,
-                        ))
+                        let port = Arc::clone(port);
+                        let settings = *settings;
+                        let private = ev.private_data;
+                        reactors.spawn(move |ring| {
+                            run_conn(port, settings, cm, peer, private, admitted, ring)
+                        })
                     }
                     // Dropping the id refuses the request.
                     Err(e) => tracing::warn!(error = %e, "cannot take an iSER connection"),
@@ -167,6 +166,7 @@ async fn run_conn(
     peer: PeerResources,
     private: Vec<u8>,
     admitted: Admitted,
+    ring: Option<Rc<Ring>>,
 ) {
     let unknown = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
     let mut pc = port.open(ConnInfo {
@@ -185,7 +185,7 @@ async fn run_conn(
         tsih = tracing::field::Empty,
     );
     async move {
-        if let Err(e) = drive(&mut pc, &settings, cm, peer, &private).await {
+        if let Err(e) = drive(&mut pc, &settings, cm, peer, &private, ring.as_deref()).await {
             tracing::warn!(error = %e, "iSER connection ended with an error");
         }
         // Its nexus goes (if logout did not already take it) and the port
@@ -204,6 +204,7 @@ async fn drive(
     cm: IdChannel,
     peer: PeerResources,
     private: &[u8],
+    ring: Option<&Ring>,
 ) -> Result<(), DriverError> {
     let dev = cm.id.device_limits()?;
     // The shared configuration as this connection runs it.
@@ -266,12 +267,14 @@ async fn drive(
         d,
         input_at: None,
     };
-    rustgt_port::serve(pc, &mut link).await.map_err(|source| {
-        DriverError::Verbs(VerbsError::Os {
-            op: "serve",
-            source,
+    rustgt_port::serve(pc, &mut link, ring)
+        .await
+        .map_err(|source| {
+            DriverError::Verbs(VerbsError::Os {
+                op: "serve",
+                source,
+            })
         })
-    })
 }
 
 /// An iSER connection as the port's turn drives it: its verbs resources

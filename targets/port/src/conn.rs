@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use rustgt_iscsi::negotiate::Transport;
 use rustgt_iscsi::{ConnectionSetup, Event, PortalConfig, SessionTable};
-use rustgt_scsi::{Done, Response, ResponseSink, ScsiTarget, Ticket, TmfResponse};
+use rustgt_scsi::{Done, Response, ResponseSink, Ring, ScsiTarget, Ticket, TmfResponse};
 use tokio::sync::mpsc;
 
 use crate::admission::Admitted;
@@ -268,9 +268,9 @@ impl PortConn {
         self.rx.try_recv().ok()
     }
 
-    /// Ends this turn's io_uring batch now (`uring::submit_and_reap`):
-    /// the reads and other ops [`Self::on_event`] queued on the reactor's
-    /// ring go to the kernel in one `io_uring_enter`, and the completions
+    /// Ends this turn's io_uring batch now ([`Ring::submit_and_reap`]):
+    /// the reads and other ops [`Self::on_event_at`] queued on the
+    /// reactor's `ring` go to the kernel in one `io_uring_enter`, and the completions
     /// already there (reads of cached pages finish inside that call) run
     /// at once, so their responses wait in [`Self::try_recv`] before the
     /// driver sends what the turn produced (this connection's without
@@ -278,12 +278,11 @@ impl PortConn {
     /// completion ran (of this connection or another on the reactor).
     /// Without a ring or with nothing queued it makes no system call.
     /// A turn calls it at most [`TURN_ROUNDS`] times.
-    pub fn end_ring_batch(&mut self) -> bool {
-        here(
-            self.id,
-            &mut self.local,
-            rustgt_scsi::uring::submit_and_reap,
-        ) > 0
+    pub fn end_ring_batch(&mut self, ring: Option<&Ring>) -> bool {
+        let Some(ring) = ring else {
+            return false;
+        };
+        here(self.id, &mut self.local, || ring.submit_and_reap()) > 0
     }
 
     /// Releases this connection's I_T nexus now, if it still holds one
@@ -299,12 +298,20 @@ impl PortConn {
     /// everything else answers later through [`Self::try_recv`] and
     /// [`Self::recv`].
     pub fn on_event(&mut self, ev: Event) -> Option<Response> {
-        self.on_event_at(ev, Instant::now())
+        self.on_event_at(ev, Instant::now(), None)
     }
 
     /// [`Self::on_event`] for input read at `now` (a command's statistics
-    /// time it from there).
-    pub fn on_event_at(&mut self, ev: Event, now: Instant) -> Option<Response> {
+    /// time it from there), on a reactor whose io_uring is `ring`: file
+    /// and block-device LUNs' commands that cannot complete at once go to
+    /// it (its completions run on this thread; end the turn's batch with
+    /// [`Self::end_ring_batch`]).
+    pub fn on_event_at(
+        &mut self,
+        ev: Event,
+        now: Instant,
+        ring: Option<&Ring>,
+    ) -> Option<Response> {
         match ev {
             Event::LoggedIn(info) => {
                 let span = tracing::Span::current();
@@ -326,7 +333,7 @@ impl PortConn {
                     return None;
                 };
                 let cmd = if self.port.run_to_completion() {
-                    match t.run_inline(cmd) {
+                    match t.run_inline(cmd, ring) {
                         Ok(resp) => {
                             self.stats.record(started, data_out, &resp);
                             return Some(resp);
@@ -350,7 +357,9 @@ impl PortConn {
                 let (cmd, done) = if self.port.run_to_completion() {
                     // The command comes back by value (see `run_on_ring_to`).
                     #[allow(clippy::result_large_err)]
-                    let started = here(self.id, &mut self.local, || t.run_on_ring_to(cmd, done));
+                    let started = here(self.id, &mut self.local, || {
+                        t.run_on_ring_to(cmd, done, ring)
+                    });
                     match started {
                         Ok(()) => return self.local.pop_front(),
                         Err(back) => back,

@@ -68,6 +68,8 @@ pub use poller::{Closing, Opened, PollReactors, ReadyLink};
 pub use reactors::{Reactors, ThreadSetup};
 pub use registry::{ConnSummary, Port};
 pub use rustgt_iscsi::negotiate::Transport;
+/// A reactor's io_uring, as [`serve`] and [`PortConn::on_event_at`] take it.
+pub use rustgt_scsi::Ring;
 pub use stats::{ConnStats, ConnStatsSnapshot, LatencyHistogram, LATENCY_BUCKETS};
 pub use tmf::TMF_THREADS;
 pub use turn::{drain, on_msg, serve, turn, Got, Link};

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Token};
 use rustgt_iscsi::Connection;
-use rustgt_scsi::uring;
+use rustgt_scsi::{uring, Ring};
 use tracing::Instrument;
 
 use crate::conn::PortConn;
@@ -337,7 +337,8 @@ struct Reactor {
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
     /// Connections to take again before the loop waits (input left).
     again: Vec<usize>,
-    ring: Option<OwnedFd>,
+    /// The reactor's io_uring and its eventfd, which joins the loop.
+    ring: Option<(Ring, OwnedFd)>,
     /// Ops were queued on the ring outside a turn's batch.
     deferred: Rc<Cell<bool>>,
 }
@@ -388,10 +389,10 @@ impl Reactor {
                 match ev.token() {
                     WAKE => {}
                     RING => {
-                        if let Some(fd) = &self.ring {
+                        if let Some((ring, fd)) = &self.ring {
                             uring::clear_eventfd(fd);
+                            ring.reap();
                         }
-                        uring::reap();
                     }
                     Token(t) => {
                         let slot = t - FIRST;
@@ -419,16 +420,15 @@ impl Reactor {
         }
         // Stopped: every connection left goes now (its nexus with it).
         self.conns.clear();
-        if self.ring.take().is_some() {
-            uring::stop_thread();
-        }
+        // Its ops in flight complete before the ring goes.
+        drop(self.ring.take());
     }
 
-    /// This thread's io_uring, if the kernel and the settings give one:
+    /// The reactor's io_uring, if the kernel and the settings give one:
     /// its eventfd joins the loop.
     fn start_ring(&mut self) {
-        let fd = match uring::start_thread() {
-            Ok(Some(fd)) => fd,
+        let (ring, fd) = match Ring::start() {
+            Ok(Some(started)) => started,
             Ok(None) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "io_uring: no ring on this reactor");
@@ -441,18 +441,19 @@ impl Reactor {
                 .register(&mut SourceFd(&fd.as_raw_fd()), RING, Interest::READABLE)
         {
             tracing::warn!(error = %e, "io_uring: cannot poll the ring's eventfd");
-            uring::stop_thread();
             return;
         }
         let deferred = Rc::clone(&self.deferred);
-        uring::defer_submission(Box::new(move || deferred.set(true)));
-        self.ring = Some(fd);
+        ring.defer_submission(Box::new(move || deferred.set(true)));
+        self.ring = Some((ring, fd));
     }
 
     /// Ops queued outside a turn's batch go to the kernel now.
     fn flush_ring(&mut self) {
         if self.deferred.replace(false) {
-            uring::flush();
+            if let Some((ring, _)) = &self.ring {
+                ring.flush();
+            }
         }
     }
 
@@ -582,9 +583,10 @@ impl Reactor {
             return;
         };
         let span = std::mem::replace(&mut c.span, tracing::Span::none());
+        let ring = self.ring.as_ref().map(|(ring, _)| ring);
         let step = {
             let _enter = span.enter();
-            match c.step(got) {
+            match c.step(got, ring) {
                 Ok(step) => step,
                 Err(e) => {
                     tracing::debug!(error = %e, "connection ended with error");
@@ -754,8 +756,8 @@ impl Reactor {
 impl Slot {
     /// Reads, takes messages, runs the turn and sends, round after round
     /// while something comes (at most [`ROUNDS`]). `got`: what a spin
-    /// already handed to the core.
-    fn step(&mut self, mut got: Got) -> io::Result<Step> {
+    /// already handed to the core. `ring`: the reactor's io_uring.
+    fn step(&mut self, mut got: Got, ring: Option<&Ring>) -> io::Result<Step> {
         for round in 0..ROUNDS {
             if got == Got::Nothing && self.readable && !self.link.output_full() {
                 let (g, more) = self.link.look()?;
@@ -801,7 +803,7 @@ impl Slot {
                 }
                 Got::Nothing => {}
             }
-            if turn(&mut self.pc, self.link.core(), input_at) {
+            if turn(&mut self.pc, self.link.core(), input_at, ring) {
                 self.kill();
             }
             self.link.send()?;

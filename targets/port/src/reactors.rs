@@ -1,10 +1,18 @@
 //! The iSER driver's reactor threads: single-threaded tokio runtimes, one
-//! task per connection ([`crate::serve`]). The TCP driver's are
-//! [`crate::PollReactors`].
+//! local task per connection ([`crate::serve`]), each given the reactor's
+//! io_uring. The TCP driver's are [`crate::PollReactors`].
 
 use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use rustgt_scsi::Ring;
+
+/// A connection's task as a reactor receives it: made on the reactor's
+/// thread, with the reactor's io_uring (if it has one), and run there.
+pub(crate) type Job = Box<dyn FnOnce(Option<Rc<Ring>>) -> Pin<Box<dyn Future<Output = ()>>> + Send>;
 
 /// How many reactor threads `[reactor] threads = count` starts: `count`,
 /// or one per available core for 0.
@@ -30,7 +38,8 @@ pub struct Reactors {
 
 #[derive(Debug)]
 struct Reactor {
-    handle: tokio::runtime::Handle,
+    /// Where connection tasks go to it.
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     /// Connections it serves now.
     load: Arc<AtomicUsize>,
     /// Dropped to stop the reactor's thread.
@@ -58,7 +67,7 @@ impl Reactors {
                 .enable_all()
                 .thread_name(format!("rustgt-reactor{i}-io"))
                 .build()?;
-            let handle = rt.handle().clone();
+            let (jobs, incoming) = tokio::sync::mpsc::unbounded_channel();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let load = Arc::new(AtomicUsize::new(0));
             let setup = setup.clone();
@@ -68,10 +77,16 @@ impl Reactors {
                     if let Some(setup) = setup {
                         setup();
                     }
-                    rt.block_on(crate::ring::serve_until(stopped));
+                    // Connection tasks hold the ring, which is the
+                    // thread's own: they run on its LocalSet. Dropping
+                    // the set drops them, then the ring completes what is
+                    // still in flight.
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(&rt, crate::ring::serve_until(stopped, incoming));
+                    drop(local);
                 })?;
             reactors.push(Reactor {
-                handle,
+                jobs,
                 load,
                 _stop: stop,
             });
@@ -90,38 +105,36 @@ impl Reactors {
         self.reactors.is_empty()
     }
 
-    /// Runs `conn` (one connection's task) on the reactor with the fewest
-    /// connections, counted there until the task ends. The future is
-    /// polled only on that reactor's thread, so whatever it registers
-    /// with tokio (sockets, `AsyncFd`s, timers) lives in that reactor.
-    pub fn spawn<F>(&self, conn: F)
+    /// Runs one connection's task on the reactor with the fewest
+    /// connections, counted there until the task ends: `conn` makes it on
+    /// that reactor's thread, given the reactor's io_uring (for
+    /// [`crate::serve`]), and the future is polled only there, so whatever
+    /// it registers with tokio (sockets, `AsyncFd`s, timers) lives in that
+    /// reactor.
+    pub fn spawn<F, Fut>(&self, conn: F)
     where
-        F: Future<Output = ()> + Send + 'static,
+        F: FnOnce(Option<Rc<Ring>>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
     {
-        let (handle, load) = self.pick();
-        handle.spawn(async move {
-            let _load = load;
-            conn.await;
-        });
-    }
-
-    /// The reactor with the fewest connections, and a guard counting one
-    /// more there.
-    fn pick(&self) -> (tokio::runtime::Handle, LoadGuard) {
-        let best = self
+        let Some(r) = self
             .reactors
             .iter()
-            .min_by_key(|r| r.load.load(Ordering::Relaxed));
-        match best {
-            Some(r) => {
-                r.load.fetch_add(1, Ordering::Relaxed);
-                (r.handle.clone(), LoadGuard(Arc::clone(&r.load)))
-            }
-            // `start` makes at least one; a caller's runtime otherwise.
-            None => (
-                tokio::runtime::Handle::current(),
-                LoadGuard(Arc::new(AtomicUsize::new(1))),
-            ),
+            .min_by_key(|r| r.load.load(Ordering::Relaxed))
+        else {
+            // `start` makes at least one.
+            tracing::error!("no reactor thread: connection dropped");
+            return;
+        };
+        r.load.fetch_add(1, Ordering::Relaxed);
+        let load = LoadGuard(Arc::clone(&r.load));
+        let job: Job = Box::new(move |ring| {
+            Box::pin(async move {
+                let _load = load;
+                conn(ring).await;
+            })
+        });
+        if r.jobs.send(job).is_err() {
+            tracing::error!("reactor thread gone: connection dropped");
         }
     }
 }

@@ -20,6 +20,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use rustgt_iscsi::Connection;
+use rustgt_scsi::Ring;
 
 use crate::conn::{PortConn, TURN_ROUNDS};
 use crate::msg::PortMsg;
@@ -87,14 +88,19 @@ pub trait Link {
 
 /// Serves one connection over `link` until it ends, then lets it go: its
 /// nexus is released (if logout did not already release it) when `pc` is
-/// dropped by the caller.
-pub async fn serve<L: Link>(pc: &mut PortConn, link: &mut L) -> io::Result<()> {
+/// dropped by the caller. `ring`: the io_uring of the reactor the task
+/// runs on (see [`crate::Reactors::spawn`]).
+pub async fn serve<L: Link>(
+    pc: &mut PortConn,
+    link: &mut L,
+    ring: Option<&Ring>,
+) -> io::Result<()> {
     let mut task = Task {
         killed: false,
         timer: Box::pin(tokio::time::sleep_until(tokio::time::Instant::now())),
         armed: None,
     };
-    let result = task.run(pc, link).await;
+    let result = task.run(pc, link, ring).await;
     if result.is_err() {
         link.fail();
     }
@@ -142,17 +148,22 @@ pub fn on_msg(core: &mut Connection, msg: PortMsg) -> bool {
 /// reservations or unit attentions). `input_at`: when the turn's input
 /// was read (its commands' start). `true` if a message taken on the way
 /// killed the connection.
-pub fn turn(pc: &mut PortConn, core: &mut Connection, input_at: Option<Instant>) -> bool {
+pub fn turn(
+    pc: &mut PortConn,
+    core: &mut Connection,
+    input_at: Option<Instant>,
+    ring: Option<&Ring>,
+) -> bool {
     let mut input_at = input_at;
     let mut killed = false;
     for _ in 0..TURN_ROUNDS {
         while let Some(ev) = core.poll_event() {
             let at = *input_at.get_or_insert_with(Instant::now);
-            if let Some(resp) = pc.on_event_at(ev, at) {
+            if let Some(resp) = pc.on_event_at(ev, at, ring) {
                 core.complete(resp);
             }
         }
-        if !pc.end_ring_batch() {
+        if !pc.end_ring_batch(ring) {
             break;
         }
         while let Some(msg) = pc.try_recv() {
@@ -182,7 +193,12 @@ struct Task {
 }
 
 impl Task {
-    async fn run<L: Link>(&mut self, pc: &mut PortConn, link: &mut L) -> io::Result<()> {
+    async fn run<L: Link>(
+        &mut self,
+        pc: &mut PortConn,
+        link: &mut L,
+        ring: Option<&Ring>,
+    ) -> io::Result<()> {
         loop {
             link.send()?;
             if link.finished() {
@@ -206,7 +222,7 @@ impl Task {
                 }
                 Got::Nothing => {}
             }
-            if turn(pc, link.core(), input_at) {
+            if turn(pc, link.core(), input_at, ring) {
                 self.kill(link);
             }
         }

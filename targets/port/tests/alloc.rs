@@ -1,9 +1,10 @@
 //! Heap allocations per command on the reactor's path, counted by a
 //! global allocator that counts the calling thread's allocations only.
-//! A session's 4 KiB reads go through `PortConn::on_event` the way a
+//! A session's 4 KiB reads go through `PortConn::on_event_at` the way a
 //! driver's turn sends them: on a page-cached file LUN the turn's first
 //! read runs inline (`preadv2(RWF_NOWAIT)`) and the others on this
-//! thread's io_uring, answered by `end_ring_batch`; on a RAM LUN every
+//! test's io_uring (the test thread plays the reactor), answered by
+//! `end_ring_batch`; on a RAM LUN every
 //! read runs inline. After a warm-up (pools, slabs and queues grown to
 //! the turn's size) more turns must not allocate at all.
 //!
@@ -19,11 +20,12 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use rustgt_backstore::{uring, Backstore, FileBackstore, FileOptions};
 use rustgt_iscsi::negotiate::{SessionParams, SessionType, Transport};
 use rustgt_iscsi::{Event, PortalConfig, SessionInfo, TargetInfo};
-use rustgt_port::{ConnInfo, Port, PortConn, PortMsg};
+use rustgt_port::{ConnInfo, Port, PortConn, PortMsg, Ring};
 use rustgt_scsi::{CdbBytes, Command, IoBuf, LunConfig, Nexus, ScsiTarget, Status, TaskAttr};
 
 thread_local! {
@@ -173,7 +175,7 @@ struct Turn {
 /// One driver turn: PER_TURN 4 KiB READ(10)s at spread LBAs, the ring's
 /// batch ended, and every response taken (waiting on the ring for reads
 /// the page cache did not hold, or on the workers).
-fn turn(pc: &mut PortConn, nexus: &Arc<Nexus>, tag: &mut u64) -> Turn {
+fn turn(pc: &mut PortConn, ring: Option<&Ring>, nexus: &Arc<Nexus>, tag: &mut u64) -> Turn {
     let mut t = Turn::default();
     for _ in 0..PER_TURN {
         *tag += 1;
@@ -191,14 +193,14 @@ fn turn(pc: &mut PortConn, nexus: &Arc<Nexus>, tag: &mut u64) -> Turn {
             data_in_len: 4096,
             data_out: IoBuf::default(),
         };
-        if let Some(resp) = pc.on_event(Event::Command(cmd)) {
+        if let Some(resp) = pc.on_event_at(Event::Command(cmd), Instant::now(), ring) {
             assert_eq!(resp.status, Status::GOOD);
             assert_eq!(resp.data_in.len(), 4096);
             t.inline += 1;
         }
     }
-    t.on_ring = u32::try_from(uring::in_flight()).expect("small");
-    t.ring_completions = pc.end_ring_batch();
+    t.on_ring = u32::try_from(ring.map_or(0, Ring::in_flight)).expect("small");
+    t.ring_completions = pc.end_ring_batch(ring);
     let mut rounds = 0u32;
     while t.inline + t.later < PER_TURN {
         match pc.try_recv() {
@@ -211,8 +213,8 @@ fn turn(pc: &mut PortConn, nexus: &Arc<Nexus>, tag: &mut u64) -> Turn {
             None => {
                 rounds += 1;
                 assert!(rounds < 100_000, "responses never came");
-                if uring::in_flight() > 0 {
-                    uring::reap_blocking();
+                if let Some(ring) = ring.filter(|r| r.in_flight() > 0) {
+                    ring.reap_blocking();
                 } else {
                     std::thread::yield_now();
                 }
@@ -223,15 +225,21 @@ fn turn(pc: &mut PortConn, nexus: &Arc<Nexus>, tag: &mut u64) -> Turn {
 }
 
 /// Allocations of `turns` turns on this thread, after `warm` turns.
-fn count(pc: &mut PortConn, nexus: &Arc<Nexus>, warm: u32, turns: u32) -> (u64, Turn) {
+fn count(
+    pc: &mut PortConn,
+    ring: Option<&Ring>,
+    nexus: &Arc<Nexus>,
+    warm: u32,
+    turns: u32,
+) -> (u64, Turn) {
     let mut tag = 0u64;
     for _ in 0..warm {
-        turn(pc, nexus, &mut tag);
+        turn(pc, ring, nexus, &mut tag);
     }
     let mut sum = Turn::default();
     let before = allocations();
     for _ in 0..turns {
-        let t = turn(pc, nexus, &mut tag);
+        let t = turn(pc, ring, nexus, &mut tag);
         sum.inline += t.inline;
         sum.later += t.later;
         sum.on_ring += t.on_ring;
@@ -267,13 +275,13 @@ fn reads_on_the_ring_and_inline_allocate_nothing_in_steady_state() {
         .write_at(&vec![0x5a; (BLOCKS * u64::from(BS)) as usize], 0, false)
         .expect("fill");
     let (_port, mut pc, nexus) = session(Arc::new(store));
-    assert!(uring::start_thread().expect("ring").is_some());
+    let (ring, _fd) = Ring::start().expect("ring").expect("io_uring enabled");
     // As on a reactor: a turn's ops go to the kernel when the turn ends.
-    uring::defer_submission(Box::new(|| {}));
+    ring.defer_submission(Box::new(|| {}));
 
-    let (few, t_few) = count(&mut pc, &nexus, 64, 50);
-    let (many, t_many) = count(&mut pc, &nexus, 0, 500);
-    uring::stop_thread();
+    let (few, t_few) = count(&mut pc, Some(&ring), &nexus, 64, 50);
+    let (many, t_many) = count(&mut pc, Some(&ring), &nexus, 0, 500);
+    drop(ring);
     eprintln!("file LUN: {few} allocations in 50 turns {t_few:?}, {many} in 500 {t_many:?}");
     assert!(
         t_many.inline > 0 && t_many.on_ring > 0 && t_many.ring_completions,
@@ -293,7 +301,7 @@ fn reads_of_a_memory_lun_run_inline_without_allocating() {
     let _serial = serial();
     let store = ram_store();
     let (_port, mut pc, nexus) = session(store);
-    let (n, t) = count(&mut pc, &nexus, 64, 500);
+    let (n, t) = count(&mut pc, None, &nexus, 64, 500);
     eprintln!("RAM LUN: {n} allocations in 500 turns {t:?}");
     assert_eq!(t.inline, 500 * PER_TURN, "every read inline");
     assert_eq!(n, 0);
@@ -315,12 +323,12 @@ fn reads_on_the_workers_allocate_nothing_in_steady_state() {
     port.set_run_to_completion(false);
     let mut tag = 0u64;
     for _ in 0..WORKER_WARM_TURNS {
-        turn(&mut pc, &nexus, &mut tag);
+        turn(&mut pc, None, &nexus, &mut tag);
     }
     let before = ALL_ALLOCATIONS.load(Ordering::Relaxed);
     let mut later = 0;
     for _ in 0..500 {
-        later += turn(&mut pc, &nexus, &mut tag).later;
+        later += turn(&mut pc, None, &nexus, &mut tag).later;
     }
     let n = ALL_ALLOCATIONS.load(Ordering::Relaxed) - before;
     eprintln!("workers: {n} allocations on all threads in 500 turns, {later} reads");

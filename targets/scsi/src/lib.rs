@@ -40,8 +40,8 @@
 //!    the generic checks;
 //! 7. how commands run: `workers` (a LUN's worker threads and the inline
 //!    path) and `ring`, which starts READ, WRITE and SYNCHRONIZE CACHE on
-//!    the calling thread's io_uring ([`uring`]) and finishes them from its
-//!    completions;
+//!    the calling reactor's io_uring ([`Ring`], which the reactor hands
+//!    down) and finishes them from its completions;
 //! 8. [`ScsiTarget`] (`target`): the LUN table and task management.
 //!
 //! Threading contract for front ends:
@@ -49,8 +49,9 @@
 //!   or the target's control thread, never inside `submit` (until the
 //!   target is shut down);
 //! - [`ScsiTarget::run_inline`] and [`ScsiTarget::run_on_ring`] run on the
-//!   caller's thread; a command started on the ring completes from
-//!   [`uring::reap`] on that thread (or at once when its checks answer it);
+//!   caller's thread, with the caller's [`Ring`] if it has one; a command
+//!   started on the ring completes from that ring's [`Ring::reap`] (or
+//!   at once when its checks answer it);
 //! - [`ScsiTarget::submit_to`] and [`ScsiTarget::run_on_ring_to`] take a
 //!   [`Done`] instead of a boxed [`Completion`]: a front end's shared
 //!   [`ResponseSink`] and a [`Ticket`], so handing over a command
@@ -115,10 +116,11 @@ pub use lun::{LunConfig, LunStats, DEFAULT_WORKERS};
 pub use lunmap::{LunMap, LunMapError, Mapped, UNMAPPED_LUN, UNMAPPED_LUN0};
 pub use qos::{Limit, LunQos, LunQosStats, QosLimits, QosStats, MAX_QOS_INITIATORS};
 pub use registry::LunRegistry;
+pub use ring::{Ring, RingCmd};
 /// The largest buffer the pool keeps ([`IoBuf::for_overwrite`] of more is a plain vector).
 pub use rustgt_backstore::buf::MAX_POOLED;
-/// The calling thread's io_uring, for front ends that drive
-/// [`ScsiTarget::run_on_ring`] (a reactor creates, serves and drains it).
+/// io_uring for reactors: the probe, the settings, eventfd handling
+/// (a reactor creates, serves and drains its own [`Ring`]).
 pub use rustgt_backstore::uring;
 pub use sense::{Asc, FieldPointer, Sense, SenseFormat, SenseKey};
 pub use spc::{lun_from_sam, lun_to_sam, MAX_LUN};

@@ -3,8 +3,9 @@
 //! complete at once, on a LUN whose store hands out its file
 //! ([`Backstore::uring_file`](rustgt_backstore::Backstore::uring_file):
 //! file and block-device engines behind a passthrough I/O context), started
-//! on the calling thread and finished by its ring's completion
-//! ([`rustgt_backstore::uring`]) on that same thread. A store with an
+//! on the calling reactor's ring ([`Ring`], which the reactor hands down)
+//! and finished by its completion ([`rustgt_backstore::uring`]) on that
+//! same thread. A store with an
 //! asynchronous API of its own ([`rustgt_backstore::aio`]: an RBD image)
 //! takes the same commands the same way from any thread and finishes
 //! them on its own thread, with no LUN worker in between.
@@ -19,17 +20,15 @@
 //!   once;
 //! - a range held by another command, a full ring, or an op the kernel did
 //!   not perform sends the untouched command to the workers;
-//! - in flight: the command waits in the thread's slab of ring commands
-//!   ([`SLAB`]), and the ring's op names its slot, so starting and
-//!   finishing allocate nothing once the slab has grown to the thread's
-//!   depth;
+//! - in flight: the command waits in its op's slot of the reactor's
+//!   [`Ring`] (a [`RingCmd`]), so starting and finishing allocate nothing
+//!   once the ring's slots have grown to the reactor's depth;
 //! - finish: the same [`Response`] and residuals as the handlers in `sbc`,
 //!   MEDIUM ERROR (UNRECOVERED READ ERROR, WRITE ERROR) for a failed I/O,
 //!   the LUN's and the store's counters, the range released, and the
 //!   task completed the way the workers complete running tasks (aborted
 //!   if task management marked it meanwhile).
 
-use std::cell::RefCell;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -37,7 +36,7 @@ use std::time::Instant;
 
 use crate::cdb::DataPathOp;
 use rustgt_backstore::aio::AsyncStore;
-use rustgt_backstore::uring::{self, IoKind, Op, RingBuf, UringFile};
+use rustgt_backstore::uring::{self, Complete, IoKind, Op, RingBuf, UringFile};
 use rustgt_backstore::{BackstoreError, IoBuf};
 
 use crate::cdb::Cdb;
@@ -72,18 +71,23 @@ pub(crate) fn serves(lu: &LogicalUnit) -> bool {
     lu.backstore.has_uring_file()
 }
 
-/// Whether this read of this LUN goes to this thread's ring even when the
+/// A reactor's io_uring, with each op's command in its slot.
+pub type Ring = uring::Ring<RingCmd>;
+
+/// Whether this read of this LUN goes to the reactor's ring even when the
 /// page cache may hold its data: the ring has room, the LUN's store hands
 /// out its file (a passthrough I/O context; LUNs with readahead of
 /// rustgt's own never, so their context sees every read), and it is not
-/// the first such read of the reactor's turn ([`uring::turn_read`]; the
-/// first is tried inline). A buffered read of cached pages completes
+/// the first such read of the reactor's turn ([`uring::Ring::turn_read`];
+/// the first is tried inline). A buffered read of cached pages completes
 /// inside the `io_uring_enter` that submits it
-/// ([`uring::submit_and_reap`]), so a turn's reads cost two system calls
-/// together (one `preadv2`, one `io_uring_enter`) instead of one
+/// ([`uring::Ring::submit_and_reap`]), so a turn's reads cost two system
+/// calls together (one `preadv2`, one `io_uring_enter`) instead of one
 /// `preadv2(RWF_NOWAIT)` each.
-pub(crate) fn batches_reads(lu: &LogicalUnit) -> bool {
-    uring::has_room() && lu.backstore.has_uring_file() && uring::turn_read() > 0
+pub(crate) fn batches_reads(lu: &LogicalUnit, ring: Option<&Ring>) -> bool {
+    ring.is_some_and(|ring| {
+        ring.has_room() && lu.backstore.has_uring_file() && ring.turn_read() > 0
+    })
 }
 
 /// Whether the LUN's store takes these commands on its own asynchronous
@@ -150,9 +154,9 @@ struct Pending {
     held: Held,
 }
 
-/// A command on this thread's ring, kept in the thread's [`SLAB`] from
-/// its submission to its completion; the ring's op names its slot.
-struct RingCmd {
+/// A command on a reactor's ring, kept in its op's slot from its
+/// submission to its completion.
+pub struct RingCmd {
     lu: Arc<LogicalUnit>,
     key: TaskKey,
     done: Done,
@@ -161,62 +165,33 @@ struct RingCmd {
     started: Instant,
 }
 
-/// The ring commands of one thread: slots reused through a free list, so
-/// the slab grows to the most commands in flight at once and then
-/// allocates no more. A slot is filled by [`start`] and emptied by
-/// [`ring_done`], both on this thread (the ring is the thread's own).
-#[derive(Default)]
-struct Slab {
-    slots: Vec<Option<RingCmd>>,
-    free: Vec<usize>,
-}
-
-impl Slab {
-    fn insert(&mut self, c: RingCmd) -> usize {
-        match self.free.pop() {
-            Some(i) => {
-                if let Some(s) = self.slots.get_mut(i) {
-                    *s = Some(c);
-                }
-                i
-            }
-            None => {
-                self.slots.push(Some(c));
-                self.slots.len() - 1
-            }
-        }
-    }
-
-    fn take(&mut self, i: usize) -> Option<RingCmd> {
-        let c = self.slots.get_mut(i).and_then(Option::take)?;
-        self.free.push(i);
-        Some(c)
+impl std::fmt::Debug for RingCmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingCmd")
+            .field("lun", &self.lu.lun)
+            .field("tag", &self.key.tag)
+            .finish_non_exhaustive()
     }
 }
 
-thread_local! {
-    static SLAB: RefCell<Slab> = RefCell::new(Slab::default());
+impl Complete for RingCmd {
+    /// The ring's completion of the command's op.
+    fn complete(self, result: io::Result<usize>, buf: RingBuf) {
+        let RingCmd {
+            lu,
+            key,
+            done,
+            via,
+            p,
+            started,
+        } = self;
+        let result = result.map(drop).map_err(|e| ring_error(p.class, e));
+        finish(&lu, key, done, &via, p, started, result, buf);
+    }
 }
 
-/// The ring's completion of the op of slab slot `slot`.
-fn ring_done(slot: usize, result: io::Result<usize>, buf: RingBuf) {
-    let Some(c) = SLAB.with(|s| s.borrow_mut().take(slot)) else {
-        tracing::error!(slot, "io_uring completion for an empty slot");
-        return;
-    };
-    let RingCmd {
-        lu,
-        key,
-        done,
-        via,
-        p,
-        started,
-    } = c;
-    let result = result.map(drop).map_err(|e| ring_error(p.class, e));
-    finish(&lu, key, done, &via, p, started, result, buf);
-}
-
-/// Starts `cmd` on this thread's ring. `Err` gives the command back
+/// Starts `cmd` on `ring`, the calling reactor's (or on the store's own
+/// asynchronous API, which needs none). `Err` gives the command back
 /// untouched when this path cannot take it (the caller submits it to the
 /// workers); `Ok` means `done` has been or will be called exactly once.
 /// The command comes back by value: boxing it would allocate per command.
@@ -225,6 +200,7 @@ pub(crate) fn start(
     lu: &Arc<LogicalUnit>,
     cmd: Command,
     done: Done,
+    ring: Option<&Ring>,
 ) -> Result<(), (Command, Done)> {
     let Some(class) = class(&cmd.cdb) else {
         return Err((cmd, done));
@@ -233,8 +209,8 @@ pub(crate) fn start(
         return Err((cmd, done));
     }
     let mut now = false;
-    let via = match lu.backstore.uring_file() {
-        Some(file) if uring::active() => {
+    let via = match (lu.backstore.uring_file(), ring) {
+        (Some(file), Some(ring)) => {
             if class == Class::Write && file.direct_align.is_none() {
                 // Buffered writes never go to the ring: on a file system
                 // that cannot take them without blocking (ext4 refuses
@@ -242,16 +218,16 @@ pub(crate) fn start(
                 // one to its own io-wq threads, and 4 KiB writes at QD 32
                 // measured about 30% slower that way than on the LUN's
                 // workers. Short ones without FUA run on this thread
-                // ([`uring::write_now`]); the rest go to the workers.
+                // ([`uring::Ring::write_now`]); the rest go to the workers.
                 // (`prepare` decides which, once it knows the offset.)
                 now = true;
-            } else if !uring::has_room() {
+            } else if !ring.has_room() {
                 return Err((cmd, done));
             }
             Via::Ring(file)
         }
-        Some(_) => return Err((cmd, done)),
-        None => match lu.backstore.async_io() {
+        (Some(_), None) => return Err((cmd, done)),
+        (None, _) => match lu.backstore.async_io() {
             Some(a) => Via::Store(a),
             None => return Err((cmd, done)),
         },
@@ -265,8 +241,8 @@ pub(crate) fn start(
     }
     let started = Instant::now();
     let format = lu.sense_format();
-    let decided =
-        catch_unwind(AssertUnwindSafe(|| prepare(lu, cmd, class, &via))).unwrap_or_else(|_| {
+    let decided = catch_unwind(AssertUnwindSafe(|| prepare(lu, cmd, class, &via, ring)))
+        .unwrap_or_else(|_| {
             tracing::error!(lun = lu.lun, "start of a ring or store op panicked");
             Start::Done(outcome::check_condition(
                 key.tag,
@@ -290,10 +266,11 @@ pub(crate) fn start(
         Start::Submit(p, buf) => {
             let op = p.op;
             if now {
-                let result = match (&via, op) {
-                    (Via::Ring(file), Op::Write { offset, len, .. }) => {
+                let result = match (&via, op, ring) {
+                    (Via::Ring(file), Op::Write { offset, len, .. }, Some(ring)) => {
                         let data = buf.as_slice().get(..len).unwrap_or_default();
-                        uring::write_now(file, offset, data).map_err(BackstoreError::Write)
+                        ring.write_now(file, offset, data)
+                            .map_err(BackstoreError::Write)
                     }
                     _ => Err(BackstoreError::WouldBlock),
                 };
@@ -301,24 +278,27 @@ pub(crate) fn start(
                 return Ok(());
             }
             let lu = Arc::clone(lu);
-            match via {
-                Via::Ring(file) => {
+            match (via, ring) {
+                (Via::Ring(file), Some(ring)) => {
                     let ring_file = Arc::clone(&file.file);
-                    let slot = SLAB.with(|s| {
-                        s.borrow_mut().insert(RingCmd {
-                            lu,
-                            key,
-                            done,
-                            via: Via::Ring(file),
-                            p,
-                            started,
-                        })
-                    });
-                    // A refusal (no room after all) completes at once,
-                    // through the same slot.
-                    uring::submit_slot(&ring_file, op, buf, ring_done, slot);
+                    let cmd = RingCmd {
+                        lu,
+                        key,
+                        done,
+                        via: Via::Ring(file),
+                        p,
+                        started,
+                    };
+                    // A refusal (no room after all) completes it at once.
+                    ring.submit(&ring_file, op, buf, cmd);
                 }
-                Via::Store(a) => {
+                (via, _) => {
+                    let Via::Store(a) = via else {
+                        // A ring op is only prepared with a ring.
+                        let result = Err(BackstoreError::WouldBlock);
+                        finish(&lu, key, done, &via, p, started, result, buf);
+                        return Ok(());
+                    };
                     let io = Arc::clone(&a.io);
                     let via = Via::Store(a);
                     io.submit(
@@ -366,7 +346,13 @@ fn ring_error(class: Class, e: io::Error) -> BackstoreError {
 }
 
 /// Checks and locks; builds the op.
-fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> Start {
+fn prepare(
+    lu: &Arc<LogicalUnit>,
+    mut cmd: Command,
+    class: Class,
+    via: &Via,
+    ring: Option<&Ring>,
+) -> Start {
     let format = lu.sense_format();
     let fail = |cmd: &Command, sense: Sense| {
         Start::Done(outcome::check_condition(cmd.tag, &sense, format))
@@ -405,7 +391,8 @@ fn prepare(lu: &Arc<LogicalUnit>, mut cmd: Command, class: Class, via: &Via) -> 
             }
             let dsync = fua_or_write_through(lu, &cmd);
             let buffered = matches!(via, Via::Ring(f) if f.direct_align.is_none());
-            if buffered && (dsync || !uring::may_write_now(offset, len)) {
+            let inline = ring.is_some_and(|r| r.may_write_now(offset, len));
+            if buffered && (dsync || !inline) {
                 return Start::Workers(cmd);
             }
             (Op::Write { offset, len, dsync }, len, true)

@@ -372,29 +372,40 @@ impl ScsiTarget {
     /// writes of memory-backed stores, page-cache hits of buffered files);
     /// a reactor calls this first and hands what comes back to
     /// [`Self::submit`]. Task management, unit attentions, reservations and
-    /// LBA range locks apply exactly as on the workers.
-    pub fn run_inline(&self, cmd: Command) -> Result<Response, Command> {
+    /// LBA range locks apply exactly as on the workers. `ring`: the calling
+    /// reactor's io_uring, if it has one (after a turn's first read, the
+    /// reads of a file LUN are left to it, see [`Self::run_on_ring_to`]).
+    pub fn run_inline(
+        &self,
+        cmd: Command,
+        ring: Option<&crate::Ring>,
+    ) -> Result<Response, Command> {
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 self.shared.register(&cmd.nexus);
-                workers::run_inline(&lu, cmd, &self.shared)
+                workers::run_inline(&lu, cmd, &self.shared, ring)
             }
             None => Err(cmd),
         }
     }
 
-    /// Starts `cmd` on the calling thread's io_uring when [`Self::run_inline`]
-    /// gave it back and the LUN's store is a file or block device the ring
-    /// can drive (`ring`: SIMPLE READ, WRITE and SYNCHRONIZE CACHE); `done`
-    /// is then called on this thread, from the ring's completion
-    /// ([`rustgt_backstore::uring::reap`]) or at once when the checks
+    /// Starts `cmd` on `ring`, the calling reactor's io_uring, when
+    /// [`Self::run_inline`] gave it back and the LUN's store is a file or
+    /// block device the ring can drive (SIMPLE READ, WRITE and SYNCHRONIZE
+    /// CACHE); `done` is then called on this thread, from the ring's
+    /// completion ([`crate::Ring::reap`]) or at once when the checks
     /// answer the command. A store with an asynchronous API of its own
     /// (an RBD image, [`rustgt_backstore::aio`]) takes the same commands
     /// from any thread and calls `done` on its own thread. `Err` hands both
     /// back for [`Self::submit`].
     #[allow(clippy::result_large_err)]
-    pub fn run_on_ring(&self, cmd: Command, done: Completion) -> Result<(), (Command, Completion)> {
-        match self.run_on_ring_to(cmd, Done::Boxed(done)) {
+    pub fn run_on_ring(
+        &self,
+        cmd: Command,
+        done: Completion,
+        ring: Option<&crate::Ring>,
+    ) -> Result<(), (Command, Completion)> {
+        match self.run_on_ring_to(cmd, Done::Boxed(done), ring) {
             Ok(()) => Ok(()),
             Err((cmd, Done::Boxed(done))) => Err((cmd, done)),
             // Only what went in comes back.
@@ -406,15 +417,20 @@ impl ScsiTarget {
     }
 
     /// [`Self::run_on_ring`] with the response going to a [`Done`]: a
-    /// command on this thread's ring waits in the thread's slab of ring
-    /// commands, so with a [`Done::Sink`] starting and finishing it
-    /// allocates nothing in steady state.
+    /// command on the ring waits in its op's slot, so with a
+    /// [`Done::Sink`] starting and finishing it allocates nothing in
+    /// steady state.
     #[allow(clippy::result_large_err)]
-    pub fn run_on_ring_to(&self, cmd: Command, done: Done) -> Result<(), (Command, Done)> {
+    pub fn run_on_ring_to(
+        &self,
+        cmd: Command,
+        done: Done,
+        ring: Option<&crate::Ring>,
+    ) -> Result<(), (Command, Done)> {
         match self.shared.lu(cmd.lun) {
             Some(lu) => {
                 self.shared.register(&cmd.nexus);
-                crate::ring::start(&lu, cmd, done)
+                crate::ring::start(&lu, cmd, done, ring)
             }
             None => Err((cmd, done)),
         }

@@ -80,6 +80,7 @@ pub(crate) fn run_inline(
     lu: &LogicalUnit,
     cmd: Command,
     target: &TargetShared,
+    ring: Option<&crate::Ring>,
 ) -> Result<Response, Command> {
     use rustgt_backstore::Nonblocking;
     let Some(class) = inline_class(&cmd.cdb) else {
@@ -96,7 +97,10 @@ pub(crate) fn run_inline(
     }
     // Only a store that may have to wait (a file: `TryReads`) hands out a
     // file to a ring; one of memory never does.
-    if class == InlineClass::Read && nb == Nonblocking::TryReads && crate::ring::batches_reads(lu) {
+    if class == InlineClass::Read
+        && nb == Nonblocking::TryReads
+        && crate::ring::batches_reads(lu, ring)
+    {
         // Not one `preadv2` per read here: after the turn's first, the
         // reactor's io_uring takes the turn's reads together
         // (`ring::start`), and cached pages are read inside the one

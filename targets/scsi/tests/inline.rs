@@ -76,7 +76,7 @@ impl Setup {
         self.h.cmd_on(&self.h.nexus, 1, cdb, data_in_len, data_out)
     }
     fn inline(&self, cmd: Command) -> Result<rustgt_scsi::Response, Command> {
-        self.h.target.run_inline(cmd)
+        self.h.target.run_inline(cmd, None)
     }
 }
 
@@ -106,7 +106,7 @@ fn stores_that_may_block_keep_commands_for_the_workers() {
     let h = Harness::new();
     let cmd = h.cmd(&cdb10(0x28, 0, 0, 1), BS, vec![]);
     let tag = cmd.tag;
-    let back = h.target.run_inline(cmd).expect_err("never inline");
+    let back = h.target.run_inline(cmd, None).expect_err("never inline");
     assert_eq!(
         (back.tag, back.cdb[0]),
         (tag, 0x28),
@@ -162,7 +162,7 @@ fn only_simple_data_path_commands_run_inline() {
     assert_eq!(tur.status, Status::GOOD);
     // A LUN that does not exist is the control thread's business.
     let none = s.h.cmd_on(&s.h.nexus, 9, &cdb10(0x28, 0, 0, 1), BS, vec![]);
-    assert!(s.h.target.run_inline(none).is_err());
+    assert!(s.h.target.run_inline(none, None).is_err());
 }
 
 #[test]

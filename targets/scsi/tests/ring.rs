@@ -1,4 +1,5 @@
-//! Commands on the calling thread's io_uring (`ScsiTarget::run_on_ring`)
+//! Commands on a reactor's io_uring (`ScsiTarget::run_on_ring`; the test
+//! thread plays the reactor)
 //! against real file LUNs: a WRITE then READ returns the data (buffered and
 //! O_DIRECT), SYNCHRONIZE CACHE and FUA complete, a failed read is a MEDIUM
 //! ERROR, without a ring the command comes back for the workers, which
@@ -18,7 +19,7 @@ use std::sync::{mpsc, Arc};
 
 use common::*;
 use rustgt_backstore::{uring, FileBackstore, FileOptions};
-use rustgt_scsi::{Command, LunConfig, Response, Status, TaskAttr};
+use rustgt_scsi::{Command, LunConfig, Response, Ring, Status, TaskAttr};
 
 const FILE_BLOCKS: u64 = 256;
 
@@ -58,6 +59,14 @@ fn ring_available() -> bool {
     }
 }
 
+/// The test's ring, as a reactor's (the test thread is the reactor).
+/// Declared after the harness, it is dropped first: its ops complete
+/// before the harness removes the LUNs, even when the test panics.
+fn new_ring() -> (Ring, std::fs::File) {
+    let (ring, fd) = Ring::start().unwrap().expect("io_uring enabled");
+    (ring, std::fs::File::from(fd))
+}
+
 /// A test meets a machine without what it needs: it is skipped, unless
 /// `RUSTGT_TEST_STRICT` is set (`tests/run` sets it), where a skip would
 /// hide a path the run must cover, so it fails.
@@ -69,15 +78,16 @@ fn skip(why: &str) {
     eprintln!("skipping: {why}");
 }
 
-/// Runs `cmd` through this thread's ring, which must take it, and reaps
-/// until its completion arrives.
-fn on_ring(h: &Harness, cmd: Command) -> Response {
+/// Runs `cmd` through `ring`, which must take it, and reaps until its
+/// completion arrives.
+fn on_ring(h: &Harness, ring: &Ring, cmd: Command) -> Response {
     let (tx, rx) = mpsc::channel();
     let taken = h.target.run_on_ring(
         cmd,
         Box::new(move |r| {
             let _ = tx.send(r);
         }),
+        Some(ring),
     );
     assert!(taken.is_ok(), "the ring path takes the command");
     loop {
@@ -85,11 +95,8 @@ fn on_ring(h: &Harness, cmd: Command) -> Response {
             assert!(rx.try_recv().is_err(), "second completion");
             return r;
         }
-        assert!(
-            uring::in_flight() > 0,
-            "no completion and nothing in flight"
-        );
-        uring::reap_blocking();
+        assert!(ring.in_flight() > 0, "no completion and nothing in flight");
+        ring.reap_blocking();
     }
 }
 
@@ -110,7 +117,7 @@ fn write_read_sync(direct: bool) {
     let Some(h) = file_lun(&path, direct) else {
         return;
     };
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     let cmd = |cdb: &[u8], din: u32, dout: Vec<u8>| h.cmd_on(&h.nexus, 1, cdb, din, dout);
 
     let data = pattern(8, 0x5A);
@@ -119,7 +126,7 @@ fn write_read_sync(direct: bool) {
     // ring: whole pages without FUA are written on this thread at once
     // (`inline_writes`), the rest are given back untouched for the workers.
     let given_back = |c: Command| {
-        let Err((c, _)) = h.target.run_on_ring(c, Box::new(|_| {})) else {
+        let Err((c, _)) = h.target.run_on_ring(c, Box::new(|_| {}), Some(&ring)) else {
             panic!("a buffered FUA or partial-page write is given back");
         };
         h.exec(c)
@@ -131,25 +138,22 @@ fn write_read_sync(direct: bool) {
             Box::new(move |r| {
                 let _ = tx.send(r);
             }),
+            Some(&ring),
         );
         assert!(taken.is_ok(), "a buffered whole-page write is taken");
-        assert_eq!(
-            uring::in_flight(),
-            0,
-            "written on this thread, not the ring"
-        );
+        assert_eq!(ring.in_flight(), 0, "written on this thread, not the ring");
         rx.try_recv().expect("completed before returning")
     };
     // 8 blocks of 512 bytes at LBA 16: one whole page.
     let w = if direct {
-        on_ring(&h, cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()))
+        on_ring(&h, &ring, cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()))
     } else {
         now(cmd(&cdb10(0x2A, 0, 16, 8), 0, data.clone()))
     };
     assert_eq!(w.status, Status::GOOD, "{w:?}");
     // FUA, with a WRITE(16).
     let w = if direct {
-        on_ring(&h, cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()))
+        on_ring(&h, &ring, cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()))
     } else {
         given_back(cmd(&cdb16(0x8A, 0x08, 40, 2), 0, fua.clone()))
     };
@@ -160,12 +164,12 @@ fn write_read_sync(direct: bool) {
         assert_eq!(w.status, Status::GOOD, "{w:?}");
     }
 
-    let r = on_ring(&h, cmd(&cdb10(0x28, 0, 16, 8), 8 * BS, vec![]));
+    let r = on_ring(&h, &ring, cmd(&cdb10(0x28, 0, 16, 8), 8 * BS, vec![]));
     assert_eq!(r.status, Status::GOOD);
     assert_eq!(r.data_in, data, "READ returns what WRITE stored");
-    let r = on_ring(&h, cmd(&cdb12(0xA8, 0, 40, 2), 2 * BS, vec![]));
+    let r = on_ring(&h, &ring, cmd(&cdb12(0xA8, 0, 40, 2), 2 * BS, vec![]));
     assert_eq!(r.data_in, fua);
-    let s = on_ring(&h, cmd(&cdb10(0x35, 0, 0, 0), 0, vec![]));
+    let s = on_ring(&h, &ring, cmd(&cdb10(0x35, 0, 0, 0), 0, vec![]));
     assert_eq!(s.status, Status::GOOD, "SYNCHRONIZE CACHE(10)");
 
     // The bytes are in the file itself.
@@ -178,7 +182,7 @@ fn write_read_sync(direct: bool) {
     let (writes, blocks) = if direct { (2, 10) } else { (3, 12) };
     assert_eq!((stats.read_commands, stats.write_commands), (2, writes));
     assert_eq!(stats.write_bytes, blocks * u64::from(BS));
-    uring::stop_thread();
+    drop(ring);
 }
 
 #[test]
@@ -198,7 +202,7 @@ fn checks_answer_at_once_and_residuals_match_the_workers() {
     }
     let dir = tempfile::tempdir().unwrap();
     let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     // Past the end: CHECK CONDITION from the start, no op submitted.
     let (tx, rx) = mpsc::channel();
     let past = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 255, 2), 2 * BS, vec![]);
@@ -208,26 +212,27 @@ fn checks_answer_at_once_and_residuals_match_the_workers() {
             past,
             Box::new(move |r| {
                 let _ = tx.send(r);
-            })
+            }),
+            Some(&ring)
         )
         .is_ok());
     let r = rx.try_recv().expect("answered at once");
     assert_eq!(r.status, Status::CHECK_CONDITION);
     assert_eq!(sense_of(&r), (0x05, 0x21, 0x00), "LBA OUT OF RANGE");
-    assert_eq!(uring::in_flight(), 0);
+    assert_eq!(ring.in_flight(), 0);
 
     // A Data-In buffer smaller than the transfer: same residual as a worker.
     let short = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 4), 2 * BS, vec![]);
-    let ring = on_ring(&h, short);
+    let via_ring = on_ring(&h, &ring, short);
     let short = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 4), 2 * BS, vec![]);
     let worker = h.exec(short);
-    assert_eq!(ring.status, Status::GOOD);
-    assert_eq!(ring.data_in.len(), 2 * BS as usize);
+    assert_eq!(via_ring.status, Status::GOOD);
+    assert_eq!(via_ring.data_in.len(), 2 * BS as usize);
     assert_eq!(
-        (ring.residual, ring.data_in),
+        (via_ring.residual, via_ring.data_in),
         (worker.residual, worker.data_in)
     );
-    uring::stop_thread();
+    drop(ring);
 }
 
 #[test]
@@ -245,9 +250,9 @@ fn a_failed_read_is_a_medium_error() {
         .unwrap()
         .set_len(64 * u64::from(BS))
         .unwrap();
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 200, 4), 4 * BS, vec![]);
-    let r = on_ring(&h, cmd);
+    let r = on_ring(&h, &ring, cmd);
     assert_eq!(r.status, Status::CHECK_CONDITION);
     assert_eq!(
         sense_of(&r),
@@ -255,19 +260,18 @@ fn a_failed_read_is_a_medium_error() {
         "MEDIUM ERROR, UNRECOVERED READ ERROR"
     );
     assert!(r.data_in.is_empty());
-    uring::stop_thread();
+    drop(ring);
 }
 
 #[test]
 fn without_a_ring_the_workers_serve_the_command() {
     let dir = tempfile::tempdir().unwrap();
     let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
-    assert!(!uring::active(), "this thread has no ring");
     let data = pattern(2, 1);
     let w = h.cmd_on(&h.nexus, 1, &cdb10(0x2A, 0, 4, 2), 0, data.clone());
     let (w, _done) = h
         .target
-        .run_on_ring(w, Box::new(|_| {}))
+        .run_on_ring(w, Box::new(|_| {}), None)
         .expect_err("given back");
     assert_eq!(h.exec(w).status, Status::GOOD);
     let r = h.exec(h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 4, 2), 2 * BS, vec![]));
@@ -278,28 +282,38 @@ fn without_a_ring_the_workers_serve_the_command() {
     if !ring_available() {
         return;
     }
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     let mut ordered = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]);
     ordered.attr = TaskAttr::Ordered;
-    assert!(h.target.run_on_ring(ordered, Box::new(|_| {})).is_err());
+    assert!(h
+        .target
+        .run_on_ring(ordered, Box::new(|_| {}), Some(&ring))
+        .is_err());
     let inquiry = h.cmd_on(&h.nexus, 1, &[0x12, 0, 0, 0, 96, 0], 96, vec![]);
-    assert!(h.target.run_on_ring(inquiry, Box::new(|_| {})).is_err());
+    assert!(h
+        .target
+        .run_on_ring(inquiry, Box::new(|_| {}), Some(&ring))
+        .is_err());
     // LUN 0 is a mock store of memory.
     let mock = h.cmd(&cdb10(0x28, 0, 0, 1), BS, vec![]);
-    assert!(h.target.run_on_ring(mock, Box::new(|_| {})).is_err());
-    assert_eq!(uring::in_flight(), 0);
-    uring::stop_thread();
+    assert!(h
+        .target
+        .run_on_ring(mock, Box::new(|_| {}), Some(&ring))
+        .is_err());
+    assert_eq!(ring.in_flight(), 0);
+    drop(ring);
 }
 
 /// Starts `cmd` on the ring and returns the channel its completion
 /// arrives on (after a reap).
-fn start_on_ring(h: &Harness, cmd: Command) -> mpsc::Receiver<Response> {
+fn start_on_ring(h: &Harness, ring: &Ring, cmd: Command) -> mpsc::Receiver<Response> {
     let (tx, rx) = mpsc::channel();
     let taken = h.target.run_on_ring(
         cmd,
         Box::new(move |r| {
             let _ = tx.send(r);
         }),
+        Some(ring),
     );
     assert!(taken.is_ok(), "the ring path takes the command");
     rx
@@ -312,12 +326,13 @@ fn removing_a_lun_waits_for_its_ring_ops_and_then_ends() {
     }
     let dir = tempfile::tempdir().unwrap();
     let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     let rx = start_on_ring(
         &h,
+        &ring,
         h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]),
     );
-    assert_eq!(uring::in_flight(), 1);
+    assert_eq!(ring.in_flight(), 1);
     let target = Arc::clone(&h.target);
     let remover = std::thread::spawn(move || target.remove_lun(1));
     // The LUN leaves the table first, then its workers wait for the task
@@ -329,12 +344,12 @@ fn removing_a_lun_waits_for_its_ring_ops_and_then_ends() {
         if let Ok(r) = rx.try_recv() {
             break r;
         }
-        uring::reap_blocking();
+        ring.reap_blocking();
     };
     assert_eq!(r.status, Status::GOOD);
     // The task's completion wakes the stopping workers: the removal ends.
     remover.join().unwrap().unwrap();
-    uring::stop_thread();
+    drop(ring);
 }
 
 #[test]
@@ -344,10 +359,10 @@ fn task_management_aborts_a_ring_task_or_finds_it_done() {
     }
     let dir = tempfile::tempdir().unwrap();
     let h = file_lun(&dir.path().join("lun.img"), false).unwrap();
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
     let tag = cmd.tag;
-    let rx = start_on_ring(&h, cmd);
+    let rx = start_on_ring(&h, &ring, cmd);
     let target = Arc::clone(&h.target);
     let nexus = Arc::clone(&h.nexus);
     let tmf = std::thread::spawn(move || {
@@ -357,7 +372,7 @@ fn task_management_aborts_a_ring_task_or_finds_it_done() {
         if let Ok(r) = rx.try_recv() {
             break r;
         }
-        uring::reap_blocking();
+        ring.reap_blocking();
     };
     let answer = tmf.join().unwrap();
     // Either the abort marked the running task (it completes as aborted,
@@ -374,7 +389,7 @@ fn task_management_aborts_a_ring_task_or_finds_it_done() {
         other => panic!("unexpected TMF answer {other:?}"),
     }
     assert!(rx.try_recv().is_err(), "one completion");
-    uring::stop_thread();
+    drop(ring);
 }
 
 /// Starts 4 writer threads, each writing `rounds` rounds of 4 one-block
@@ -417,22 +432,19 @@ fn writers(h: &Arc<Harness>, rounds: u32) -> Vec<std::thread::JoinHandle<Result<
 /// One READ of a block through this thread's ring, or through the
 /// workers when the ring gives it back (it overlaps a write in progress:
 /// the ring never waits for an LBA lock).
-fn read_via_ring(h: &Harness, lba: u32) -> Response {
+fn read_via_ring(h: &Harness, ring: &Ring, lba: u32) -> Response {
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, lba, 1), BS, vec![]);
     let (tx, rx) = mpsc::channel();
     let done = Box::new(move |r| {
         let _ = tx.send(r);
     });
-    match h.target.run_on_ring(cmd, done) {
+    match h.target.run_on_ring(cmd, done, Some(ring)) {
         Ok(()) => loop {
             if let Ok(r) = rx.try_recv() {
                 return r;
             }
-            assert!(
-                uring::in_flight() > 0,
-                "no completion and nothing in flight"
-            );
-            uring::reap_blocking();
+            assert!(ring.in_flight() > 0, "no completion and nothing in flight");
+            ring.reap_blocking();
         },
         Err((cmd, _)) => h.exec(cmd),
     }
@@ -456,13 +468,13 @@ fn worker_writes_are_never_left_queued_after_ring_reads() {
         return;
     };
     let h = Arc::new(h);
-    assert!(uring::start_thread().unwrap().is_some());
+    let (ring, _fd) = new_ring();
     let mut answered = 0;
     for _ in 0..20 {
         let mixed = writers(&h, 50);
         let mut reads = 0u32;
         while reads < 5_000 && !mixed.iter().all(|t| t.is_finished()) {
-            assert_eq!(read_via_ring(&h, reads % 256).status, Status::GOOD);
+            assert_eq!(read_via_ring(&h, &ring, reads % 256).status, Status::GOOD);
             reads += 1;
         }
         for t in mixed.into_iter().chain(writers(&h, 10)) {
@@ -470,10 +482,10 @@ fn worker_writes_are_never_left_queued_after_ring_reads() {
         }
     }
     assert_eq!(answered, 20 * 4 * (50 + 10) * 4);
-    uring::stop_thread();
+    drop(ring);
 }
 
-/// Whether the eventfd `start_thread` returned (non-blocking) has been
+/// Whether the eventfd `Ring::start` returned (non-blocking) has been
 /// signalled since the last look (reads its counter to zero).
 fn eventfd_signalled(fd: &std::fs::File) -> bool {
     use std::io::Read;
@@ -503,10 +515,10 @@ fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
         .unwrap()
         .write_all_at(&data, 0)
         .unwrap();
-    let fd = std::fs::File::from(uring::start_thread().unwrap().expect("eventfd"));
+    let (ring, fd) = new_ring();
     let wakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let w = Arc::clone(&wakes);
-    uring::defer_submission(Box::new(move || {
+    ring.defer_submission(Box::new(move || {
         w.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }));
     let (tx, rx) = mpsc::channel();
@@ -515,7 +527,7 @@ fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
     let first = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 100, 2), 2 * BS, vec![]);
     let r = h
         .target
-        .run_inline(first)
+        .run_inline(first, Some(&ring))
         .expect("the turn's first read inline");
     let at = 100 * BS as usize;
     assert_eq!(&r.data_in[..], &data[at..at + 2 * BS as usize]);
@@ -523,34 +535,38 @@ fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
         let lba = (i * 37) % (FILE_BLOCKS as u32 - 2);
         let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, lba, 2), 2 * BS, vec![]);
         let tag = cmd.tag;
-        let cmd = h.target.run_inline(cmd).expect_err("left to the ring");
+        let cmd = h
+            .target
+            .run_inline(cmd, Some(&ring))
+            .expect_err("left to the ring");
         let tx = tx.clone();
         let taken = h.target.run_on_ring(
             cmd,
             Box::new(move |r| {
                 let _ = tx.send((tag, r));
             }),
+            Some(&ring),
         );
         assert!(taken.is_ok(), "the ring takes the read");
         lbas.push((tag, lba));
     }
-    assert_eq!(uring::in_flight(), 16);
+    assert_eq!(ring.in_flight(), 16);
     assert!(rx.try_recv().is_err(), "nothing answered before the batch");
     assert_eq!(
         wakes.load(std::sync::atomic::Ordering::Relaxed),
         1,
         "one wake-up of the ring's task for the whole batch"
     );
-    let mut answered = uring::submit_and_reap();
+    let mut answered = ring.submit_and_reap();
     let mut spins = 0;
     // Cached pages complete inside the enter; should the kernel still have
     // punted one, wait for it (bounded by the ops in flight).
-    while answered < 16 && uring::in_flight() > 0 && spins < 64 {
-        answered += uring::reap_blocking();
+    while answered < 16 && ring.in_flight() > 0 && spins < 64 {
+        answered += ring.reap_blocking();
         spins += 1;
     }
     assert_eq!(answered, 16);
-    assert_eq!(uring::in_flight(), 0);
+    assert_eq!(ring.in_flight(), 0);
     for _ in 0..16 {
         let (tag, r) = rx.try_recv().expect("answered");
         let lba = lbas.iter().find(|(t, _)| *t == tag).unwrap().1 as usize;
@@ -566,29 +582,33 @@ fn cached_reads_are_batched_on_the_ring_and_answered_in_one_enter() {
         );
     }
     // Nothing queued: no system call and nothing to run.
-    assert_eq!(uring::submit_and_reap(), 0);
+    assert_eq!(ring.submit_and_reap(), 0);
     let stats = h.target.lun_stats(1).unwrap();
     assert_eq!(stats.read_commands, 17);
     // The batch ended: the next turn's first read is tried inline again.
     let again = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]);
-    assert!(h.target.run_inline(again).is_ok());
+    assert!(h.target.run_inline(again, Some(&ring)).is_ok());
 
     // An op that completes after the batch (here: one submitted and then
     // left to the kernel) still signals the eventfd.
-    let rx = start_on_ring(&h, h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]));
-    uring::flush();
+    let rx = start_on_ring(
+        &h,
+        &ring,
+        h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]),
+    );
+    ring.flush();
     let r = loop {
         if let Ok(r) = rx.try_recv() {
             break r;
         }
-        uring::reap_blocking();
+        ring.reap_blocking();
     };
     assert_eq!(&r.data_in[..], &data[..BS as usize]);
     assert!(
         eventfd_signalled(&fd),
         "a completion outside the batch signals"
     );
-    uring::stop_thread();
+    drop(ring);
 }
 
 #[test]
@@ -605,12 +625,10 @@ fn without_a_ring_cached_reads_still_run_inline() {
         .unwrap()
         .write_all_at(&data, 8 * u64::from(BS))
         .unwrap();
-    assert!(!uring::active());
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 8, 4), 4 * BS, vec![]);
-    let r = h.target.run_inline(cmd).expect("served inline");
+    let r = h.target.run_inline(cmd, None).expect("served inline");
     assert_eq!(r.status, Status::GOOD);
     assert_eq!(r.data_in, data);
-    assert_eq!(uring::submit_and_reap(), 0, "no ring: nothing to do");
 }
 
 #[test]
@@ -626,10 +644,10 @@ fn a_queued_ring_read_holds_off_a_compare_and_write_until_it_completes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lun.img");
     let h = file_lun(&path, false).unwrap();
-    assert!(uring::start_thread().unwrap().is_some());
-    uring::defer_submission(Box::new(|| {}));
+    let (ring, _fd) = new_ring();
+    ring.defer_submission(Box::new(|| {}));
     let cmd = h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 8), 8 * BS, vec![]);
-    let rx = start_on_ring(&h, cmd);
+    let rx = start_on_ring(&h, &ring, cmd);
     // Block 0 holds zeros, so the compare matches and the write goes on.
     let written = pattern(1, 0x77);
     let mut data = vec![0u8; BS as usize];
@@ -651,8 +669,8 @@ fn a_queued_ring_read_holds_off_a_compare_and_write_until_it_completes() {
         }
         assert!(rounds < 1000, "the read never completed");
         rounds += 1;
-        if uring::submit_and_reap() == 0 {
-            uring::reap_blocking();
+        if ring.submit_and_reap() == 0 {
+            ring.reap_blocking();
         }
     };
     assert_eq!(r.status, Status::GOOD);
@@ -666,5 +684,5 @@ fn a_queued_ring_read_holds_off_a_compare_and_write_until_it_completes() {
     assert_eq!(w.status, Status::GOOD);
     let r = h.exec(h.cmd_on(&h.nexus, 1, &cdb10(0x28, 0, 0, 1), BS, vec![]));
     assert_eq!(r.data_in, written);
-    uring::stop_thread();
+    drop(ring);
 }
