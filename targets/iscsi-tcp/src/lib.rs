@@ -22,7 +22,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{IoSlice, Read, Write};
@@ -185,7 +184,7 @@ impl ReadyLink for TcpLink {
         self.conn.is_closing()
     }
 
-    fn look(&mut self) -> std::io::Result<(Got, bool)> {
+    fn look(&mut self, buf: &mut Vec<u8>) -> std::io::Result<(Got, bool)> {
         let now = std::time::Instant::now();
         let full_feature = self.conn.session().is_some();
         let sock = &self.sock;
@@ -193,6 +192,7 @@ impl ReadyLink for TcpLink {
         let mut filled = false;
         let got = got_of(read_into_core(
             full_feature,
+            buf,
             |buf| {
                 let n = (&mut &*sock).read(buf)?;
                 filled = n == buf.len();
@@ -262,20 +262,16 @@ const READ_MAX: usize = 256 * 1024;
 /// progress stays within about two login PDUs.
 const LOGIN_READ_MAX: usize = 48 + 8192 + 8;
 
-thread_local! {
-    /// The read buffer of every connection on this reactor thread. A read
-    /// is handed to the core, which keeps only what is left of a partial
-    /// PDU, before the reactor serves another connection, so no connection
-    /// needs a buffer of its own: one that never sends costs no read
-    /// buffer, and one in full feature phase no 256 KiB of its own.
-    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
 /// One read (`read`) of what the socket holds (at most [`LOGIN_READ_MAX`]
-/// until full feature phase, [`READ_MAX`] after), handed to `consume` if
-/// not empty; the byte count, 0 at end of file.
+/// until full feature phase, [`READ_MAX`] after) into `buf`, the
+/// reactor's read buffer (grown to the limit once), handed to `consume` if
+/// not empty; the byte count, 0 at end of file. The core keeps only what
+/// is left of a partial PDU, so no connection needs a buffer of its own:
+/// one that never sends costs no read buffer, and one in full feature
+/// phase no 256 KiB of its own.
 fn read_into_core(
     full_feature: bool,
+    buf: &mut Vec<u8>,
     read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
     consume: impl FnOnce(&[u8]),
 ) -> std::io::Result<usize> {
@@ -284,25 +280,15 @@ fn read_into_core(
     } else {
         LOGIN_READ_MAX
     };
-    READ_BUF.with(|cell| {
-        // Never borrowed already (nothing reads while a read is handed
-        // on); if it were, a buffer of this read's own does.
-        let mut own = Vec::new();
-        let mut shared = cell.try_borrow_mut();
-        let buf = match shared.as_deref_mut() {
-            Ok(b) => b,
-            Err(_) => &mut own,
-        };
-        if buf.len() < limit {
-            buf.resize(limit, 0);
-        }
-        let buf = buf.get_mut(..limit).unwrap_or_default();
-        let n = read(buf)?;
-        if n > 0 {
-            consume(buf.get(..n).unwrap_or_default());
-        }
-        Ok(n)
-    })
+    if buf.len() < limit {
+        buf.resize(limit, 0);
+    }
+    let buf = buf.get_mut(..limit).unwrap_or_default();
+    let n = read(buf)?;
+    if n > 0 {
+        consume(buf.get(..n).unwrap_or_default());
+    }
+    Ok(n)
 }
 
 /// The connection's queue of PDU segments to send, written with vectored

@@ -83,8 +83,12 @@ pub trait ReadyLink: Send + 'static {
 
     /// One read without waiting, handed to the core; and whether more may
     /// wait in the socket (the read filled its buffer), so the loop reads
-    /// again before it waits for the next edge.
-    fn look(&mut self) -> io::Result<(Got, bool)>;
+    /// again before it waits for the next edge. `buf` is the reactor's
+    /// read buffer, lent to each connection in turn (the link sizes it):
+    /// the core keeps only what is left of a partial PDU before the
+    /// reactor serves another connection, so a connection that never
+    /// sends costs no read buffer of its own.
+    fn look(&mut self, buf: &mut Vec<u8>) -> io::Result<(Got, bool)>;
 
     /// The clock the link gave the core with its last input, if not taken
     /// yet (see [`crate::Link::take_input_at`]).
@@ -339,6 +343,9 @@ struct Reactor {
     again: Vec<usize>,
     /// The reactor's io_uring and its eventfd, which joins the loop.
     ring: Option<(Ring, OwnedFd)>,
+    /// The read buffer its connections' reads go through
+    /// ([`ReadyLink::look`]).
+    read_buf: Vec<u8>,
     /// Ops were queued on the ring outside a turn's batch.
     deferred: Rc<Cell<bool>>,
 }
@@ -355,6 +362,7 @@ impl Reactor {
             timers: BinaryHeap::new(),
             again: Vec::new(),
             ring: None,
+            read_buf: Vec::new(),
             deferred: Rc::new(Cell::new(false)),
         }
     }
@@ -586,7 +594,7 @@ impl Reactor {
         let ring = self.ring.as_ref().map(|(ring, _)| ring);
         let step = {
             let _enter = span.enter();
-            match c.step(got, ring) {
+            match c.step(got, ring, &mut self.read_buf) {
                 Ok(step) => step,
                 Err(e) => {
                     tracing::debug!(error = %e, "connection ended with error");
@@ -710,7 +718,7 @@ impl Reactor {
             if other {
                 break;
             }
-            match c.link.look() {
+            match c.link.look(&mut self.read_buf) {
                 Ok((g, more)) => {
                     c.readable = more;
                     got = g;
@@ -756,11 +764,17 @@ impl Reactor {
 impl Slot {
     /// Reads, takes messages, runs the turn and sends, round after round
     /// while something comes (at most [`ROUNDS`]). `got`: what a spin
-    /// already handed to the core. `ring`: the reactor's io_uring.
-    fn step(&mut self, mut got: Got, ring: Option<&Ring>) -> io::Result<Step> {
+    /// already handed to the core. `ring` and `read_buf`: the reactor's
+    /// io_uring and read buffer.
+    fn step(
+        &mut self,
+        mut got: Got,
+        ring: Option<&Ring>,
+        read_buf: &mut Vec<u8>,
+    ) -> io::Result<Step> {
         for round in 0..ROUNDS {
             if got == Got::Nothing && self.readable && !self.link.output_full() {
-                let (g, more) = self.link.look()?;
+                let (g, more) = self.link.look(read_buf)?;
                 got = g;
                 self.readable = more;
             }

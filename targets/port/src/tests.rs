@@ -418,7 +418,7 @@ impl ReadyLink for PairLink {
         self.core.is_closing()
     }
 
-    fn look(&mut self) -> std::io::Result<(Got, bool)> {
+    fn look(&mut self, _buf: &mut Vec<u8>) -> std::io::Result<(Got, bool)> {
         use std::io::Read;
         let mut buf = [0u8; 4096];
         match (&self.sock).read(&mut buf) {
