@@ -294,6 +294,10 @@ fn truncated_file_gives_medium_errors_not_sigbus() {
     let mut raced = vec![0xEEu8; 64 * 1024];
     let r = racing.copy_to(&mut raced);
     assert!(matches!(r, Err(BackstoreError::Read(_))), "{r:?}");
+    // Read what the copy wrote: the guard's zeros. (Unread, the copy into
+    // `raced` is dead code an optimised build may drop, and then nothing
+    // faults.)
+    assert!(raced.iter().all(|&b| b == 0), "the guard's zero pages");
     assert!(store.truncated(), "the SIGBUS guard ran");
     assert!(racing.check().is_err());
     let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
