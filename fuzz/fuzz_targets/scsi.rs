@@ -115,7 +115,7 @@ fuzz_target!(|input: &[u8]| {
             data_in_len,
             data_out: data_out.into(),
         };
-        let r = match t.run_inline(cmd) {
+        let r = match t.run_inline(cmd, None) {
             Ok(r) => r,
             Err(cmd) => {
                 let (tx, rx) = mpsc::channel();
