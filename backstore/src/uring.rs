@@ -625,16 +625,24 @@ impl<T: Complete> Ring<T> {
     /// to wait for (tests, the ring's end; a reactor waits on the
     /// eventfd).
     pub fn reap_blocking(&self) -> usize {
-        let waited = match self.inner.try_borrow_mut() {
-            Ok(ring) if ring.in_flight > 0 => ring.ring.submit_and_wait(1).map(|_| ()),
-            _ => Ok(()),
-        };
-        if let Err(e) = waited {
+        if let Err(e) = self.wait() {
             if e.kind() != io::ErrorKind::Interrupted {
                 tracing::error!(error = %e, "io_uring: waiting for ops in flight");
             }
         }
         self.reap()
+    }
+
+    /// Hands queued ops to the kernel and waits until at least one op has
+    /// completed; `Ok(false)` at once when none is in flight.
+    fn wait(&self) -> io::Result<bool> {
+        match self.inner.try_borrow_mut() {
+            Ok(mut ring) if ring.in_flight > 0 => {
+                ring.unsubmitted = false;
+                ring.ring.submit_and_wait(1).map(|_| true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Waits for every op in flight and runs their callbacks (the
@@ -644,18 +652,13 @@ impl<T: Complete> Ring<T> {
     pub fn drain(&self) {
         // Each wait ends at least one op unless interrupted.
         for _ in 0..1_000_000 {
-            let waited = match self.inner.try_borrow_mut() {
-                Ok(mut ring) if ring.in_flight > 0 => {
-                    ring.unsubmitted = false;
-                    ring.ring.submit_and_wait(1).map(drop)
-                }
-                _ => return,
-            };
-            if let Err(e) = waited {
-                if e.kind() != io::ErrorKind::Interrupted {
+            match self.wait() {
+                Ok(false) => return,
+                Err(e) if e.kind() != io::ErrorKind::Interrupted => {
                     tracing::error!(error = %e, "io_uring: waiting for ops in flight");
                     return;
                 }
+                _ => {}
             }
             self.reap();
         }

@@ -292,13 +292,7 @@ pub(crate) fn start(
                     // A refusal (no room after all) completes it at once.
                     ring.submit(&ring_file, op, buf, cmd);
                 }
-                (via, _) => {
-                    let Via::Store(a) = via else {
-                        // A ring op is only prepared with a ring.
-                        let result = Err(BackstoreError::WouldBlock);
-                        finish(&lu, key, done, &via, p, started, result, buf);
-                        return Ok(());
-                    };
+                (Via::Store(a), _) => {
                     let io = Arc::clone(&a.io);
                     let via = Via::Store(a);
                     io.submit(
@@ -317,6 +311,11 @@ pub(crate) fn start(
                             );
                         }),
                     );
+                }
+                // `via` is the ring's only when a ring was given (above).
+                (via @ Via::Ring(_), None) => {
+                    let result = Err(BackstoreError::WouldBlock);
+                    finish(&lu, key, done, &via, p, started, result, buf);
                 }
             }
             Ok(())
