@@ -1005,6 +1005,13 @@ mod tests {
         got.expect("callback ran")
     }
 
+    /// A temporary file of `len` bytes of `byte`, as a store hands it out.
+    fn filled(byte: u8, len: usize) -> UringFile {
+        let mut tmp = tempfile::tempfile().expect("tempfile");
+        tmp.write_all(&vec![byte; len]).expect("fill");
+        uring_file(tmp)
+    }
+
     fn uring_file(file: File) -> UringFile {
         UringFile {
             file: Arc::new(file),
@@ -1019,9 +1026,7 @@ mod tests {
         let Some((ring, _fd)) = ring_or_skip() else {
             return;
         };
-        let mut tmp = tempfile::tempfile().expect("tempfile");
-        tmp.write_all(&[0u8; 8192]).expect("fill");
-        let f = uring_file(tmp);
+        let f = filled(0, 8192);
 
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
         let (r, buf) = run(
@@ -1070,9 +1075,7 @@ mod tests {
         assert!(!ring.may_write_now(0, 512), "ends inside a page");
         assert!(!ring.may_write_now(0, 0));
 
-        let mut tmp = tempfile::tempfile().expect("tempfile");
-        tmp.write_all(&vec![0u8; page * 2]).expect("fill");
-        let f = uring_file(tmp);
+        let f = filled(0, page * 2);
         let data = vec![0x5a_u8; page];
         ring.write_now(&f, page as u64, &data)
             .expect("inline write");
@@ -1138,9 +1141,7 @@ mod tests {
         let Some((ring, _fd)) = ring_or_skip() else {
             return;
         };
-        let mut tmp = tempfile::tempfile().expect("tempfile");
-        tmp.write_all(&[7u8; 1024]).expect("fill");
-        let f = uring_file(tmp);
+        let f = filled(7, 1024);
         // 512 bytes exist from 512 on, 1024 are asked for: the ring
         // continues the short read, then meets the end.
         let (r, _) = run(
@@ -1199,9 +1200,7 @@ mod tests {
         let Some((ring, _fd)) = ring_or_skip() else {
             return;
         };
-        let mut tmp = tempfile::tempfile().expect("tempfile");
-        tmp.write_all(&[5u8; 4096]).expect("fill");
-        let f = uring_file(tmp);
+        let f = filled(5, 4096);
         ring.defer_submission(Box::new(|| {}));
         let read = Rc::new(Cell::new(false));
         let r = Rc::clone(&read);
@@ -1245,9 +1244,7 @@ mod tests {
         };
         let b = RingBuf::aligned(4096, 4096).expect("aligned");
         assert_eq!(b.as_slice().as_ptr() as usize % 4096, 0);
-        let mut tmp = tempfile::tempfile().expect("tempfile");
-        tmp.write_all(&[3u8; 4096]).expect("fill");
-        let f = uring_file(tmp);
+        let f = filled(3, 4096);
         let out: Outcome = Rc::new(RefCell::new(None));
         let sink = Rc::clone(&out);
         ring.submit(
@@ -1286,9 +1283,7 @@ mod tests {
         let Some((ring, fd)) = ring_or_skip() else {
             return;
         };
-        let mut tmp = tempfile::tempfile().expect("tempfile");
-        tmp.write_all(&[9u8; 8192]).expect("fill");
-        let f = uring_file(tmp);
+        let f = filled(9, 8192);
         let wakes = Rc::new(Cell::new(0));
         let w = Rc::clone(&wakes);
         ring.defer_submission(Box::new(move || w.set(w.get() + 1)));
