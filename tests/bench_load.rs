@@ -51,6 +51,13 @@ fn paced_sessions_hold_the_offered_rate() {
         r["latency_us"]["p50"].as_f64().is_some_and(|v| v > 5.0),
         "{r}"
     );
+    // Service time (send to status) is each command's latency less its
+    // lateness, so none of its percentiles exceeds the latency's.
+    for q in ["p50", "p99", "max"] {
+        let service = r["service_us"][q].as_f64().expect("service_us");
+        let latency = r["latency_us"][q].as_f64().expect("latency_us");
+        assert!(service > 0.0 && service <= latency, "{q}: {r}");
+    }
     let p = &r["pids"][0];
     assert_eq!(p["pid"].as_u64().map(|v| v.to_string()), Some(pid), "{r}");
     for key in ["cpu_pct", "cpu_us_per_io", "ctxsw_per_io"] {

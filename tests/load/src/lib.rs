@@ -363,6 +363,9 @@ pub struct Report {
     pub mbps: f64,
     /// Due time to completion.
     pub latency_us: Percentiles,
+    /// Send time to completion: the latency without the client's own
+    /// lateness (its wake-up for the due time, its waits for a slot).
+    pub service_us: Percentiles,
     /// Send time - due time (the client's own delay, incl. waits for a
     /// free slot at the queue depth).
     pub lateness_us: Percentiles,
@@ -559,6 +562,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
     let hostile = peers.stop();
 
     let mut latency = new_histogram();
+    let mut service = new_histogram();
     let mut lateness = new_histogram();
     let mut own_lateness = new_histogram();
     let (mut reads, mut writes, mut completed) = (0u64, 0u64, 0u64);
@@ -573,6 +577,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         };
         any_ran |= ran;
         let _ = latency.add(&s.latency);
+        let _ = service.add(&s.service);
         let _ = lateness.add(&s.lateness);
         let _ = own_lateness.add(&s.own_lateness);
         reads += s.reads;
@@ -672,6 +677,7 @@ pub fn run(a: &LoadArgs) -> Result<Report, LoadError> {
         iops,
         mbps: completed as f64 * bs as f64 / a.seconds / 1e6,
         latency_us: Percentiles::of(&latency),
+        service_us: Percentiles::of(&service),
         lateness_us,
         own_lateness_us,
         late_pct,
@@ -727,6 +733,7 @@ pub fn render(r: &Report) -> String {
         );
     };
     row(&mut s, "latency", &r.latency_us);
+    row(&mut s, "service", &r.service_us);
     row(&mut s, "lateness", &r.lateness_us);
     row(&mut s, "own late", &r.own_lateness_us);
     let _ = writeln!(s, "late >=50µs {:.2}% of commands", r.late_pct);

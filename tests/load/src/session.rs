@@ -37,6 +37,9 @@ pub struct SessionStats {
     pub latency: Histogram<u64>,
     /// Send time minus due time, ns (measured window only).
     pub lateness: Histogram<u64>,
+    /// Completion minus send time: the target's (and the network's)
+    /// share of the latency, without the client's lateness, ns.
+    pub service: Histogram<u64>,
     /// Send time minus the later of due time and the moment a slot of the
     /// full queue depth was freed: the client's own delay, ns.
     pub own_lateness: Histogram<u64>,
@@ -59,6 +62,7 @@ impl SessionStats {
         SessionStats {
             latency: new_histogram(),
             lateness: new_histogram(),
+            service: new_histogram(),
             own_lateness: new_histogram(),
             reads: 0,
             writes: 0,
@@ -91,6 +95,7 @@ pub fn new_histogram() -> Histogram<u64> {
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     due: Instant,
+    sent: Instant,
     write: bool,
     measured: bool,
 }
@@ -597,6 +602,7 @@ impl Conn {
                     sent,
                     InFlight {
                         due,
+                        sent: at,
                         write,
                         measured,
                     },
@@ -671,6 +677,9 @@ impl Conn {
                         let _ = stats
                             .latency
                             .record(nanos(at.saturating_duration_since(f.due)).max(1));
+                        let _ = stats
+                            .service
+                            .record(nanos(at.saturating_duration_since(f.sent)).max(1));
                         if f.write {
                             stats.writes += 1
                         } else {
